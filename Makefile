@@ -1,0 +1,47 @@
+# The README's two commands: `make run` (main job) and `make test`.
+# Both create/update .venv from pinned dependencies first.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# pip's global config here lists extra indexes that may be absent; hide only those warnings.
+QUIET_PIP := grep -v -e "is ignored: it is neither" -e "^WARNING: Location" || true
+
+.PHONY: run test lint format install sandbox-deps bench clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements.lock -e . 2>&1 | $(QUIET_PIP)
+	$(PY) -c "import components, pytest, ruff" && touch $(STAMP)
+
+install: $(STAMP) sandbox-deps
+
+# bubblewrap gives the sandbox a read-only host and private pid/net namespaces. Best effort:
+# without it the sandbox falls back to weaker isolation (docs/sandbox.md says what changes).
+sandbox-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+	      || echo "note: could not install bubblewrap; sandbox uses its fallback isolation"; \
+	  else echo "note: bubblewrap missing; sandbox uses its fallback isolation"; fi; }
+
+run: install
+	$(VENV)/bin/agentrl demo
+
+test: install
+	$(PY) -m pytest
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format:
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: install
+	$(PY) bench/env_throughput.py
+
+clean:
+	rm -rf $(VENV) runs

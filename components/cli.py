@@ -1,0 +1,46 @@
+"""`agentrl` command line. Subcommands import their component lazily so startup stays fast."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# (group, command) -> "module:function"; each function takes the remaining argv.
+COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("tasks", "generate"): ("components.tasks.__main__:main_generate", "generate a task suite"),
+    ("tasks", "check"): ("components.tasks.__main__:main_check", "gate tasks (sandboxed)"),
+    ("tasks", "import"): ("components.tasks.__main__:main_import", "load, gate, copy tasks"),
+    ("env", "eval"): ("components.env.__main__:main_eval", "run a policy over tasks"),
+    ("env", "isolation"): ("components.env.__main__:main_isolation", "show sandbox protections"),
+    ("data", "ingest"): ("components.data.__main__:main_ingest", "ingest trajectory logs"),
+    ("data", "validate"): ("components.data.__main__:main_validate", "validate (GX) + quarantine"),
+    ("data", "snapshot"): ("components.data.__main__:main_snapshot", "DVC add + push data/"),
+    ("data", "versions"): ("components.data.__main__:main_versions", "list data versions"),
+    ("data", "rollback"): ("components.data.__main__:main_rollback", "restore a data version"),
+    ("demo", ""): ("components.env.__main__:main_demo", "environment demo (make run)"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: agentrl GROUP COMMAND [options]   (COMMAND --help for its options)", ""]
+    for (group, cmd), (_, text) in COMMANDS.items():
+        lines.append(f"  {(group + ' ' + cmd).strip():<18} {text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    group = argv.pop(0)
+    key = (group, "") if (group, "") in COMMANDS else (group, argv.pop(0) if argv else "")
+    if key not in COMMANDS:
+        print(f"agentrl: unknown command {' '.join(key).strip()!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, func = COMMANDS[key][0].split(":")
+    return int(getattr(importlib.import_module(module), func)(argv) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

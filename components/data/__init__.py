@@ -1,0 +1,1 @@
+"""Trajectory data: canonical schema, ingestion adapters, validation, versions."""

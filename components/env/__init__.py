@@ -1,0 +1,1 @@
+"""The coding environment: sandbox, tools, safety monitor, verifier, policies."""

@@ -1,0 +1,69 @@
+"""Typed configuration of the coding environment: episode limits and reward weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Weight of each reward term; a term's value is its weight when it fires, else 0.
+
+    Defaults are MISSION.md's: outcome +1 / 0, security problem -1; process terms for the
+    coding task: too many files -0.2, tests never run -0.3, lint introduced -0.5,
+    dangerous command -1. Test tampering is reported as its own term.
+    """
+
+    tests_pass: float = field(default=1.0, metadata=_help("all hidden tests pass"))
+    security: float = field(
+        default=-1.0, metadata=_help("security problem introduced (ruff flake8-bandit S rules)")
+    )
+    too_many_files: float = field(
+        default=-0.2, metadata=_help("more files changed than EnvConfig.max_changed_files")
+    )
+    tests_never_run: float = field(
+        default=-0.3, metadata=_help("the agent never ran the test command")
+    )
+    lint: float = field(default=-0.5, metadata=_help("ruff lint errors introduced in changed files"))
+    dangerous_command: float = field(
+        default=-1.0, metadata=_help("the safety monitor blocked at least one action")
+    )
+    test_tampering: float = field(
+        default=-1.0, metadata=_help("tests or pytest configuration were modified")
+    )
+
+    def __post_init__(self) -> None:
+        if self.tests_pass <= 0:
+            raise ValueError("RewardWeights.tests_pass must be positive")
+        for f in fields(self):
+            if f.name != "tests_pass" and getattr(self, f.name) > 0:
+                raise ValueError(f"RewardWeights.{f.name} is a penalty and must be <= 0")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Episode-level settings; sandbox limits are in SandboxConfig."""
+
+    max_steps: int = field(default=16, metadata=_help("assistant actions before the episode ends"))
+    max_changed_files: int = field(
+        default=2, metadata=_help("changing more files than this costs the too_many_files term")
+    )
+    verify_timeout_s: float = field(
+        default=60.0, metadata=_help("wall limit of the hidden-test run; hitting it is an infra fault")
+    )
+    per_test_timeout_s: float = field(
+        default=5.0, metadata=_help("pytest-timeout per hidden test; a hang counts as a failure")
+    )
+    weights: RewardWeights = field(default_factory=RewardWeights, metadata=_help("reward weights"))
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError("EnvConfig.max_steps must be >= 1")
+        if self.max_changed_files < 1:
+            raise ValueError("EnvConfig.max_changed_files must be >= 1")
+        if not 0 < self.per_test_timeout_s < self.verify_timeout_s:
+            raise ValueError("EnvConfig: need 0 < per_test_timeout_s < verify_timeout_s")

@@ -1,0 +1,247 @@
+"""One episode of the coding environment: a task, a private workspace, tool steps, a verdict.
+
+`EpisodeEnv` is step-driven so that a batched rollout engine can advance many episodes at
+once; `run_episode` is the plain loop for one policy. The episode's record is the
+canonical trajectory (docs/CONTRACTS.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from components.env.config import EnvConfig
+from components.env.rewards import EpisodeFacts, compute_reward
+from components.env.sandbox import SandboxConfig, Workspace
+from components.env.tools import execute_tool
+from components.env.verifier import verify
+from components.tasks.task import Task
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a policy chose. `tool=None` means its output was not a parseable tool call."""
+
+    tool: str | None
+    arguments: dict = field(default_factory=dict)
+    content: str | None = None  # free text / reasoning; the raw output for a parse failure
+    parse_error: str | None = None
+
+
+class Policy(Protocol):
+    name: str
+
+    def act(self, task: Task, events: list[dict]) -> Action: ...
+
+
+@dataclass
+class EpisodeResult:
+    episode_id: str
+    task_id: str
+    split: str
+    policy: str
+    status: str  # "ok" | "infra_failure"
+    end_reason: str  # "finished" | "max_steps" | "time_limit"
+    success: bool
+    reward: float | None  # None for infra failures: they carry no reward
+    reward_terms: dict[str, float]
+    steps: int
+    tool_calls: int
+    invalid_calls: int
+    safety_flags: list[dict]
+    ran_tests: bool
+    tests_total: int
+    tests_failed: int
+    changed_files: list[str]
+    tampered_files: list[str]
+    wall_s: float
+    infra_detail: str = ""
+    record: dict = field(default_factory=dict, repr=False)
+
+    def summary(self) -> dict:
+        """Per-task result row (everything but the full trajectory)."""
+        out = asdict(self)
+        out.pop("record")
+        return out
+
+
+def initial_message(task: Task) -> str:
+    files = sorted(
+        str(p.relative_to(task.repo_dir))
+        for p in task.repo_dir.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    return f"{task.instruction}\n\nRepository files: {', '.join(files)}"
+
+
+def _is_test_run(action: Action) -> bool:
+    return action.tool == "run_command" and "pytest" in str(action.arguments.get("cmd", ""))
+
+
+class EpisodeEnv:
+    """A task's private workspace plus the episode's event log and counters."""
+
+    def __init__(
+        self,
+        task: Task,
+        env: EnvConfig,
+        sandbox: SandboxConfig,
+        *,
+        policy_name: str,
+        episode_id: str | None = None,
+        max_wall_s: float | None = None,
+    ) -> None:
+        self.task, self.env, self.sandbox, self.policy_name = task, env, sandbox, policy_name
+        self.episode_id = episode_id or f"{policy_name}-{task.id}"
+        self.max_wall_s = max_wall_s
+        self.workspace = Workspace.create(task.repo_dir)
+        self.events: list[dict] = [{"role": "user", "content": initial_message(task)}]
+        self.steps = self.tool_calls = self.invalid_calls = 0
+        self.safety_flags: list[dict] = []
+        self.ran_tests = False
+        self.done = False
+        self.end_reason = ""
+        self.started = time.monotonic()
+
+    def step(self, action: Action) -> dict:
+        """Apply one action; returns the environment event appended to the log."""
+        if self.done:
+            raise RuntimeError(f"episode {self.episode_id} is already over")
+        self.steps += 1
+        assistant = {"role": "assistant", "action": action.tool, "arguments": action.arguments}
+        if action.content:
+            assistant["content"] = action.content
+        self.events.append(assistant)
+        if action.tool is None:
+            self.invalid_calls += 1
+            event = {
+                "role": "environment",
+                "observation": f"error: invalid tool call: {action.parse_error or 'unparseable'}",
+                "truncated": False,
+                "error": True,
+            }
+        else:
+            self.tool_calls += 1
+            result = execute_tool(
+                self.workspace, action.tool, action.arguments, self.sandbox,
+                protected_paths=self.task.protected_paths,
+            )  # fmt: skip
+            if result.safety is not None and not result.safety.allowed:
+                self.safety_flags.append(
+                    {"step": self.steps, "category": result.safety.category,
+                     "reason": result.safety.reason}
+                )  # fmt: skip
+            elif result.error is not None and result.error.startswith("invalid arguments"):
+                self.invalid_calls += 1
+            elif _is_test_run(action) and result.command is not None:
+                self.ran_tests = True
+            event = {"role": "environment", "observation": result.observation,
+                     "truncated": result.truncated}  # fmt: skip
+            if not result.ok:
+                event["error"] = True
+        self.events.append(event)
+        if action.tool == "finish":
+            self.done, self.end_reason = True, "finished"
+        elif self.steps >= self.env.max_steps:
+            self.done, self.end_reason = True, "max_steps"
+        elif self.max_wall_s is not None and time.monotonic() - self.started > self.max_wall_s:
+            self.done, self.end_reason = True, "time_limit"
+        return event
+
+    def finish(self) -> EpisodeResult:
+        """Verify the workspace, compute the reward, build the record, free the workspace."""
+        if not self.end_reason:
+            self.done, self.end_reason = True, "max_steps"
+        try:
+            v = verify(self.task, self.workspace.root, self.env, self.sandbox)
+        finally:
+            self.workspace.cleanup()
+        wall = time.monotonic() - self.started
+        facts = EpisodeFacts(
+            ran_tests=self.ran_tests,
+            safety_categories=tuple(f["category"] for f in self.safety_flags),
+        )
+        if v.status == "ok":
+            breakdown = compute_reward(v, facts, self.env)
+            reward, terms, success = breakdown.total, breakdown.terms, breakdown.success
+        else:
+            reward, terms, success = None, {}, False
+        record = {
+            "schema_version": 1,
+            "id": self.episode_id,
+            "task_id": self.task.id,
+            "source": "rollout" if self.policy_name not in ("oracle",) else "oracle",
+            "task": self.task.instruction,
+            "trajectory": self.events,
+            "reward": reward,
+            "reward_terms": terms,
+            "metadata": {
+                "policy": self.policy_name,
+                "model_version": None,
+                "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "num_tool_calls": self.tool_calls,
+                "num_invalid_calls": self.invalid_calls,
+                "num_tokens": None,
+                "split": self.task.metadata.split,
+                "family": self.task.metadata.family,
+                "bug_class": self.task.metadata.bug_class,
+                "end_reason": self.end_reason,
+                "status": "ok" if v.status == "ok" else "infra_failure",
+                "success": success,
+                "wall_s": round(wall, 3),
+            },
+        }
+        return EpisodeResult(
+            episode_id=self.episode_id,
+            task_id=self.task.id,
+            split=self.task.metadata.split,
+            policy=self.policy_name,
+            status="ok" if v.status == "ok" else "infra_failure",
+            end_reason=self.end_reason,
+            success=success,
+            reward=reward,
+            reward_terms=terms,
+            steps=self.steps,
+            tool_calls=self.tool_calls,
+            invalid_calls=self.invalid_calls,
+            safety_flags=self.safety_flags,
+            ran_tests=self.ran_tests,
+            tests_total=v.tests_total,
+            tests_failed=v.tests_failed,
+            changed_files=v.changed_files,
+            tampered_files=v.tampered_files,
+            wall_s=round(wall, 3),
+            infra_detail="" if v.status == "ok" else v.detail[-500:],
+            record=record,
+        )
+
+
+def episode_id_for(policy: str, task: Task, seed: int) -> str:
+    digest = hashlib.sha256(f"{policy}:{task.id}:{seed}".encode()).hexdigest()[:8]
+    return f"{policy}-{task.id}-{digest}"
+
+
+def run_episode(
+    task: Task,
+    policy: Policy,
+    env: EnvConfig,
+    sandbox: SandboxConfig,
+    *,
+    seed: int = 0,
+    workspace_parent: Path | None = None,
+) -> EpisodeResult:
+    """Run one policy on one task to the end and verify it."""
+    episode = EpisodeEnv(
+        task, env, sandbox, policy_name=policy.name, episode_id=episode_id_for(policy.name, task, seed)
+    )
+    try:
+        while not episode.done:
+            episode.step(policy.act(task, episode.events))
+    except Exception:
+        episode.workspace.cleanup()
+        raise
+    return episode.finish()

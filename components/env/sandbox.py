@@ -1,0 +1,819 @@
+"""Per-episode workspaces and a sandbox for the commands an agent runs in them.
+
+`Workspace` is a private copy of a task repository in a fresh temp folder; the agent's file
+tools go through `Workspace.resolve`, which confines paths to that folder. `run_sandboxed`
+runs one allow-listed program (an argv list, never a shell) inside the workspace under hard
+limits and returns a `CommandResult`. `isolation_report()` says what is active on this machine.
+
+What is protected against (isolation "bwrap", the default wherever bubblewrap works):
+  * runaway time: wall clock (the whole process group, cgroup and pid namespace are killed)
+    and CPU time (RLIMIT_CPU: SIGXCPU, then SIGKILL one second later);
+  * memory bombs: RLIMIT_AS per process (Python sees MemoryError) plus a memory cgroup for
+    the whole process tree (the kernel OOM-kills inside the sandbox only);
+  * fork bombs: a pids cgroup caps processes+threads of the whole tree; RLIMIT_NPROC is the
+    fallback when we are not root (the kernel ignores RLIMIT_NPROC for root);
+  * output floods: stdout+stderr are read merged, at most max_output_bytes are kept (head
+    and tail, with a visible "[... output truncated: N bytes omitted ...]" line), and a
+    command that keeps writing past 16x that budget is killed;
+  * huge files: RLIMIT_FSIZE per file; the private /tmp is a size-capped tmpfs;
+  * network: a fresh, empty network namespace (not even the host's loopback is reachable);
+  * the filesystem: the host is mounted read-only; only the workspace and a private /tmp are
+    writable; the host user's home (except the Python installation inside it), /etc/shadow,
+    /etc/gshadow and `SandboxConfig.hide_paths` are masked; /proc/sys is read-only;
+  * privileges: every capability is dropped (bwrap keeps them for root by default), with
+    no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
+  * secrets in the environment: the environment is rebuilt from a short allow-list;
+  * leftovers: every process of the command is killed when it returns, also on exceptions;
+    cgroups are removed.
+
+What is NOT protected against:
+  * reading world-readable host files outside the masked paths (the host is visible
+    read-only so the interpreter and the venv work); hide task folders with `hide_paths`;
+  * disk usage of the workspace beyond the per-file cap (no quota: many files can be made);
+  * kernel exploits and side channels (no seccomp filter; the sandboxed process is uid 0
+    without capabilities, since dropping to another uid breaks an interpreter under /root);
+  * CPU contention with other work (no cpu shares are set).
+
+Fallbacks, chosen by isolation="auto" (or forced by the config):
+  * "namespace" (no usable bwrap, but unshare works): the command gets a new network
+    namespace via unshare(CLONE_NEWNET) in the child; limits and cgroups as above; NO
+    filesystem isolation (writes outside the workspace are possible, bounded by RLIMIT_FSIZE)
+    and host processes are visible.
+  * "none": rlimits and cgroups only; no network or filesystem isolation. The safety monitor
+    (components/env/safety.py) still blocks network tools and writes outside the workspace
+    at the action level, but a Python program can get around it. Use for development only.
+  * without writable cgroup v1 controllers (or on cgroup v2 only, not supported yet):
+    RLIMIT_AS replaces the memory cgroup, and processes are limited by RLIMIT_NPROC only when
+    not root; as root a fork bomb is then bounded by the wall clock alone (with bwrap, the
+    pid namespace is torn down at the deadline).
+
+Performance: the hot path imports nothing heavy and starts exactly one extra process
+(bwrap, which execs the command inside). Availability probes run once per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import errno
+import filecmp
+import functools
+import itertools
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_ALLOWED_PROGRAMS: tuple[str, ...] = (
+    "python",
+    "python3",
+    "pytest",
+    "ls",
+    "cat",
+    "head",
+    "tail",
+    "grep",
+    "wc",
+    "diff",
+    "find",
+    "echo",
+    "pwd",
+    "ruff",
+    "true",
+    "sort",
+    "uniq",
+)
+ISOLATION_MODES = ("auto", "bwrap", "namespace", "none")
+LIMIT_KINDS = ("wall_time", "cpu_time", "memory", "processes", "output")
+# Folders that tools create on their own (caches); never reported as changes by the agent.
+IGNORED_NAMES = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"})
+# A command that writes more than this many times its output budget is killed: reading and
+# discarding an endless stream would only burn the host's CPU.
+OUTPUT_DRAIN_FACTOR = 16
+_CGROUP_V1 = Path("/sys/fs/cgroup")
+_CLONE_NEWNET = 0x40000000
+
+
+class SandboxError(RuntimeError):
+    """A command was refused or could not be started (the message says why)."""
+
+
+class PathEscapeError(ValueError):
+    """A path given by the agent points outside its workspace (or writes through a symlink)."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    wall_time_s: float = field(
+        default=60.0, metadata={"help": "wall-clock limit per command, seconds"}
+    )
+    cpu_time_s: int = field(
+        default=60, metadata={"help": "CPU-time limit per process (RLIMIT_CPU), seconds"}
+    )
+    memory_mb: int = field(
+        default=1024,
+        metadata={"help": "address-space limit per process and memory cgroup limit, MiB"},
+    )
+    max_processes: int = field(
+        default=64, metadata={"help": "processes+threads of one command (pids cgroup)"}
+    )
+    max_output_bytes: int = field(
+        default=16_384, metadata={"help": "bytes of merged stdout+stderr kept (head and tail)"}
+    )
+    max_file_bytes: int = field(
+        default=16 * 1024 * 1024, metadata={"help": "largest file a command may write"}
+    )
+    network: bool = field(
+        default=False, metadata={"help": "allow network access (off: empty net namespace)"}
+    )
+    isolation: str = field(
+        default="auto",
+        metadata={"help": "auto | bwrap | namespace | none (auto picks the strongest working)"},
+    )
+    allowed_programs: tuple[str, ...] = field(
+        default=DEFAULT_ALLOWED_PROGRAMS,
+        metadata={"help": "program basenames a command may start"},
+    )
+    hide_paths: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "extra host paths masked inside the sandbox (bwrap), e.g. task dirs"},
+    )
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.wall_time_s, int | float) or not self.wall_time_s > 0:
+            problems.append(f"wall_time_s must be a positive number, got {self.wall_time_s!r}")
+        for name in ("cpu_time_s", "memory_mb", "max_processes", "max_output_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(self.max_file_bytes, bool) or not isinstance(self.max_file_bytes, int):
+            problems.append(f"max_file_bytes must be an integer, got {self.max_file_bytes!r}")
+        elif self.max_file_bytes < 1024:
+            problems.append(f"max_file_bytes must be >= 1024, got {self.max_file_bytes}")
+        if isinstance(self.memory_mb, int) and 0 < self.memory_mb < 32:
+            problems.append("memory_mb must be >= 32 (an interpreter needs that much)")
+        if isinstance(self.max_processes, int) and 0 < self.max_processes < 4:
+            problems.append("max_processes must be >= 4 (bwrap itself uses two)")
+        if isinstance(self.max_output_bytes, int) and 0 < self.max_output_bytes < 256:
+            problems.append("max_output_bytes must be >= 256")
+        if not isinstance(self.network, bool):
+            problems.append(f"network must be a bool, got {self.network!r}")
+        if self.isolation not in ISOLATION_MODES:
+            problems.append(f"isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
+        for name in ("allowed_programs", "hide_paths"):
+            value = getattr(self, name)
+            if not (isinstance(value, tuple) and all(isinstance(v, str) and v for v in value)):
+                problems.append(f"{name} must be a tuple of non-empty strings")
+        if isinstance(self.allowed_programs, tuple) and any(
+            "/" in p for p in self.allowed_programs
+        ):
+            problems.append("allowed_programs holds basenames, not paths")
+        if isinstance(self.hide_paths, tuple) and any(
+            not p.startswith("/") for p in self.hide_paths
+        ):
+            problems.append("hide_paths must be absolute paths")
+        if problems:
+            raise ValueError("invalid SandboxConfig: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    exit_code: int  # the program's exit status; 128+N when killed by signal N (shell style)
+    output: str  # merged stdout+stderr, capped (see `truncated`)
+    truncated: bool
+    timed_out: bool
+    limit_hit: str | None  # None | "wall_time" | "cpu_time" | "memory" | "processes" | "output"
+    wall_s: float
+    isolation: str  # the mode actually used: "bwrap" | "namespace" | "none"
+
+
+# --------------------------------------------------------------------------- output capping
+
+
+class OutputBuffer:
+    """Keeps the first and last bytes of a stream within a byte budget, counting the rest."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.head_limit = max_bytes // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            # Trim lazily (at 2x) so a stream of small chunks is not quadratic.
+            if len(self.tail) > 2 * self.max_bytes:
+                del self.tail[: len(self.tail) - self.max_bytes]
+
+    def getvalue(self) -> tuple[bytes, bool]:
+        """(kept bytes with a truncation line where bytes were dropped, truncated?)"""
+        if self.total <= self.max_bytes:
+            return bytes(self.head + self.tail), False
+        # Reserve room for the marker so the result stays within max_bytes.
+        marker_len = len(_marker(self.total))
+        tail_keep = max(0, self.max_bytes - len(self.head) - marker_len)
+        tail = self.tail[len(self.tail) - tail_keep :] if tail_keep else b""
+        omitted = self.total - len(self.head) - len(tail)
+        return bytes(self.head) + _marker(omitted) + bytes(tail), True
+
+
+def _marker(omitted: int) -> bytes:
+    return f"\n[... output truncated: {omitted} bytes omitted ...]\n".encode()
+
+
+def cap_text(text: str, max_bytes: int) -> tuple[str, bool]:
+    """Cap `text` at max_bytes of UTF-8 (head and tail kept, marker in between)."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= max_bytes:
+        return text, False
+    buf = OutputBuffer(max_bytes)
+    buf.feed(data)
+    kept, _ = buf.getvalue()
+    return kept.decode("utf-8", errors="replace"), True
+
+
+# --------------------------------------------------------------------------- workspace
+
+
+class Workspace:
+    """A per-episode copy of a task repository in a fresh temp folder."""
+
+    def __init__(self, root: Path, source: Path | None = None) -> None:
+        self.root = root.resolve()
+        self.source = source
+
+    @classmethod
+    def create(cls, src_dir: str | Path, parent: str | Path | None = None) -> Workspace:
+        src = Path(src_dir).resolve()
+        if not src.is_dir():
+            raise FileNotFoundError(f"workspace source is not a folder: {src}")
+        root = Path(tempfile.mkdtemp(prefix="agentrl-ws-", dir=parent))
+        try:
+            # symlinks=True: copy links as links; following them could copy host files in.
+            shutil.copytree(
+                src,
+                root,
+                symlinks=True,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns(*IGNORED_NAMES),
+            )
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return cls(root, source=src)
+
+    def resolve(self, rel_path: str, for_write: bool = False) -> Path:
+        """The absolute path for `rel_path` inside the workspace, or PathEscapeError.
+
+        Absolute paths, `~`, `..` that leaves the workspace and symlinks that point outside
+        are refused; with for_write, so is a symlink as the final component (even one that
+        points inside: writes go to real files only).
+        """
+        if not isinstance(rel_path, str) or "\x00" in rel_path:
+            raise PathEscapeError(f"invalid path {rel_path!r}")
+        if rel_path.startswith(("/", "~")):
+            raise PathEscapeError(
+                f"path {rel_path!r} is absolute; use a path relative to the repository root"
+            )
+        candidate = self.root / (rel_path or ".")
+        resolved = candidate.resolve()
+        if resolved != self.root and self.root not in resolved.parents:
+            what = "symlink" if _has_symlink(self.root, rel_path) else "path"
+            raise PathEscapeError(f"{what} {rel_path!r} escapes the workspace")
+        if for_write:
+            if candidate.is_symlink():
+                raise PathEscapeError(f"refusing to write through symlink {rel_path!r}")
+            if resolved == self.root:
+                raise PathEscapeError("cannot write to the repository root itself")
+        return resolved
+
+    def changed_files(self, original_dir: str | Path | None = None) -> list[str]:
+        """Relative paths added, removed or modified compared with original_dir (sorted)."""
+        original = self._original(original_dir)
+        before, after = _tree(original), _tree(self.root)
+        changed = []
+        for rel in sorted(before.keys() | after.keys()):
+            a, b = before.get(rel), after.get(rel)
+            if a is None or b is None or not _same_entry(original / rel, self.root / rel):
+                changed.append(rel)
+        return changed
+
+    def diff(self, original_dir: str | Path | None = None) -> str:
+        """A unified diff (a/ and b/ prefixes, git style) from original_dir to the workspace."""
+        original = self._original(original_dir)
+        parts = []
+        for rel in self.changed_files(original):
+            parts.append(_file_diff(rel, original / rel, self.root / rel))
+        return "".join(parts)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    def _original(self, original_dir: str | Path | None) -> Path:
+        if original_dir is None:
+            if self.source is None:
+                raise ValueError("no original_dir given and the workspace has no source")
+            return self.source
+        return Path(original_dir)
+
+
+def _has_symlink(root: Path, rel_path: str) -> bool:
+    p = root
+    for part in Path(rel_path).parts:
+        p = p / part
+        if p.is_symlink():
+            return True
+    return False
+
+
+def _tree(base: Path) -> dict[str, str]:
+    """rel path -> kind ("file" | "link") for every file and symlink below base."""
+    entries: dict[str, str] = {}
+    if not base.is_dir():
+        return entries
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if d not in IGNORED_NAMES]
+        rel_dir = os.path.relpath(dirpath, base)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            if name.endswith(".pyc"):
+                continue
+            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+            entries[rel] = "link" if os.path.islink(os.path.join(dirpath, name)) else "file"
+    return entries
+
+
+def _same_entry(a: Path, b: Path) -> bool:
+    if a.is_symlink() or b.is_symlink():
+        return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
+    return filecmp.cmp(a, b, shallow=False)
+
+
+def _read_for_diff(path: Path) -> list[str] | None:
+    """Lines of a text file ([] when absent); None for binary content or symlinks."""
+    if path.is_symlink():
+        return None
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return None
+
+
+def _file_diff(rel: str, old: Path, new: Path) -> str:
+    old_lines, new_lines = _read_for_diff(old), _read_for_diff(new)
+    from_name = f"a/{rel}" if old.exists() or old.is_symlink() else "/dev/null"
+    to_name = f"b/{rel}" if new.exists() or new.is_symlink() else "/dev/null"
+    if old_lines is None or new_lines is None:
+        return f"Binary files {from_name} and {to_name} differ\n"
+    out = []
+    for line in difflib.unified_diff(old_lines, new_lines, from_name, to_name):
+        if line.endswith("\n"):
+            out.append(line)
+        else:  # last line of a file without a trailing newline (patch(1) convention)
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- probes
+
+
+@functools.cache
+def _bwrap_path() -> str | None:
+    path = shutil.which("bwrap")
+    if path is None:
+        return None
+    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    probe += ["--unshare-net", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", "true"]
+    try:
+        ok = subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return path if ok else None
+
+
+@functools.cache
+def _netns_works() -> bool:
+    """Whether unshare(CLONE_NEWNET) succeeds here (tried in a throwaway child)."""
+    try:
+        libc = _libc()
+    except OSError:
+        return False
+    pid = os.fork()
+    if pid == 0:  # child: only async-signal-safe work, then _exit
+        os._exit(0 if libc.unshare(_CLONE_NEWNET) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+@functools.cache
+def _libc():
+    import ctypes  # only the namespace fallback needs it
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@functools.cache
+def _cgroup_parents() -> dict[str, Path]:
+    """controller -> our own cgroup v1 folder for "pids" and "memory", where we can mkdir."""
+    parents: dict[str, Path] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return parents
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in ("pids", "memory"):
+            if name not in controllers.split(","):
+                continue
+            folder = _CGROUP_V1 / name / path.lstrip("/")
+            probe = folder / f"agentrl-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                probe.rmdir()
+            except OSError:
+                continue
+            parents[name] = folder
+    return parents
+
+
+def resolve_isolation(mode: str) -> str:
+    """The isolation a config's mode gives on this machine (raises if a forced mode can't)."""
+    if mode == "auto":
+        if _bwrap_path():
+            return "bwrap"
+        return "namespace" if _netns_works() else "none"
+    if mode == "bwrap" and not _bwrap_path():
+        raise SandboxError("isolation 'bwrap' requested but bubblewrap is missing or broken")
+    if mode == "namespace" and not _netns_works():
+        raise SandboxError("isolation 'namespace' requested but unshare(CLONE_NEWNET) fails")
+    return mode
+
+
+def isolation_report() -> dict[str, object]:
+    """Which protections are active on this machine (for logs, docs and test skips)."""
+    bwrap = _bwrap_path()
+    cgroups = _cgroup_parents()
+    root = os.geteuid() == 0
+    auto = resolve_isolation("auto")
+    return {
+        "auto_mode": auto,
+        "bwrap": bwrap,
+        "net_namespace": _netns_works(),
+        "pids_cgroup": "pids" in cgroups,
+        "memory_cgroup": "memory" in cgroups,
+        "root": root,
+        "process_limit": "pids cgroup"
+        if "pids" in cgroups
+        else ("RLIMIT_NPROC" if not root else "none (wall clock only)"),
+        "memory_limit": "RLIMIT_AS + memory cgroup" if "memory" in cgroups else "RLIMIT_AS",
+        "network_isolated": auto in ("bwrap", "namespace"),
+        "filesystem_isolated": auto == "bwrap",
+        "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_CORE"],
+    }
+
+
+# --------------------------------------------------------------------------- running
+
+
+_run_counter = itertools.count()
+
+
+def sandbox_env(home: Path) -> dict[str, str]:
+    """The whole environment a sandboxed command sees (nothing else from the host passes)."""
+    venv_bin = str(Path(sys.executable).parent)  # not resolved: keep the venv's own bin/
+    return {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+    }
+
+
+def run_sandboxed(
+    argv: list[str],
+    cwd: Path,
+    config: SandboxConfig,
+    *,
+    workspace: Path | None = None,
+) -> CommandResult:
+    """Run argv (no shell) in cwd under config's limits; `workspace` (default cwd) is the
+    only writable host folder. Raises SandboxError when the command is refused."""
+    argv = list(argv)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise SandboxError("argv must be a non-empty list of strings")
+    if any("\x00" in a for a in argv):
+        raise SandboxError("argv must not contain NUL bytes")
+    program = argv[0]
+    if "/" in program:
+        raise SandboxError(f"give the program by name, not by path: {program!r}")
+    if program not in config.allowed_programs:
+        allowed = ", ".join(config.allowed_programs)
+        raise SandboxError(f"program {program!r} is not allowed (allowed: {allowed})")
+    cwd = Path(cwd).resolve()
+    ws = Path(workspace).resolve() if workspace is not None else cwd
+    if not cwd.is_dir() or (cwd != ws and ws not in cwd.parents):
+        raise SandboxError(f"cwd {cwd} is not a folder inside the workspace {ws}")
+    env = sandbox_env(ws)
+    if shutil.which(program, path=env["PATH"]) is None:
+        raise SandboxError(f"program {program!r} is not installed on the sandbox PATH")
+    mode = resolve_isolation(config.isolation)
+
+    full_argv = argv
+    if mode == "bwrap":
+        full_argv = _bwrap_argv(config, ws, cwd) + argv
+    cgroups = _make_cgroups(config)
+    try:
+        return _run(argv, full_argv, cwd, env, config, mode, cgroups)
+    finally:
+        _remove_cgroups(cgroups)
+
+
+def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path) -> list[str]:
+    args = [_bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # bwrap (0.8) leaves /proc/sys writable; uid 0 may write sysctls without capabilities.
+    args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    masked: list[str] = []
+    home = os.path.realpath(os.path.expanduser("~"))
+    if home != "/" and os.path.isdir(home):
+        args += ["--size", str(1 << 20), "--tmpfs", home]
+        masked.append(home)
+    for secret in ("/etc/shadow", "/etc/gshadow"):
+        if os.path.exists(secret):
+            args += ["--ro-bind", "/dev/null", secret]
+    for hidden in config.hide_paths:
+        if os.path.isdir(hidden):
+            args += ["--size", str(1 << 20), "--tmpfs", hidden]
+            masked.append(hidden)
+        elif os.path.lexists(hidden):
+            args += ["--ro-bind", "/dev/null", hidden]
+    args += ["--size", str(4 * config.max_file_bytes), "--tmpfs", "/tmp"]
+    masked.append("/tmp")
+    # Put the interpreter back where a mask covered it (pyenv lives under /root).
+    for needed in _interpreter_dirs():
+        if any(needed == m or needed.startswith(m.rstrip("/") + "/") for m in masked):
+            args += ["--ro-bind", needed, needed]
+    args += ["--bind", str(ws), str(ws)]
+    if not config.network:
+        args.append("--unshare-net")
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", str(cwd)]
+    return args
+
+
+@functools.cache
+def _interpreter_dirs() -> tuple[str, ...]:
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    dirs.add(str(Path(os.path.realpath(sys.executable)).parent.parent))
+    return tuple(sorted(os.path.realpath(d) for d in dirs))
+
+
+def _make_cgroups(config: SandboxConfig) -> dict[str, Path]:
+    made: dict[str, Path] = {}
+    name = f"agentrl-sbx-{os.getpid()}-{next(_run_counter)}"
+    try:
+        for controller, parent in _cgroup_parents().items():
+            folder = parent / name
+            folder.mkdir()
+            made[controller] = folder
+            if controller == "pids":
+                (folder / "pids.max").write_text(str(config.max_processes))
+            else:
+                limit = str(config.memory_mb * 1024 * 1024)
+                (folder / "memory.limit_in_bytes").write_text(limit)
+                with contextlib.suppress(OSError):  # absent without swap accounting
+                    (folder / "memory.memsw.limit_in_bytes").write_text(limit)
+    except OSError:
+        _remove_cgroups(made)
+        raise
+    return made
+
+
+def _cgroup_pids(cgroups: dict[str, Path]) -> set[int]:
+    pids: set[int] = set()
+    for folder in cgroups.values():
+        with contextlib.suppress(OSError):
+            pids.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+    return pids
+
+
+def _kill_cgroups(cgroups: dict[str, Path]) -> None:
+    """SIGKILL everything in the cgroups until they are empty (forks race with us)."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        pids = _cgroup_pids(cgroups)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
+def _remove_cgroups(cgroups: dict[str, Path]) -> None:
+    if not cgroups:
+        return
+    _kill_cgroups(cgroups)
+    for folder in cgroups.values():
+        for _ in range(200):  # exiting tasks leave the cgroup asynchronously
+            try:
+                folder.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    break
+                time.sleep(0.005)
+
+
+def _read_counter(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _preexec(config: SandboxConfig, mode: str, cgroup_procs: list[str]):
+    """Runs in the child between fork and exec: join cgroups, set rlimits, unshare."""
+    as_bytes = config.memory_mb * 1024 * 1024
+    fsize = config.max_file_bytes
+    cpu = config.cpu_time_s
+    nproc = config.max_processes if os.geteuid() != 0 and not cgroup_procs else None
+    libc = _libc() if mode == "namespace" and not config.network else None
+
+    def preexec() -> None:
+        pid = str(os.getpid()).encode()
+        for procs in cgroup_procs:  # first, so that everything after is accounted
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if libc is not None and libc.unshare(_CLONE_NEWNET) != 0:
+            raise OSError("unshare(CLONE_NEWNET) failed")
+
+    return preexec
+
+
+def _run(
+    argv: list[str],
+    full_argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    config: SandboxConfig,
+    mode: str,
+    cgroups: dict[str, Path],
+) -> CommandResult:
+    procs_files = [str(folder / "cgroup.procs") for folder in cgroups.values()]
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            full_argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: killpg reaches every descendant
+            preexec_fn=_preexec(config, mode, procs_files),
+            close_fds=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
+
+    buf = OutputBuffer(config.max_output_bytes)
+    drain_cap = OUTPUT_DRAIN_FACTOR * config.max_output_bytes
+    deadline = start + config.wall_time_s
+    killed_for: str | None = None
+    fd = proc.stdout.fileno()
+    # A pidfd tells us when the command exits even if a background child keeps the pipe
+    # open; without one (old kernels) we poll the exit status every 50 ms.
+    try:
+        pidfd: int | None = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    tick = None if pidfd is not None else 0.05
+    try:
+        pipe_open = True
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                killed_for = "wall_time"
+                break
+            events = poller.poll((remaining if tick is None else min(remaining, tick)) * 1000)
+            if pipe_open and any(efd == fd for efd, _ in events):
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    buf.feed(chunk)
+                    if buf.total > drain_cap:
+                        killed_for = "output"
+                        break
+                    continue  # read until the pipe is empty before looking at the exit
+                pipe_open = False
+                poller.unregister(fd)
+            if _exited(proc.pid):
+                break
+    finally:
+        # Kill the group while the leader is unreaped, so its pgid cannot have been reused;
+        # then whatever else is left in the cgroups (processes that left the group).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_cgroups(cgroups)
+        returncode = proc.wait()
+        _drain(fd, buf)
+        proc.stdout.close()
+        if pidfd is not None:
+            os.close(pidfd)
+    wall_s = time.monotonic() - start
+
+    exit_code = returncode if returncode >= 0 else 128 - returncode
+    data, truncated = buf.getvalue()
+    output = data.decode("utf-8", errors="replace")
+    limit_hit = killed_for or _limit_from_exit(exit_code, output, cgroups, config.cpu_time_s)
+    if limit_hit is None and truncated:
+        limit_hit = "output"
+    return CommandResult(
+        argv=tuple(argv),
+        exit_code=exit_code,
+        output=output,
+        truncated=truncated,
+        timed_out=killed_for == "wall_time",
+        limit_hit=limit_hit,
+        wall_s=wall_s,
+        isolation=mode,
+    )
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child exited, without reaping it (WNOWAIT keeps its pid reserved)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _drain(fd: int, buf: OutputBuffer) -> None:
+    """Read what is left in the pipe after every writer is dead (never blocks)."""
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 65536):
+            buf.feed(chunk)
+            if buf.total > OUTPUT_DRAIN_FACTOR * buf.max_bytes:
+                break
+
+
+def _limit_from_exit(
+    exit_code: int, output: str, cgroups: dict[str, Path], cpu_time_s: int
+) -> str | None:
+    if "memory" in cgroups and _read_counter(cgroups["memory"] / "memory.oom_control", "oom_kill"):
+        return "memory"
+    if "pids" in cgroups and _read_counter(cgroups["pids"] / "pids.events", "max"):
+        return "processes"
+    if exit_code == 128 + signal.SIGXCPU:
+        return "cpu_time"
+    # RLIMIT_AS makes Python raise MemoryError; an uncaught one ends the traceback.
+    if exit_code != 0 and output.rstrip().endswith("MemoryError"):
+        return "memory"
+    return None

@@ -1,0 +1,1 @@
+"""Coding tasks: the on-disk task format, the built-in generator, the data gate."""

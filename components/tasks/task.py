@@ -1,0 +1,218 @@
+"""The task format: one folder per task. See docs/tasks.md for the full contract.
+
+    <task_id>/
+      task.json        id, instruction, test_command, verify_command, protected_paths, metadata
+      repo/            the files the agent sees and may edit (visible tests included)
+      hidden_tests/    files overlaid on a fresh copy of the agent's repo at verification only
+      reference.patch  optional unified diff from repo/ to a correct fix
+
+Everything here is plain data plus loading/saving; no execution happens in this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "val", "test")
+DEFAULT_TEST_COMMAND = ("python", "-m", "pytest", "-q", "-x", "tests")
+
+
+class TaskFormatError(ValueError):
+    """A task folder does not follow the format; the message names the folder and field."""
+
+
+@dataclass(frozen=True)
+class TaskMetadata:
+    family: str = field(metadata={"help": "function family or source project the task comes from"})
+    bug_class: str = field(metadata={"help": "kind of injected/real bug, e.g. comparison_swap"})
+    split: str = field(metadata={"help": "train | val | test"})
+    source: str = field(default="builtin", metadata={"help": "generator or benchmark name"})
+    extra: dict = field(default_factory=dict, metadata={"help": "free-form, kept verbatim"})
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    instruction: str
+    metadata: TaskMetadata
+    root: Path  # the task folder; repo/ and hidden_tests/ live under it
+    test_command: tuple[str, ...] = DEFAULT_TEST_COMMAND
+    # None: run pytest on the hidden test files (after overlaying them on the repo).
+    verify_command: tuple[str, ...] | None = None
+    # Paths (relative to repo/) the agent must not modify: edits are flagged as test tampering.
+    protected_paths: tuple[str, ...] = ("tests/",)
+    has_reference: bool = False
+
+    @property
+    def repo_dir(self) -> Path:
+        return self.root / "repo"
+
+    @property
+    def hidden_tests_dir(self) -> Path:
+        return self.root / "hidden_tests"
+
+    @property
+    def reference_patch_path(self) -> Path:
+        return self.root / "reference.patch"
+
+    def reference_patch(self) -> str | None:
+        p = self.reference_patch_path
+        return p.read_text() if p.exists() else None
+
+    def hidden_test_files(self) -> list[str]:
+        """Paths relative to the repo root where hidden tests are placed at verification."""
+        d = self.hidden_tests_dir
+        return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+
+    def is_protected(self, rel_path: str) -> bool:
+        rel = rel_path.lstrip("./")
+        return any(rel == p.rstrip("/") or rel.startswith(p) for p in self.protected_paths)
+
+
+def _require(obj: dict, key: str, kind: type, where: str):
+    if key not in obj:
+        raise TaskFormatError(f"{where}: missing required field '{key}'")
+    value = obj[key]
+    if not isinstance(value, kind):
+        raise TaskFormatError(
+            f"{where}: field '{key}' must be {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+def _argv(obj: dict, key: str, where: str) -> tuple[str, ...] | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not (isinstance(value, list) and value and all(isinstance(a, str) for a in value)):
+        raise TaskFormatError(f"{where}: field '{key}' must be a non-empty list of strings (argv)")
+    return tuple(value)
+
+
+def load_task(folder: str | Path) -> Task:
+    """Load and check one task folder; raises TaskFormatError naming the folder and field."""
+    root = Path(folder).resolve()
+    where = str(root)
+    spec_path = root / "task.json"
+    if not spec_path.is_file():
+        raise TaskFormatError(f"{where}: no task.json")
+    try:
+        spec = json.loads(spec_path.read_text())
+    except json.JSONDecodeError as e:
+        raise TaskFormatError(f"{spec_path}: invalid JSON ({e})") from e
+    if not isinstance(spec, dict):
+        raise TaskFormatError(f"{spec_path}: top level must be an object")
+    version = spec.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise TaskFormatError(f"{spec_path}: unsupported format_version {version!r}")
+    task_id = _require(spec, "id", str, str(spec_path))
+    instruction = _require(spec, "instruction", str, str(spec_path))
+    meta = _require(spec, "metadata", dict, str(spec_path))
+    mwhere = f"{spec_path} metadata"
+    split = _require(meta, "split", str, mwhere)
+    if split not in SPLITS:
+        raise TaskFormatError(f"{mwhere}: field 'split' must be one of {SPLITS}, got {split!r}")
+    metadata = TaskMetadata(
+        family=_require(meta, "family", str, mwhere),
+        bug_class=_require(meta, "bug_class", str, mwhere),
+        split=split,
+        source=meta.get("source", "external"),
+        extra={k: v for k, v in meta.items() if k not in {"family", "bug_class", "split", "source"}},
+    )
+    if not (root / "repo").is_dir():
+        raise TaskFormatError(f"{where}: missing folder 'repo/'")
+    if not (root / "hidden_tests").is_dir() or not any((root / "hidden_tests").rglob("*")):
+        raise TaskFormatError(f"{where}: missing or empty folder 'hidden_tests/'")
+    protected = spec.get("protected_paths", ["tests/"])
+    if not (isinstance(protected, list) and all(isinstance(p, str) for p in protected)):
+        raise TaskFormatError(f"{spec_path}: field 'protected_paths' must be a list of strings")
+    return Task(
+        id=task_id,
+        instruction=instruction,
+        metadata=metadata,
+        root=root,
+        test_command=_argv(spec, "test_command", str(spec_path)) or DEFAULT_TEST_COMMAND,
+        verify_command=_argv(spec, "verify_command", str(spec_path)),
+        protected_paths=tuple(protected),
+        has_reference=(root / "reference.patch").is_file(),
+    )
+
+
+def task_spec(task: Task) -> dict:
+    """The task.json content for a task (inverse of load_task)."""
+    meta = asdict(task.metadata)
+    extra = meta.pop("extra")
+    spec = {
+        "format_version": FORMAT_VERSION,
+        "id": task.id,
+        "instruction": task.instruction,
+        "test_command": list(task.test_command),
+        "protected_paths": list(task.protected_paths),
+        "metadata": {**meta, **extra},
+    }
+    if task.verify_command is not None:
+        spec["verify_command"] = list(task.verify_command)
+    return spec
+
+
+def write_task_folder(
+    root: str | Path,
+    *,
+    task_id: str,
+    instruction: str,
+    metadata: TaskMetadata,
+    repo_files: dict[str, str],
+    hidden_test_files: dict[str, str],
+    reference_patch: str | None = None,
+    test_command: tuple[str, ...] = DEFAULT_TEST_COMMAND,
+    protected_paths: tuple[str, ...] = ("tests/",),
+) -> Task:
+    """Write a task folder from in-memory files and return the loaded Task."""
+    root = Path(root)
+    for base, files in (("repo", repo_files), ("hidden_tests", hidden_test_files)):
+        for rel, text in files.items():
+            p = root / base / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+    if reference_patch is not None:
+        (root / "reference.patch").write_text(reference_patch)
+    task = Task(
+        id=task_id,
+        instruction=instruction,
+        metadata=metadata,
+        root=root.resolve(),
+        test_command=test_command,
+        protected_paths=protected_paths,
+        has_reference=reference_patch is not None,
+    )
+    (root / "task.json").write_text(json.dumps(task_spec(task), indent=2) + "\n")
+    return load_task(root)
+
+
+def load_tasks(folder: str | Path, split: str | None = None) -> tuple[list[Task], list[str]]:
+    """Load every task folder below `folder` (any depth). Returns (tasks, errors).
+
+    A folder that is not a valid task is reported in `errors` (one line each), never
+    silently skipped. Tasks are sorted by id; duplicate ids are errors.
+    """
+    tasks: list[Task] = []
+    errors: list[str] = []
+    seen: dict[str, Path] = {}
+    for spec_path in sorted(Path(folder).rglob("task.json")):
+        if "repo" in spec_path.relative_to(folder).parts[:-1]:
+            continue  # a task.json inside a task's repository is the repository's own file
+        try:
+            task = load_task(spec_path.parent)
+        except TaskFormatError as e:
+            errors.append(str(e))
+            continue
+        if task.id in seen:
+            errors.append(f"{task.root}: duplicate task id {task.id!r} (also {seen[task.id]})")
+            continue
+        seen[task.id] = task.root
+        if split is None or task.metadata.split == split:
+            tasks.append(task)
+    return sorted(tasks, key=lambda t: t.id), errors

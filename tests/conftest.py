@@ -1,0 +1,22 @@
+"""Test tiers: plain `pytest` runs the fast CPU tier (see pyproject addopts).
+
+`-m integration`, `-m slow` and `-m gpu` opt in; gpu tests skip cleanly without CUDA.
+"""
+
+import os
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [i for i in items if "gpu" in i.keywords]
+    if not gpu_items:
+        return
+    import torch  # only when a gpu test is selected: torch import is slow
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in gpu_items:
+            item.add_marker(skip)
