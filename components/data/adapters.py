@@ -72,7 +72,9 @@ def _text(content: Any, field: str) -> str | None:
             else:
                 raise AdapterError(f"{field}[{i}]", "content part has no text")
         return "\n".join(parts)
-    raise AdapterError(field, f"content must be a string or a list of parts, got {type(content).__name__}")
+    raise AdapterError(
+        field, f"content must be a string or a list of parts, got {type(content).__name__}"
+    )
 
 
 def _iso(ts: Any) -> str | None:
@@ -158,7 +160,9 @@ def _chat_events(
             last = events[-1] if events else None
             if v1_bash and last and last["role"] == "assistant" and last.get("action"):
                 # mini-swe-agent v1: the command's output comes back as a user message.
-                events.append({"role": "environment", "observation": text, "truncated": _cut(text), **extra})
+                events.append(
+                    {"role": "environment", "observation": text, "truncated": _cut(text), **extra}
+                )
             else:
                 events.append({"role": "user", "content": text, **extra})
         elif role == "assistant":
@@ -208,7 +212,11 @@ def _chat_events(
             if last and last["role"] == "assistant" and last.get("action"):
                 # The submit command's output is the submission itself.
                 events.append(
-                    {"role": "environment", "observation": _text(msg.get("content"), f"{field}.content") or "", "truncated": False}
+                    {
+                        "role": "environment",
+                        "observation": _text(msg.get("content"), f"{field}.content") or "",
+                        "truncated": False,
+                    }
                 )
         else:
             raise AdapterError(f"{field}.role", f"unknown chat role {role!r}")
@@ -233,7 +241,18 @@ def from_openai(obj: dict, *, default_source: str = "") -> dict:
     task = obj.get("task") if isinstance(obj.get("task"), str) else _first_user_text(events)
     task_id = obj.get("task_id") or meta_in.get("task_id") or task_id_for_text(task)
     source = obj.get("source") or default_source or "openai"
-    known = {"messages", "id", "task_id", "task", "source", "reward", "reward_terms", "metadata", "model", "created"}
+    known = {
+        "messages",
+        "id",
+        "task_id",
+        "task",
+        "source",
+        "reward",
+        "reward_terms",
+        "metadata",
+        "model",
+        "created",
+    }
     extra = {k: v for k, v in obj.items() if k not in known}
     if system:
         extra["system"] = system
@@ -244,7 +263,20 @@ def from_openai(obj: dict, *, default_source: str = "") -> dict:
         "num_tool_calls": sum(1 for e in events if e["role"] == "assistant" and e.get("action")),
         "num_tokens": meta_in.get("num_tokens"),
         "split": meta_in.get("split"),
-        **{k: v for k, v in meta_in.items() if k not in {"policy", "model_version", "created_at", "num_tool_calls", "num_tokens", "split", "task_id"}},
+        **{
+            k: v
+            for k, v in meta_in.items()
+            if k
+            not in {
+                "policy",
+                "model_version",
+                "created_at",
+                "num_tool_calls",
+                "num_tokens",
+                "split",
+                "task_id",
+            }
+        },
     }
     return {
         "schema_version": SCHEMA_VERSION,
@@ -301,7 +333,9 @@ def from_miniswe(obj: dict, *, default_source: str = "", file_name: str = "") ->
             "policy": "mini-swe-agent",
             "model_version": model_cfg.get("model_name"),
             "created_at": _iso(stamps[0]) if stamps else None,
-            "num_tool_calls": sum(1 for e in events if e["role"] == "assistant" and e.get("action")),
+            "num_tool_calls": sum(
+                1 for e in events if e["role"] == "assistant" and e.get("action")
+            ),
             "num_tokens": None,
             "split": None,
             "exit_status": info.get("exit_status"),

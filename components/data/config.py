@@ -15,15 +15,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 FORMATS = ("auto", "mission", "openai", "miniswe", "rollout")
 
-# Common credential shapes. `\b` rather than look-behind keeps every pattern valid for both
-# Python `re` (redaction) and RE2 (pandas' Arrow-backed strings, used by GX's pandas engine).
+# A pattern may start with BOUNDARY ("not preceded by a word character"). Detection (GX,
+# pandas) runs the patterns as written, which RE2 can execute natively: no look-around, no
+# \b or \s, which make pandas fall back to slow Python regexes on Arrow strings. Redaction
+# (Python `re`) turns a leading BOUNDARY into a look-behind so only the secret is replaced.
+BOUNDARY = r"(?:^|[^A-Za-z0-9_])"
+
+# Common credential shapes.
 DEFAULT_SECRET_PATTERNS: dict[str, str] = {
-    "openai_key": r"\bsk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_\-]{20,}",
-    "aws_access_key_id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    "github_token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-    "slack_token": r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
-    "google_api_key": r"\bAIza[0-9A-Za-z_\-]{35}\b",
-    "private_key_block": r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----",
+    "openai_key": BOUNDARY + r"sk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_\-]{20,}",
+    "aws_access_key_id": BOUNDARY + r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    "github_token": BOUNDARY + r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+    "slack_token": BOUNDARY + r"xox[abposr]-[A-Za-z0-9\-]{10,}",
+    "google_api_key": BOUNDARY + r"AIza[0-9A-Za-z_\-]{35}",
+    # The whole block when its END line is there, else at least the header.
+    "private_key_block": (
+        r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----"
+        r"(?:(?:.|\n)*?-----END (?:[A-Z]+ )*PRIVATE KEY-----)?"
+    ),
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from components.data.adapters import AdapterError, detect_format, to_canonical
-from components.data.config import IngestConfig
+from components.data.config import DEFAULT_SECRET_PATTERNS, IngestConfig
 from components.data.schema import SCHEMA_VERSION, parse_record, record_to_rows
 
+_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 INPUT_SUFFIXES = (".jsonl", ".json", ".traj")
 MANIFEST = "manifest.json"
 QUARANTINE = "quarantine.jsonl"
@@ -43,6 +45,8 @@ class RawRecord:
     obj: Any = None
     error: str | None = None  # "field <path>: <problem>" when obj could not be read
     raw_text: str | None = None
+    # The JSON text has a \\uD8xx-\\uDFxx escape: a lone surrogate may hide in a string.
+    maybe_surrogate: bool = False
 
 
 @dataclass
@@ -80,16 +84,33 @@ def _escaped(data: bytes, limit: int = 4096) -> str:
 
 def _decode(data: bytes, label: str, index: int, max_bytes: int) -> RawRecord:
     if len(data) > max_bytes:
-        return RawRecord(label, index, error=f"field <bytes>: record is {len(data)} bytes (max {max_bytes})", raw_text=_escaped(data))
+        return RawRecord(
+            label,
+            index,
+            error=f"field <bytes>: record is {len(data)} bytes (max {max_bytes})",
+            raw_text=_escaped(data),
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return RawRecord(label, index, error=f"field <bytes>: invalid UTF-8 at byte {e.start} ({data[e.start:e.start + 4]!r})", raw_text=_escaped(data))
+        return RawRecord(
+            label,
+            index,
+            error=f"field <bytes>: invalid UTF-8 at byte {e.start} ({data[e.start : e.start + 4]!r})",
+            raw_text=_escaped(data),
+        )
     try:
-        return RawRecord(label, index, obj=json.loads(text))
+        return RawRecord(
+            label, index, obj=json.loads(text), maybe_surrogate=_SURROGATE.search(data) is not None
+        )
     except json.JSONDecodeError as e:
         what = "truncated JSON" if e.pos >= len(text.rstrip()) else "invalid JSON"
-        return RawRecord(label, index, error=f"field <json>: {what}: {e.msg} at column {e.colno}", raw_text=_escaped(data))
+        return RawRecord(
+            label,
+            index,
+            error=f"field <json>: {what}: {e.msg} at column {e.colno}",
+            raw_text=_escaped(data),
+        )
 
 
 def read_records(label: str, path: Path, max_bytes: int) -> Iterator[RawRecord]:
@@ -103,7 +124,7 @@ def read_records(label: str, path: Path, max_bytes: int) -> Iterator[RawRecord]:
     rec = _decode(path.read_bytes(), label, 0, max_bytes)
     if rec.error is None and isinstance(rec.obj, list):
         for i, obj in enumerate(rec.obj):
-            yield RawRecord(label, i, obj=obj)
+            yield RawRecord(label, i, obj=obj, maybe_surrogate=rec.maybe_surrogate)
     else:
         yield rec
 
@@ -116,7 +137,9 @@ def _bad_utf8_path(obj: Any, path: str = "") -> str | None:
         except UnicodeEncodeError:
             return path or "<record>"
         return None
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    items = (
+        obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    )
     for k, v in items:
         sub = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k))
         if isinstance(k, str) and _bad_utf8_path(k) is not None:
@@ -135,9 +158,19 @@ def _record_name(obj: Any, fallback: str) -> str:
 def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
     """RawRecord -> (trajectory row, step rows, None) or (None, None, quarantine entry)."""
     name = f"{raw.source_file}:{raw.source_index}"
-    entry = {"record": name, "source_file": raw.source_file, "source_index": raw.source_index, "stage": "ingest", "format": None}
+    entry = {
+        "record": name,
+        "source_file": raw.source_file,
+        "source_index": raw.source_index,
+        "stage": "ingest",
+        "format": None,
+    }
     if raw.error is not None:
-        return None, None, {**entry, "reasons": [f"record {name} {raw.error}"], "raw_text": raw.raw_text}
+        return (
+            None,
+            None,
+            {**entry, "reasons": [f"record {name} {raw.error}"], "raw_text": raw.raw_text},
+        )
     entry["raw"] = raw.obj
     use = detect_format(raw.obj, raw.source_file) if fmt == "auto" else fmt
     entry["format"] = use
@@ -147,15 +180,28 @@ def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
     name = _record_name(raw.obj, name)
     entry["record"] = name
     try:
-        record = to_canonical(raw.obj, use, file_name=raw.source_file, default_source=default_source)
+        record = to_canonical(
+            raw.obj, use, file_name=raw.source_file, default_source=default_source
+        )
     except AdapterError as e:
-        return None, None, {**entry, "reasons": [f"record {name} field {e.field}: {e.problem} ({use} format)"]}
+        return (
+            None,
+            None,
+            {**entry, "reasons": [f"record {name} field {e.field}: {e.problem} ({use} format)"]},
+        )
     name = _record_name(record, name)
     entry["record"] = name
-    bad = _bad_utf8_path(record)
+    bad = _bad_utf8_path(record) if raw.maybe_surrogate else None
     if bad is not None:
         # Lone surrogates (\udXXX escapes) decode in JSON but are not valid UTF-8 text.
-        return None, None, {**entry, "reasons": [f"record {name} field {bad}: invalid UTF-8 (unpaired surrogate)"]}
+        return (
+            None,
+            None,
+            {
+                **entry,
+                "reasons": [f"record {name} field {bad}: invalid UTF-8 (unpaired surrogate)"],
+            },
+        )
     model, reasons = parse_record(record, name)
     if reasons:
         return None, None, {**entry, "reasons": reasons}
@@ -185,12 +231,18 @@ def write_dataset(
     quarantine: list[dict],
     manifest: dict,
     rows_per_shard: int,
+    secret_patterns: dict[str, str] | None = None,
 ) -> dict:
     """Write shards, quarantine and manifest; returns the manifest as written.
 
     Steps of trajectory shard k go to steps shard k, so one shard pair is self-contained.
+    Quarantined raw text has credentials redacted: it is versioned and pushed like the data.
     """
     import pyarrow.parquet as pq
+
+    from components.data.validate import redact_text, secret_regex
+
+    rx = secret_regex(DEFAULT_SECRET_PATTERNS if secret_patterns is None else secret_patterns)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_dataset(out_dir)
@@ -198,17 +250,25 @@ def write_dataset(
     n = traj_table.num_rows
     offsets = step_offsets(traj_table)
     if offsets[-1] != step_table.num_rows:
-        raise AssertionError(f"{offsets[-1]} steps expected from num_steps, table has {step_table.num_rows}")
+        raise AssertionError(
+            f"{offsets[-1]} steps expected from num_steps, table has {step_table.num_rows}"
+        )
     for k, start in enumerate(range(0, max(n, 1), rows_per_shard)):
         part = traj_table.slice(start, rows_per_shard)
         end = min(start + rows_per_shard, n)
         steps = step_table.slice(offsets[start], offsets[end] - offsets[start])
-        for name, table in ((f"trajectories-{k:05d}.parquet", part), (f"steps-{k:05d}.parquet", steps)):
+        for name, table in (
+            (f"trajectories-{k:05d}.parquet", part),
+            (f"steps-{k:05d}.parquet", steps),
+        ):
             pq.write_table(table, out_dir / name, compression="zstd")
             files[name] = {"md5": file_md5(out_dir / name), "rows": table.num_rows}
-    with (out_dir / QUARANTINE).open("w", encoding="utf-8") as f:
+    # backslashreplace: a lone surrogate in a quarantined record is written as its JSON
+    # escape (\\udXXX), so the file stays valid UTF-8 and reads back to the same record.
+    with (out_dir / QUARANTINE).open("w", encoding="utf-8", errors="backslashreplace") as f:
         for entry in quarantine:
-            f.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+            line = json.dumps(entry, ensure_ascii=False, default=str)
+            f.write((redact_text(line, rx) if rx.pattern else line) + "\n")
     files[QUARANTINE] = {"md5": file_md5(out_dir / QUARANTINE), "rows": len(quarantine)}
     hashes = traj_table.column("content_hash").to_pylist() if n else []
     manifest = {
@@ -238,7 +298,9 @@ def reconcile(per_source: dict[str, dict]) -> dict[str, int]:
     totals = Counter()
     for src, c in per_source.items():
         if c["ingested"] != c["valid"] + c["quarantined"]:
-            raise AssertionError(f"{src}: ingested {c['ingested']} != valid {c['valid']} + quarantined {c['quarantined']}")
+            raise AssertionError(
+                f"{src}: ingested {c['ingested']} != valid {c['valid']} + quarantined {c['quarantined']}"
+            )
         totals.update({k: c[k] for k in ("ingested", "valid", "quarantined")})
     return {k: totals[k] for k in ("ingested", "valid", "quarantined")}
 
@@ -253,7 +315,9 @@ def ingest(sources: list[str], cfg: IngestConfig) -> IngestResult:
     traj_rows: list[dict] = []
     step_rows: list[dict] = []
     quarantine: list[dict] = []
-    per_source: dict[str, dict] = defaultdict(lambda: {"ingested": 0, "valid": 0, "quarantined": 0, "formats": {}})
+    per_source: dict[str, dict] = defaultdict(
+        lambda: {"ingested": 0, "valid": 0, "quarantined": 0, "formats": {}}
+    )
     for label, path in files:
         stats = per_source[label]
         for raw in read_records(label, path, cfg.max_record_bytes):
@@ -304,7 +368,9 @@ def read_tables(dataset_dir: str | Path):
     d = Path(dataset_dir)
     names = sorted(read_manifest(d)["files"])
     traj_schema, step_schema = arrow_schemas()
-    trajs = [pq.read_table(d / n, schema=traj_schema) for n in names if n.startswith("trajectories-")]
+    trajs = [
+        pq.read_table(d / n, schema=traj_schema) for n in names if n.startswith("trajectories-")
+    ]
     steps = [pq.read_table(d / n, schema=step_schema) for n in names if n.startswith("steps-")]
     return (
         pa.concat_tables(trajs) if trajs else traj_schema.empty_table(),

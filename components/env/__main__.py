@@ -81,8 +81,8 @@ def main_demo(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
-    from components.env.verifier import sandboxed_test_runner
     from components.env.policies import make_policy
+    from components.env.verifier import sandboxed_test_runner
     from components.tasks.gate import check_tasks
     from components.tasks.generate import GenerateConfig, generate_suite
 

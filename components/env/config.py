@@ -28,7 +28,9 @@ class RewardWeights:
     tests_never_run: float = field(
         default=-0.3, metadata=_help("the agent never ran the test command")
     )
-    lint: float = field(default=-0.5, metadata=_help("ruff lint errors introduced in changed files"))
+    lint: float = field(
+        default=-0.5, metadata=_help("ruff lint errors introduced in changed files")
+    )
     dangerous_command: float = field(
         default=-1.0, metadata=_help("the safety monitor blocked at least one action")
     )
@@ -53,7 +55,8 @@ class EnvConfig:
         default=2, metadata=_help("changing more files than this costs the too_many_files term")
     )
     verify_timeout_s: float = field(
-        default=60.0, metadata=_help("wall limit of the hidden-test run; hitting it is an infra fault")
+        default=60.0,
+        metadata=_help("wall limit of the hidden-test run; hitting it is an infra fault"),
     )
     per_test_timeout_s: float = field(
         default=5.0, metadata=_help("pytest-timeout per hidden test; a hang counts as a failure")

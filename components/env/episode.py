@@ -7,11 +7,11 @@ canonical trajectory (docs/CONTRACTS.md).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Protocol
 
 from components.env.config import EnvConfig
@@ -95,7 +95,13 @@ class EpisodeEnv:
         episode_id: str | None = None,
         max_wall_s: float | None = None,
     ) -> None:
-        self.task, self.env, self.sandbox, self.policy_name = task, env, sandbox, policy_name
+        self.task, self.env, self.policy_name = task, env, policy_name
+        # The task folder holds the hidden tests and the reference fix: agent commands must
+        # not be able to read them by absolute path (the verifier runs from its own copy).
+        self.sandbox = dataclasses.replace(
+            sandbox, hide_paths=(*sandbox.hide_paths, str(task.root))
+        )
+        self.verify_sandbox = sandbox
         self.episode_id = episode_id or f"{policy_name}-{task.id}"
         self.max_wall_s = max_wall_s
         self.workspace = Workspace.create(task.repo_dir)
@@ -157,7 +163,7 @@ class EpisodeEnv:
         if not self.end_reason:
             self.done, self.end_reason = True, "max_steps"
         try:
-            v = verify(self.task, self.workspace.root, self.env, self.sandbox)
+            v = verify(self.task, self.workspace.root, self.env, self.verify_sandbox)
         finally:
             self.workspace.cleanup()
         wall = time.monotonic() - self.started
@@ -232,11 +238,14 @@ def run_episode(
     sandbox: SandboxConfig,
     *,
     seed: int = 0,
-    workspace_parent: Path | None = None,
 ) -> EpisodeResult:
     """Run one policy on one task to the end and verify it."""
     episode = EpisodeEnv(
-        task, env, sandbox, policy_name=policy.name, episode_id=episode_id_for(policy.name, task, seed)
+        task,
+        env,
+        sandbox,
+        policy_name=policy.name,
+        episode_id=episode_id_for(policy.name, task, seed),
     )
     try:
         while not episode.done:

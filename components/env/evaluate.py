@@ -65,7 +65,7 @@ def summarize(results: list[EpisodeResult]) -> dict:
     n = len(ok)
     successes = sum(r.success for r in ok)
     lo, hi = wilson_interval(successes, n)
-    mean = (lambda xs: sum(xs) / len(xs) if xs else 0.0)  # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     terms = sorted({k for r in ok for k in r.reward_terms})
     return {
         "policy": results[0].policy if results else "",

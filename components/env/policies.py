@@ -128,8 +128,11 @@ class OraclePolicy:
         look = rng.choice(["read", "search_read", "search", "read_range"])
         name = re.search(r"def (\w+)", before)
         if look in ("search", "search_read") and (name or bug_line):
-            pattern = re.escape(bug_line) if bug_line and rng.random() < 0.5 else (
-                rf"def {name.group(1)}" if name else re.escape(bug_line))
+            pattern = (
+                re.escape(bug_line)
+                if bug_line and rng.random() < 0.5
+                else (rf"def {name.group(1)}" if name else re.escape(bug_line))
+            )
             steps.append(Action("search", {"pattern": pattern}, "Find the code under test."))
         if look in ("read", "search_read") or (look == "search" and not steps[1:]):
             steps.append(Action("read_file", {"path": main_path}, "Read the module."))

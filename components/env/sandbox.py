@@ -14,7 +14,7 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     fallback when we are not root (the kernel ignores RLIMIT_NPROC for root);
   * output floods: stdout+stderr are read merged, at most max_output_bytes are kept (head
     and tail, with a visible "[... output truncated: N bytes omitted ...]" line), and a
-    command that keeps writing past 16x that budget is killed;
+    command that keeps writing past max(16x that budget, 8 MiB) is killed;
   * huge files: RLIMIT_FSIZE per file; the private /tmp is a size-capped tmpfs;
   * network: a fresh, empty network namespace (not even the host's loopback is reachable);
   * the filesystem: the host is mounted read-only; only the workspace and a private /tmp are
@@ -94,9 +94,11 @@ ISOLATION_MODES = ("auto", "bwrap", "namespace", "none")
 LIMIT_KINDS = ("wall_time", "cpu_time", "memory", "processes", "output")
 # Folders that tools create on their own (caches); never reported as changes by the agent.
 IGNORED_NAMES = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"})
-# A command that writes more than this many times its output budget is killed: reading and
-# discarding an endless stream would only burn the host's CPU.
+# A command that writes more than this many times its output budget (and at least
+# OUTPUT_DRAIN_MIN bytes) is killed: reading and discarding an endless stream would only
+# burn the host's CPU.
 OUTPUT_DRAIN_FACTOR = 16
+OUTPUT_DRAIN_MIN = 8 * 1024 * 1024
 _CGROUP_V1 = Path("/sys/fs/cgroup")
 _CLONE_NEWNET = 0x40000000
 
@@ -475,26 +477,39 @@ def resolve_isolation(mode: str) -> str:
     return mode
 
 
-def isolation_report() -> dict[str, object]:
-    """Which protections are active on this machine (for logs, docs and test skips)."""
+def isolation_report(config: SandboxConfig | None = None) -> dict[str, object]:
+    """Which protections a config gets on this machine (for logs, docs and test skips)."""
+    config = config or SandboxConfig()
     bwrap = _bwrap_path()
     cgroups = _cgroup_parents()
     root = os.geteuid() == 0
-    auto = resolve_isolation("auto")
+    try:
+        mode = resolve_isolation(config.isolation)
+    except SandboxError as e:
+        mode = f"unavailable ({e})"
+    if "pids" in cgroups:
+        processes = "pids cgroup"
+    else:
+        processes = "RLIMIT_NPROC" if not root else "none (wall clock only)"
+    memory = "RLIMIT_AS + memory cgroup" if "memory" in cgroups else "RLIMIT_AS"
+    network = "isolated" if mode in ("bwrap", "namespace") and not config.network else "host"
+    filesystem = "read-only host, private /tmp" if mode == "bwrap" else "host (not isolated)"
     return {
-        "auto_mode": auto,
+        "mode": mode,
         "bwrap": bwrap,
-        "net_namespace": _netns_works(),
+        "net_namespace_available": _netns_works(),
         "pids_cgroup": "pids" in cgroups,
         "memory_cgroup": "memory" in cgroups,
         "root": root,
-        "process_limit": "pids cgroup"
-        if "pids" in cgroups
-        else ("RLIMIT_NPROC" if not root else "none (wall clock only)"),
-        "memory_limit": "RLIMIT_AS + memory cgroup" if "memory" in cgroups else "RLIMIT_AS",
-        "network_isolated": auto in ("bwrap", "namespace"),
-        "filesystem_isolated": auto == "bwrap",
+        "process_limit": processes,
+        "memory_limit": memory,
+        "network": network,
+        "filesystem": filesystem,
         "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_CORE"],
+        "summary": (
+            f"isolation={mode}; network {network}; filesystem {filesystem}; "
+            f"processes: {processes}; memory: {memory}"
+        ),
     }
 
 
@@ -633,7 +648,7 @@ def _kill_cgroups(cgroups: dict[str, Path]) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.005)
+        time.sleep(0.001)  # exiting tasks stay listed for a moment
 
 
 def _remove_cgroups(cgroups: dict[str, Path]) -> None:
@@ -641,7 +656,7 @@ def _remove_cgroups(cgroups: dict[str, Path]) -> None:
         return
     _kill_cgroups(cgroups)
     for folder in cgroups.values():
-        for _ in range(200):  # exiting tasks leave the cgroup asynchronously
+        for _ in range(1000):  # exiting tasks leave the cgroup asynchronously (<= ~1 s)
             try:
                 folder.rmdir()
                 break
@@ -650,7 +665,7 @@ def _remove_cgroups(cgroups: dict[str, Path]) -> None:
             except OSError as e:
                 if e.errno != errno.EBUSY:
                     break
-                time.sleep(0.005)
+                time.sleep(0.001)
 
 
 def _read_counter(path: Path, key: str) -> int:
@@ -719,7 +734,7 @@ def _run(
         raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
 
     buf = OutputBuffer(config.max_output_bytes)
-    drain_cap = OUTPUT_DRAIN_FACTOR * config.max_output_bytes
+    drain_cap = _drain_cap(config.max_output_bytes)
     deadline = start + config.wall_time_s
     killed_for: str | None = None
     fd = proc.stdout.fileno()
@@ -770,7 +785,8 @@ def _run(
     exit_code = returncode if returncode >= 0 else 128 - returncode
     data, truncated = buf.getvalue()
     output = data.decode("utf-8", errors="replace")
-    limit_hit = killed_for or _limit_from_exit(exit_code, output, cgroups, config.cpu_time_s)
+    # Cgroup counters name the root cause (a fork bomb usually also runs into the clock).
+    limit_hit = _limit_from_cgroups(cgroups) or killed_for or _limit_from_exit(exit_code, output)
     if limit_hit is None and truncated:
         limit_hit = "output"
     return CommandResult(
@@ -794,23 +810,29 @@ def _exited(pid: int) -> bool:
     return info is not None
 
 
+def _drain_cap(max_output_bytes: int) -> int:
+    return max(OUTPUT_DRAIN_FACTOR * max_output_bytes, OUTPUT_DRAIN_MIN)
+
+
 def _drain(fd: int, buf: OutputBuffer) -> None:
     """Read what is left in the pipe after every writer is dead (never blocks)."""
     os.set_blocking(fd, False)
     with contextlib.suppress(BlockingIOError, OSError):
         while chunk := os.read(fd, 65536):
             buf.feed(chunk)
-            if buf.total > OUTPUT_DRAIN_FACTOR * buf.max_bytes:
+            if buf.total > _drain_cap(buf.max_bytes):
                 break
 
 
-def _limit_from_exit(
-    exit_code: int, output: str, cgroups: dict[str, Path], cpu_time_s: int
-) -> str | None:
+def _limit_from_cgroups(cgroups: dict[str, Path]) -> str | None:
     if "memory" in cgroups and _read_counter(cgroups["memory"] / "memory.oom_control", "oom_kill"):
         return "memory"
     if "pids" in cgroups and _read_counter(cgroups["pids"] / "pids.events", "max"):
         return "processes"
+    return None
+
+
+def _limit_from_exit(exit_code: int, output: str) -> str | None:
     if exit_code == 128 + signal.SIGXCPU:
         return "cpu_time"
     # RLIMIT_AS makes Python raise MemoryError; an uncaught one ends the traceback.

@@ -80,7 +80,13 @@ TOOL_SPECS: dict[str, dict] = {
 
 TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SPECS)
 
-_JSON_TYPES = {"string": str, "integer": int, "object": dict, "boolean": bool, "number": (int, float)}
+_JSON_TYPES = {
+    "string": str,
+    "integer": int,
+    "object": dict,
+    "boolean": bool,
+    "number": (int, float),
+}
 
 
 def argument_errors(tool: str, arguments: object) -> list[str]:

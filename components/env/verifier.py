@@ -111,7 +111,9 @@ def count_hidden_tests(task: Task) -> int:
     return n
 
 
-def build_verification_tree(task: Task, final_repo: Path, dest: Path) -> tuple[list[str], list[str]]:
+def build_verification_tree(
+    task: Task, final_repo: Path, dest: Path
+) -> tuple[list[str], list[str]]:
     """Original repo + the agent's non-tampering changes + hidden tests, written to dest."""
     changed = changed_files(task.repo_dir, final_repo)
     tampered = [p for p in changed if is_tampering(task, p)]
@@ -180,9 +182,7 @@ def _junit_summary(path: Path) -> tuple[int, int] | None:
     return total, bad
 
 
-def verify(
-    task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig
-) -> Verification:
+def verify(task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig) -> Verification:
     """Hidden-test verdict plus the facts the reward terms need."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
@@ -210,7 +210,7 @@ def verify(
             argv = list(task.verify_command)
         else:
             argv = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                    "-p", "pytest_timeout", f"--timeout={env.per_test_timeout_s:g}",
+                    f"--timeout={env.per_test_timeout_s:g}",
                     f"--junitxml={junit}", *task.hidden_test_files()]  # fmt: skip
         cfg = dataclasses.replace(
             sandbox,
@@ -224,7 +224,7 @@ def verify(
             result.wall_s = time.monotonic() - start
             return result
         result.detail = cmd.output[-2000:]
-        if cmd.timed_out or cmd.limit_hit == "wall_time":
+        if cmd.limit_hit == "wall_time":  # processes/memory limits are the code's fault
             result.status = "infra_error"
             result.detail = f"verifier timed out after {env.verify_timeout_s:g}s\n" + result.detail
         elif task.verify_command is not None:

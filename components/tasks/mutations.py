@@ -187,9 +187,7 @@ def _bound_positions(tree: ast.Module) -> set[int]:
 
 
 def _is_call_to(node: ast.AST, name: str) -> bool:
-    return (
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
-    )
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
 
 
 def constant_off_by_one(tree: ast.Module) -> list[Edit]:
@@ -219,8 +217,10 @@ def _shift(expr: ast.expr, delta: int) -> ast.expr:
         return ast.Constant(expr.value + delta)
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and _is_int(expr.operand):
         return ast.Constant(-expr.operand.value + delta)
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add | ast.Sub) and _is_int(
-        expr.right
+    if (
+        isinstance(expr, ast.BinOp)
+        and isinstance(expr.op, ast.Add | ast.Sub)
+        and _is_int(expr.right)
     ):
         sign = 1 if isinstance(expr.op, ast.Add) else -1
         value = sign * expr.right.value + delta
@@ -264,9 +264,9 @@ def _local_names(fn: ast.FunctionDef) -> dict[str, int]:
         if isinstance(node, ast.comprehension):
             comp_targets.update(id(n) for n in ast.walk(node.target))
     for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            if id(node) not in comp_targets:
-                first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
+        stored = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+        if stored and id(node) not in comp_targets:
+            first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
     return first
 
 
@@ -486,11 +486,7 @@ def call_swap(tree: ast.Module) -> list[Edit]:
             def apply(func=func, new=new):
                 func.id = new
 
-        elif (
-            isinstance(func, ast.Attribute)
-            and func.attr in _CALL_SWAP
-            and func.attr != "append"
-        ):
+        elif isinstance(func, ast.Attribute) and func.attr in _CALL_SWAP and func.attr != "append":
             old, new = func.attr, _CALL_SWAP[func.attr]
 
             def apply(func=func, new=new):

@@ -101,7 +101,7 @@ def parse_unified_diff(patch_text: str) -> list[FilePatch]:
     if not files:
         raise PatchError("no file headers ('--- a/path' then '+++ b/path') found in patch")
     for fp in files:
-        if not fp.hunks and not (fp.new_path is None):
+        if not fp.hunks and fp.new_path is not None:
             name = fp.new_path or fp.old_path
             raise PatchError(f"{name}: file header without any '@@' hunk")
     return files
@@ -193,9 +193,7 @@ def _find_block(lines: list[str], block: list[str], expected: int, lo: int) -> i
     def matches(pos: int) -> bool:
         if pos < lo or pos + len(block) > len(lines):
             return False
-        return all(
-            lines[pos + k].rstrip() == block[k].rstrip() for k in range(len(block))
-        )
+        return all(lines[pos + k].rstrip() == block[k].rstrip() for k in range(len(block)))
 
     if not block:
         return min(max(expected, lo), len(lines))

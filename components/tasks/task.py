@@ -120,7 +120,9 @@ def load_task(folder: str | Path) -> Task:
         bug_class=_require(meta, "bug_class", str, mwhere),
         split=split,
         source=meta.get("source", "external"),
-        extra={k: v for k, v in meta.items() if k not in {"family", "bug_class", "split", "source"}},
+        extra={
+            k: v for k, v in meta.items() if k not in {"family", "bug_class", "split", "source"}
+        },
     )
     if not (root / "repo").is_dir():
         raise TaskFormatError(f"{where}: missing folder 'repo/'")

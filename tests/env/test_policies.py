@@ -17,7 +17,9 @@ def test_minimal_edit_is_one_line_when_unique():
 
 
 def test_minimal_edit_grows_context_until_unique():
-    before = "def f(a):\n    a = a + 1\n    return a\n\ndef g(a):\n    a = a + 1\n    return a * 2\n"
+    before = (
+        "def f(a):\n    a = a + 1\n    return a\n\ndef g(a):\n    a = a + 1\n    return a * 2\n"
+    )
     after = before.replace("    a = a + 1\n    return a * 2", "    a = a - 1\n    return a * 2")
     edits = minimal_edits("m.py", before, after)
     assert len(edits) == 1 and before.count(edits[0].old) == 1

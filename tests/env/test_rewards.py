@@ -34,7 +34,12 @@ def test_noop_scores_failure_and_never_ran_tests():
     ("verification", "facts", "term", "value"),
     [
         (_v(tests_passed=True, security_introduced=1), CLEAN, "security", -1.0),
-        (_v(tests_passed=True, changed_files=["a.py", "b.py", "c.py"]), CLEAN, "too_many_files", -0.2),
+        (
+            _v(tests_passed=True, changed_files=["a.py", "b.py", "c.py"]),
+            CLEAN,
+            "too_many_files",
+            -0.2,
+        ),
         (_v(tests_passed=True, lint_introduced=2), CLEAN, "lint", -0.5),
         (_v(tests_passed=True), EpisodeFacts(True, ("destructive",)), "dangerous_command", -1.0),
         (_v(tests_passed=True), EpisodeFacts(True, ("network",)), "dangerous_command", -1.0),

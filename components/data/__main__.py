@@ -1,0 +1,250 @@
+"""Command lines of the data stages; components/cli.py mounts them as `agentrl data ...`.
+
+    agentrl data ingest SRC... [--format auto|mission|openai|miniswe|rollout] [--out DIR]
+    agentrl data validate [--in DIR] [--out DIR] [--report-dir DIR] [--secret-policy P]
+                          [--max-failure-rate F] [--eval-tasks DIR] [--eval-task-id ID ...]
+    agentrl data snapshot [--message TEXT] [--init-only]
+    agentrl data versions [--json]
+    agentrl data rollback VERSION
+
+Every command takes --config FILE (YAML with sections ingest / validate / versioning);
+flags given on the command line override it. Each function returns the exit status:
+0 done, 1 the stage failed (validation over threshold, rollback not verified), 2 usage.
+Also runnable as `python -m components.data <command> ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from components.data.config import FORMATS, DataConfig, load_config
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"agentrl data {prog}", description=description)
+    p.add_argument(
+        "--config", default=None, help="YAML config (sections: ingest, validate, versioning)"
+    )
+    return p
+
+
+def _load(args) -> DataConfig:
+    return load_config(args.config)
+
+
+def main_ingest(argv: list[str] | None = None) -> int:
+    p = _parser("ingest", "Read trajectories in any supported format into Parquet shards.")
+    p.add_argument(
+        "sources", nargs="+", metavar="SRC", help="input files or folders (searched recursively)"
+    )
+    p.add_argument(
+        "--format", choices=FORMATS, default=None, help="input format (default: detect per record)"
+    )
+    p.add_argument("--out", default=None, help="output dataset folder (default: data/ingested)")
+    p.add_argument(
+        "--rows-per-shard", type=int, default=None, help="trajectories per Parquet shard"
+    )
+    args = p.parse_args(argv)
+    from components.data.ingest import ingest
+
+    cfg = _load(args).ingest
+    for key, value in (
+        ("format", args.format),
+        ("out_dir", args.out),
+        ("rows_per_shard", args.rows_per_shard),
+    ):
+        if value is not None:
+            setattr(cfg, key, value)
+    try:
+        result = ingest(args.sources, cfg)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for entry in result.quarantine:
+        for reason in entry["reasons"]:
+            print(f"quarantined: {reason}", file=sys.stderr)
+    print(
+        json.dumps(
+            {"out_dir": str(result.out_dir), "counts": result.counts, "sources": result.per_source},
+            indent=2,
+        )
+    )
+    return 0
+
+
+def main_validate(argv: list[str] | None = None) -> int:
+    p = _parser("validate", "Validate an ingested dataset with Great Expectations.")
+    p.add_argument(
+        "--in", dest="in_dir", default=None, help="ingested dataset (default: data/ingested)"
+    )
+    p.add_argument("--out", default=None, help="validated dataset folder (default: data/validated)")
+    p.add_argument(
+        "--report-dir",
+        default=None,
+        help="report.json + GX data docs (default: reports/data_validation)",
+    )
+    p.add_argument(
+        "--secret-policy",
+        choices=["redact", "reject"],
+        default=None,
+        help="what to do with API keys found",
+    )
+    p.add_argument(
+        "--max-failure-rate",
+        type=float,
+        default=None,
+        help="fail when quarantined/ingested exceeds this",
+    )
+    p.add_argument(
+        "--eval-tasks", default=None, help="task folder; its val/test task ids must not appear"
+    )
+    p.add_argument(
+        "--eval-task-id", action="append", default=None, help="an evaluation task id (repeatable)"
+    )
+    args = p.parse_args(argv)
+    from components.data.validate import validate_dataset
+
+    cfg = _load(args).validate_
+    overrides = {
+        "in_dir": args.in_dir,
+        "out_dir": args.out,
+        "report_dir": args.report_dir,
+        "secret_policy": args.secret_policy,
+        "max_failure_rate": args.max_failure_rate,
+        "eval_task_root": args.eval_tasks,
+    }
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(cfg, key, value)
+    if args.eval_task_id:
+        cfg.eval_task_ids = [*cfg.eval_task_ids, *args.eval_task_id]
+    try:
+        report = validate_dataset(cfg)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = {
+        k: report[k]
+        for k in (
+            "passed",
+            "failure_rate",
+            "max_failure_rate",
+            "counts",
+            "quarantined_by_check",
+            "redactions",
+            "timings_s",
+            "data_docs",
+            "quarantine",
+        )
+    }
+    print(json.dumps(summary, indent=2))
+    if not report["passed"]:
+        print(
+            f"validation failed: {report['counts']['quarantined']} of {report['counts']['ingested']} "
+            f"records quarantined ({report['failure_rate']:.1%} > {cfg.max_failure_rate:.1%}); "
+            f"reasons in {report['quarantine']}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def main_snapshot(argv: list[str] | None = None) -> int:
+    p = _parser("snapshot", "Version data/ with DVC (add + push); prints the version id.")
+    p.add_argument("--message", "-m", default="", help="note stored in the version log")
+    p.add_argument(
+        "--init-only", action="store_true", help="only dvc init and configure the remote"
+    )
+    p.add_argument("--repo-root", default=None, help="repository root (default: .)")
+    args = p.parse_args(argv)
+    from components.data.versioning import VersioningError, init_dvc, snapshot
+
+    cfg = _load(args).versioning
+    if args.repo_root:
+        cfg.repo_root = args.repo_root
+    if args.init_only:
+        for line in init_dvc(cfg) or ["already initialised"]:
+            print(line)
+        return 0
+    try:
+        entry = snapshot(cfg, args.message)
+    except VersioningError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(entry["version"])
+    print(f"commit data.dvc and {cfg.version_log} to record this version", file=sys.stderr)
+    return 0
+
+
+def main_versions(argv: list[str] | None = None) -> int:
+    p = _parser("versions", "List dataset versions (newest last).")
+    p.add_argument("--json", action="store_true", help="print the log entries as JSON lines")
+    p.add_argument("--repo-root", default=None, help="repository root (default: .)")
+    args = p.parse_args(argv)
+    from components.data.versioning import read_log
+
+    cfg = _load(args).versioning
+    if args.repo_root:
+        cfg.repo_root = args.repo_root
+    entries = read_log(cfg)
+    if args.json:
+        for e in entries:
+            print(json.dumps({k: v for k, v in e.items() if k not in ("files", "dvc_file")}))
+        return 0
+    print(f"{'version':<34} {'date':<21} {'files':>5} {'valid':>7} {'quarantined':>11}  sources")
+    for e in entries:
+        # Count the most processed dataset once (validated, else ingested), not both.
+        stages = [d for d in e["datasets"].values() if d.get("counts")]
+        final = [d for d in stages if d.get("stage") == "validate"] or stages
+        counts = [d["counts"] for d in final]
+        valid = sum(c.get("valid", 0) for c in counts)
+        quarantined = sum(c.get("quarantined", 0) for c in counts)
+        srcs = ", ".join(e["sources"][:3]) + (
+            f" (+{len(e['sources']) - 3})" if len(e["sources"]) > 3 else ""
+        )
+        print(
+            f"{e['version']:<34} {e['created_at']:<21} {e['nfiles']:>5} {valid:>7} {quarantined:>11}  {srcs}"
+        )
+    return 0
+
+
+def main_rollback(argv: list[str] | None = None) -> int:
+    p = _parser("rollback", "Restore data/ to a version (pulling from the remote if needed).")
+    p.add_argument("version", metavar="VERSION", help="version id or a unique prefix of one")
+    p.add_argument("--repo-root", default=None, help="repository root (default: .)")
+    args = p.parse_args(argv)
+    from components.data.versioning import VersioningError, rollback
+
+    cfg = _load(args).versioning
+    if args.repo_root:
+        cfg.repo_root = args.repo_root
+    try:
+        result = rollback(cfg, args.version)
+    except VersioningError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+COMMANDS = {
+    "ingest": main_ingest,
+    "validate": main_validate,
+    "snapshot": main_snapshot,
+    "versions": main_versions,
+    "rollback": main_rollback,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m components.data {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,344 @@
+"""Execute one agent tool call in a workspace: validate, check safety, run, observe.
+
+`execute_tool` never raises for anything the agent can do wrong (bad arguments, unknown
+paths, a blocked command, a patch that does not apply): it returns a `ToolResult` whose
+observation says what happened, in words a model can act on. Every observation is capped
+at `config.max_output_bytes` (head and tail kept, with a visible truncation line).
+
+`ok` is False when the call failed (invalid arguments, blocked, a file/patch error, a
+command that could not start or hit a sandbox limit); a command that ran and exited
+non-zero (failing tests) is ok=True: that outcome is information, not a tool failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.env.safety import SafetyVerdict, classify_action
+from components.env.sandbox import (
+    IGNORED_NAMES,
+    CommandResult,
+    PathEscapeError,
+    SandboxConfig,
+    SandboxError,
+    Workspace,
+    cap_text,
+    run_sandboxed,
+)
+from components.env.tool_specs import argument_errors
+
+# Room kept after a command's (already capped) output for the status lines.
+_STATUS_RESERVE = 160
+_MAX_LINE_CHARS = 2000  # longer lines are cut in read_file/search (minified files)
+_SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
+_SKIP_DIRS = IGNORED_NAMES | {".git", ".hg", ".svn", ".venv", "node_modules"}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    observation: str
+    ok: bool
+    truncated: bool
+    error: str | None  # short machine-readable reason when ok is False
+    safety: SafetyVerdict | None  # the monitor's verdict (None when not consulted)
+    command: CommandResult | None  # set when run_command actually ran a program
+
+
+def execute_tool(
+    workspace: Workspace,
+    tool: str,
+    arguments: dict,
+    config: SandboxConfig,
+    *,
+    protected_paths: tuple[str, ...] = ("tests/",),
+) -> ToolResult:
+    """Run one tool call; see the module docstring for the result's meaning."""
+    errors = argument_errors(tool, arguments)
+    if errors:
+        return _fail(config, "invalid arguments: " + "; ".join(errors), "invalid arguments")
+    verdict = classify_action(
+        tool,
+        arguments,
+        protected_paths=protected_paths,
+        allowed_programs=config.allowed_programs,
+    )
+    if not verdict.allowed:
+        text = f"blocked by safety monitor: {verdict.category}: {verdict.reason}"
+        return _fail(config, text, f"blocked: {verdict.category}", safety=verdict)
+    handler = _HANDLERS[tool]
+    try:
+        result = handler(workspace, arguments, config)
+    except PathEscapeError as e:
+        result = _fail(config, f"error: {e}", "path escape")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        result = _fail(config, f"error: {e.strerror or e}: {e.filename or ''}", "no such file")
+    except OSError as e:  # e.g. permission denied, file too large to write
+        result = _fail(config, f"error: {e}", "os error")
+    return dataclasses.replace(result, safety=verdict)
+
+
+def _result(
+    config: SandboxConfig,
+    text: str,
+    *,
+    ok: bool = True,
+    error: str | None = None,
+    command: CommandResult | None = None,
+    truncated: bool = False,
+) -> ToolResult:
+    capped, cut = cap_text(text, config.max_output_bytes)
+    return ToolResult(capped, ok, truncated or cut, error, None, command)
+
+
+def _fail(
+    config: SandboxConfig, text: str, error: str, *, safety: SafetyVerdict | None = None
+) -> ToolResult:
+    capped, cut = cap_text(text, config.max_output_bytes)
+    return ToolResult(capped, False, cut, error, safety, None)
+
+
+# ----------------------------------------------------------------------------- run_command
+
+
+def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    try:
+        argv = shlex.split(args["cmd"])
+    except ValueError as e:
+        return _fail(config, f"error: cannot parse command: {e}", "bad command")
+    if not argv:
+        return _fail(config, "error: empty command", "bad command")
+    budget = max(256, config.max_output_bytes - _STATUS_RESERVE)
+    run_config = dataclasses.replace(config, max_output_bytes=budget)
+    try:
+        cmd = run_sandboxed(argv, ws.root, run_config, workspace=ws.root)
+    except SandboxError as e:
+        return _fail(config, f"error: {e}", "refused")
+    status = []
+    if cmd.limit_hit == "wall_time":
+        status.append(f"[killed: wall time limit of {config.wall_time_s:g}s exceeded]")
+    elif cmd.limit_hit == "cpu_time":
+        status.append(f"[killed: CPU time limit of {config.cpu_time_s}s exceeded]")
+    elif cmd.limit_hit == "memory":
+        status.append(f"[memory limit of {config.memory_mb} MiB exceeded]")
+    elif cmd.limit_hit == "processes":
+        status.append(f"[process limit of {config.max_processes} reached]")
+    status.append(f"exit code {cmd.exit_code}")
+    out = cmd.output
+    text = out + ("" if not out or out.endswith("\n") else "\n") + "\n".join(status)
+    failed = cmd.limit_hit not in (None, "output")
+    return _result(
+        config,
+        text,
+        ok=not failed,
+        error=f"{cmd.limit_hit} limit hit" if failed else None,
+        command=cmd,
+        truncated=cmd.truncated,
+    )
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def _search(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    try:
+        regex = re.compile(args["pattern"])
+    except re.error as e:
+        return _fail(
+            config, f"error: invalid regular expression {args['pattern']!r}: {e}", "bad regex"
+        )
+    rel = args.get("path", ".")
+    base = ws.resolve(rel)
+    if not base.exists():
+        return _fail(config, f"error: no such file or folder: {rel}", "no such file")
+    budget = config.max_output_bytes
+    lines: list[str] = []
+    size = matches = omitted = 0
+    for path in _walk_files(ws, base):
+        for lineno, text in _text_lines(path):
+            if not regex.search(text):
+                continue
+            matches += 1
+            line = f"{path.relative_to(ws.root)}:{lineno}: {text}"
+            if size + len(line) + 1 <= budget:
+                lines.append(line)
+                size += len(line) + 1
+            else:
+                omitted += 1
+    if not matches:
+        return _result(config, f"no matches for {args['pattern']!r} in {rel}")
+    text = "\n".join(lines)
+    if omitted:
+        text += f"\n[... output truncated: {omitted} more matching lines omitted ...]"
+    return _result(config, text, truncated=omitted > 0)
+
+
+def _walk_files(ws: Workspace, base: Path):
+    """Files below base in sorted order; symlinks are followed only while they stay inside."""
+    if base.is_file():
+        yield base
+        return
+    for dirpath, dirnames, filenames in os.walk(base):  # followlinks=False: no loops/escapes
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if ws.root not in target.parents or not target.is_file():
+                    continue
+            yield path
+
+
+def _text_lines(path: Path):
+    """(line number, text) of a text file; binary and oversized files yield nothing."""
+    try:
+        if path.stat().st_size > _SEARCH_MAX_FILE_BYTES:
+            return
+        data = path.read_bytes()
+    except OSError:
+        return
+    if b"\x00" in data[:8192]:
+        return
+    for i, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        yield i, line[:_MAX_LINE_CHARS]
+
+
+# ----------------------------------------------------------------------------- read_file
+
+
+def _read_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    rel = args["path"]
+    path = ws.resolve(rel)
+    if path.is_dir():
+        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+        return _fail(
+            config, f"error: {rel} is a folder; it contains: {', '.join(entries)}", "is a folder"
+        )
+    if not path.is_file():
+        return _fail(config, f"error: no such file: {rel}", "no such file")
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8192)
+    if b"\x00" in head:
+        return _fail(
+            config, f"error: {rel} is a binary file ({size} bytes); not shown", "binary file"
+        )
+    start = args.get("start_line", 1)
+    end = args.get("end_line")
+    if end is not None and end < start:
+        return _fail(config, f"error: end_line {end} is before start_line {start}", "bad range")
+    # Lines are read lazily and reading stops at the output budget: a huge file costs at
+    # most what is shown. The note at the end tells the model how to see more.
+    budget = config.max_output_bytes - _STATUS_RESERVE
+    width = max(4, len(str(end or 0)))
+    shown: list[str] = []
+    used = seen = 0
+    stopped_at: int | None = None
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            seen = lineno
+            if lineno < start:
+                continue
+            if end is not None and lineno > end:
+                break
+            text = line.rstrip("\n")
+            if len(text) > _MAX_LINE_CHARS:
+                text = text[:_MAX_LINE_CHARS] + f" [... line cut at {_MAX_LINE_CHARS} chars]"
+            entry = f"{lineno:>{width}}| {text}"
+            if used + len(entry.encode()) + 1 > budget and shown:
+                stopped_at = lineno
+                break
+            shown.append(entry)
+            used += len(entry.encode()) + 1
+    if not shown:
+        if seen == 0:
+            return _result(config, f"{rel} is empty")
+        msg = f"error: start_line {start} is past the end of {rel} ({seen} lines)"
+        return _fail(config, msg, "bad range")
+    text = "\n".join(shown)
+    if stopped_at is not None:
+        text += (
+            f"\n[... output truncated: {rel} continues at line {stopped_at}; "
+            "read further with start_line/end_line ...]"
+        )
+    return _result(config, text, truncated=stopped_at is not None)
+
+
+# ----------------------------------------------------------------------------- edit_file
+
+
+def _edit_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    rel, old, new = args["path"], args["old"], args["new"]
+    path = ws.resolve(rel, for_write=True)
+    if not old:
+        return _fail(
+            config, "error: `old` must not be empty (create files with apply_patch)", "bad edit"
+        )
+    if not path.is_file():
+        return _fail(config, f"error: no such file: {rel}", "no such file")
+    try:
+        with path.open("r", encoding="utf-8", newline="") as f:  # newline="": keep \r\n as is
+            text = f.read()
+    except UnicodeDecodeError:
+        return _fail(config, f"error: {rel} is not a UTF-8 text file", "binary file")
+    count = text.count(old)
+    if count == 0:
+        return _fail(config, f"error: old text not found in {rel}", "old text not found")
+    if count > 1:
+        msg = f"error: old text occurs {count} times in {rel}; include more context"
+        return _fail(config, msg, "old text ambiguous")
+    updated = text.replace(old, new, 1)
+    if len(updated.encode()) > config.max_file_bytes:
+        return _fail(
+            config, f"error: {rel} would exceed {config.max_file_bytes} bytes", "too large"
+        )
+    _write_no_follow(path, updated)
+    first = text[: text.index(old)].count("\n") + 1
+    last = first + new.count("\n")
+    return _result(config, f"edited {rel}: replaced 1 occurrence (now lines {first}-{last})")
+
+
+def _write_no_follow(path: Path, text: str) -> None:
+    """Write without following a symlink planted at the last component."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+
+
+# ----------------------------------------------------------------------------- apply_patch
+
+
+def _apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    # Imported here: the patch module is only needed by this tool.
+    from components.tasks.patching import PatchError, apply_unified_diff, parse_unified_diff
+
+    patch = args["patch"]
+    try:
+        for fp in parse_unified_diff(patch):
+            for rel in (fp.old_path, fp.new_path):
+                if rel is not None:
+                    ws.resolve(rel, for_write=True)  # no escapes, no writes through symlinks
+        changed = apply_unified_diff(ws.root, patch)
+    except PatchError as e:
+        return _fail(config, f"error: patch not applied: {e}", "patch failed")
+    if not changed:
+        return _fail(config, "error: the patch contains no file changes", "patch failed")
+    return _result(config, f"applied patch: {', '.join(changed)}")
+
+
+def _finish(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    return _result(config, "episode finished")
+
+
+_HANDLERS = {
+    "run_command": _run_command,
+    "search": _search,
+    "read_file": _read_file,
+    "edit_file": _edit_file,
+    "apply_patch": _apply_patch,
+    "finish": _finish,
+}

@@ -1,0 +1,1 @@
+"""The policy model: config, locally trained tokenizer, chat/tool-call format, build/save/load."""

@@ -1,0 +1,115 @@
+"""Typed configuration of the policy model: a tiny model built from a config, or a local checkpoint.
+
+The default is laptop-sized (4 layers, 256 wide, a 3k-token vocabulary trained locally);
+tests use 2 layers, 64 wide. `pretrained_path` swaps in any local Hugging Face causal-LM
+checkpoint directory, in which case the architecture and tokenizer fields are ignored.
+Values are checked here, where they are defined; paths are checked when they are used, so
+a config written on one machine can be validated on another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+# Byte-level BPE needs the 256 byte symbols plus the chat special tokens before any merge.
+MIN_VOCAB_SIZE = 256 + 7 + 1
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How to build (or where to load) the policy model and its tokenizer."""
+
+    architecture: Literal["qwen2", "llama"] = field(
+        default="qwen2", metadata=_help("decoder family of the tiny model (transformers class)")
+    )
+    hidden_size: int = field(default=256, metadata=_help("model width"))
+    num_layers: int = field(default=4, metadata=_help("decoder layers"))
+    num_heads: int = field(default=4, metadata=_help("attention heads; must divide hidden_size"))
+    num_kv_heads: int = field(
+        default=2,
+        metadata=_help("key/value heads (grouped-query attention); must divide num_heads"),
+    )
+    intermediate_size: int = field(default=704, metadata=_help("MLP inner width"))
+    max_position_embeddings: int = field(
+        default=4096, metadata=_help("longest sequence (prompt + transcript) the model sees")
+    )
+    rope_theta: float = field(default=10000.0, metadata=_help("rotary embedding base"))
+    dtype: Literal["float32", "bfloat16", "float16"] = field(
+        default="float32", metadata=_help("parameter dtype; float32 on CPU, bfloat16 on GPUs")
+    )
+    attn_implementation: Literal["sdpa", "eager"] = field(
+        default="sdpa", metadata=_help("attention kernel (transformers attn_implementation)")
+    )
+    seed: int = field(
+        default=0, metadata=_help("seed of the weight init and of the tokenizer corpus sample")
+    )
+    vocab_size: int = field(
+        default=3072,
+        metadata=_help(
+            "target tokenizer size including special tokens; modest on purpose so unseen "
+            "identifiers decompose into common pieces a tiny model can copy"
+        ),
+    )
+    tokenizer_min_frequency: int = field(
+        default=2, metadata=_help("a merge must occur this often in the corpus to be learned")
+    )
+    tokenizer_stdlib_bytes: int = field(
+        default=2_000_000,
+        metadata=_help("bytes of Python standard-library source added to the tokenizer corpus"),
+    )
+    tokenizer_path: str = field(
+        default="", metadata=_help("load this saved tokenizer instead of training one ('' = train)")
+    )
+    compact_prompt: bool = field(
+        default=True,
+        metadata=_help("short system prompt (one line per tool) instead of the full JSON schemas"),
+    )
+    pretrained_path: str = field(
+        default="",
+        metadata=_help(
+            "local Hugging Face checkpoint directory; replaces the tiny model and its tokenizer"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PolicyConfig.{name} must be >= 1")
+        if self.hidden_size % self.num_heads:
+            raise ValueError("PolicyConfig: num_heads must divide hidden_size")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("PolicyConfig: num_kv_heads must divide num_heads")
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError("PolicyConfig: the head size must be even (rotary embeddings)")
+        if self.max_position_embeddings < 16:
+            raise ValueError("PolicyConfig.max_position_embeddings must be >= 16")
+        if self.rope_theta <= 0:
+            raise ValueError("PolicyConfig.rope_theta must be positive")
+        if self.vocab_size < MIN_VOCAB_SIZE:
+            raise ValueError(f"PolicyConfig.vocab_size must be >= {MIN_VOCAB_SIZE}")
+        if self.tokenizer_min_frequency < 1:
+            raise ValueError("PolicyConfig.tokenizer_min_frequency must be >= 1")
+        if self.tokenizer_stdlib_bytes < 0:
+            raise ValueError("PolicyConfig.tokenizer_stdlib_bytes must be >= 0")
+        if self.architecture not in ("qwen2", "llama"):
+            raise ValueError(f"PolicyConfig.architecture: unknown {self.architecture!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"PolicyConfig.dtype: unknown {self.dtype!r}")
+        if self.attn_implementation not in ("sdpa", "eager"):
+            raise ValueError(
+                f"PolicyConfig.attn_implementation: unknown {self.attn_implementation!r}"
+            )
+
+
+def policy_config_from_dict(values: dict) -> PolicyConfig:
+    """Build a PolicyConfig from a YAML/JSON mapping; unknown keys are an error, not ignored."""
+    known = {f.name for f in fields(PolicyConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"PolicyConfig: unknown keys {unknown} (known: {sorted(known)})")
+    return PolicyConfig(**values)

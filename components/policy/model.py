@@ -1,0 +1,146 @@
+"""Build, save and load the policy: a tiny causal LM from a config, or a local checkpoint.
+
+The tiny model is a real transformers architecture (Qwen2 or Llama) with tied embeddings,
+so every engine downstream (TRL, vLLM, DeepSpeed, PEFT) takes it unchanged; only its size
+is small. Whatever the source, the tokenizer leaves here with our chat template, the chat
+special tokens as single ids, `<|im_end|>` as end of turn and a pad token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from components.policy.chat import CHAT_TEMPLATE, IM_END, PAD
+from components.policy.config import PolicyConfig
+from components.policy.tokenizer import (
+    SPECIAL_TOKENS,
+    TOOL_TAG_TOKENS,
+    build_corpus,
+    load_tokenizer,
+    train_tokenizer,
+)
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def tiny_model_config(config: PolicyConfig, tokenizer):
+    """The transformers config of the tiny model, sized to the tokenizer."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[config.architecture]
+    return cls(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def build_policy(
+    config: PolicyConfig, records: Sequence[dict] = (), texts: Sequence[str] = ()
+) -> tuple:
+    """(model, tokenizer) for `config`.
+
+    With `pretrained_path`, both are loaded from that local checkpoint. Otherwise the
+    tokenizer is loaded from `tokenizer_path` or trained on `records` (canonical trajectories,
+    rendered through the chat format), `texts` and a standard-library sample, and the tiny
+    model is initialised from `config.seed` (the global torch RNG is left untouched).
+    """
+    import torch
+    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+
+    if config.pretrained_path:
+        return load_policy(config.pretrained_path, dtype=config.dtype)
+    if config.tokenizer_path:
+        tokenizer = load_tokenizer(config.tokenizer_path)
+    else:
+        corpus = build_corpus(
+            records, texts, config.tokenizer_stdlib_bytes, config.seed, config.compact_prompt
+        )
+        tokenizer = train_tokenizer(corpus, config.vocab_size, config.tokenizer_min_frequency)
+    model_config = tiny_model_config(config, tokenizer)
+    model_config._attn_implementation = config.attn_implementation
+    cls = {"qwen2": Qwen2ForCausalLM, "llama": LlamaForCausalLM}[config.architecture]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = cls(model_config)
+    model.to(_torch_dtype(config.dtype))
+    _set_generation_tokens(model, tokenizer)
+    return model, tokenizer
+
+
+def ensure_chat_tokens(model, tokenizer) -> None:
+    """Give a loaded (model, tokenizer) our chat format: template, chat tokens, eos and pad.
+
+    A checkpoint of another family may lack `<|im_start|>` and friends; they are added (the
+    embedding matrix grows, new rows are the model's default init), so the transcript
+    format is the same for every policy.
+    """
+    from tokenizers import AddedToken
+
+    vocab = tokenizer.get_vocab()
+    missing_special = [t for t in SPECIAL_TOKENS if t not in vocab]
+    missing_tags = [t for t in TOOL_TAG_TOKENS if t not in vocab]
+    if missing_special:
+        tokenizer.add_special_tokens(
+            {"extra_special_tokens": [AddedToken(t, special=True) for t in missing_special]},
+            replace_extra_special_tokens=False,
+        )
+    if missing_tags:
+        tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in missing_tags])
+    tokenizer.eos_token = IM_END
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = PAD
+    tokenizer.chat_template = CHAT_TEMPLATE
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    _set_generation_tokens(model, tokenizer)
+
+
+def _set_generation_tokens(model, tokenizer) -> None:
+    # Generation stops at the end of the assistant turn, not at the document end token.
+    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    model.config.eos_token_id = eos
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if model.generation_config is not None:
+        model.generation_config.eos_token_id = eos
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.bos_token_id = None
+
+
+def save_policy(model, tokenizer, directory: str | Path) -> Path:
+    """Write model weights/config and tokenizer (with its chat template) to `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def load_policy(directory: str | Path, dtype: str | None = None) -> tuple:
+    """(model, tokenizer) from a local checkpoint directory; never touches the network."""
+    from transformers import AutoModelForCausalLM
+
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory} is not a Hugging Face checkpoint (no config.json)")
+    kwargs = {"local_files_only": True}
+    if dtype is not None:
+        kwargs["dtype"] = _torch_dtype(dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
+    tokenizer = load_tokenizer(directory)
+    ensure_chat_tokens(model, tokenizer)
+    return model, tokenizer

@@ -1,0 +1,1 @@
+"""Training stages (SFT, DPO, GRPO) and the pure tensor losses they share."""

@@ -1,0 +1,148 @@
+"""The data gate on generated, deliberately broken and QuixBugs tasks; the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from components.tasks.__main__ import main_check, main_generate, main_import
+from components.tasks.external import convert_quixbugs
+from components.tasks.gate import UNVERIFIED, check_tasks, subprocess_run_tests
+from components.tasks.generate import generate_suite
+from components.tasks.task import load_task, load_tasks
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "external_quixbugs"
+
+
+@pytest.fixture(scope="module")
+def suite12(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gate") / "suite"
+    generate_suite(out, n_tasks=12, seed=0)
+    return out
+
+
+def test_gate_passes_generated_suite(suite12):
+    tasks, errors = load_tasks(suite12)
+    assert errors == [] and len(tasks) == 12
+    report = check_tasks(tasks, run_tests=subprocess_run_tests, workers=2)
+    assert report.failed == {}, report.summary_table()
+    assert sorted(report.passed) == sorted(t.id for t in tasks)
+    assert report.unverified == []
+    assert "total" in report.summary_table()
+
+
+def _copy(task_dir: Path, dst: Path) -> Path:
+    shutil.copytree(task_dir, dst)
+    return dst
+
+
+def test_gate_reports_broken_tasks(suite12, tmp_path):
+    src = suite12 / "train-0002"
+    module = load_task(src).metadata.extra["module"]
+    buggy = (src / "repo" / module).read_text()
+
+    no_fix = _copy(src, tmp_path / "no_fix")  # a reference that doesn't fix the bug
+    (no_fix / "reference.patch").write_text(
+        f"--- a/{module}\n+++ b/{module}\n@@ -1 +1,2 @@\n+# tweak\n {buggy.splitlines()[0]}\n"
+    )
+    no_bug = _copy(src, tmp_path / "no_bug")  # the 'bug' doesn't fail: repo is already fixed
+    from components.tasks.patching import apply_unified_diff
+
+    apply_unified_diff(no_bug / "repo", (no_bug / "reference.patch").read_text())
+    bad_patch = _copy(src, tmp_path / "bad_patch")
+    (bad_patch / "reference.patch").write_text(
+        f"--- a/{module}\n+++ b/{module}\n@@ -1 +1 @@\n-not in file\n+x\n"
+    )
+    edits_tests = _copy(src, tmp_path / "edits_tests")
+    (edits_tests / "reference.patch").write_text(
+        "--- /dev/null\n+++ b/tests/conftest.py\n@@ -0,0 +1 @@\n+collect_ignore = ['.']\n"
+    )
+    unverified = _copy(src, tmp_path / "unverified")
+    (unverified / "reference.patch").unlink()
+
+    for n, d in enumerate([no_fix, no_bug, bad_patch, edits_tests, unverified]):
+        spec = json.loads((d / "task.json").read_text())
+        spec["id"] = f"broken-{n}-{d.name}"
+        (d / "task.json").write_text(json.dumps(spec))
+    tasks, errors = load_tasks(tmp_path)
+    assert errors == [] and len(tasks) == 5
+    report = check_tasks(tasks, workers=2)
+    assert report.failed.keys() == {
+        "broken-0-no_fix", "broken-1-no_bug", "broken-2-bad_patch", "broken-3-edits_tests"
+    }  # fmt: skip
+    assert "hidden tests fail with reference.patch applied" in report.failed["broken-0-no_fix"]
+    assert "bug not detected" in report.failed["broken-1-no_bug"]
+    assert "does not apply" in report.failed["broken-2-bad_patch"]
+    assert "protected paths: tests/conftest.py" in report.failed["broken-3-edits_tests"]
+    assert report.passed == report.unverified == ["broken-4-unverified"]
+    check = next(c for c in report.checks if c.task_id == "broken-4-unverified")
+    assert check.reason == UNVERIFIED
+
+
+def test_gate_survives_a_crashing_runner(suite12):
+    task = load_task(suite12 / "test-0001")
+
+    def boom(task, repo_dir):
+        raise RuntimeError("sandbox down")
+
+    report = check_tasks([task], run_tests=boom, workers=1)
+    assert "gate error: RuntimeError: sandbox down" in report.failed[task.id]
+
+
+def test_quixbugs_fixtures_load_and_pass_gate(tmp_path, capsys):
+    tasks, errors = load_tasks(FIXTURES)
+    assert errors == [] and 5 <= len(tasks) <= 8
+    for t in tasks:
+        assert t.metadata.source == "quixbugs" and t.has_reference
+        assert t.metadata.extra["attribution"]["license"] == "MIT"
+    # `import` = load + gate + copy valid tasks.
+    code = main_import(
+        ["--src", str(FIXTURES), "--out", str(tmp_path / "imported"), "--workers", "2"]
+    )
+    assert code == 0, capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "imported").iterdir()) == sorted(t.id for t in tasks)
+
+
+def test_quixbugs_conversion_is_reproducible(tmp_path):
+    tasks, errors = convert_quixbugs(FIXTURES / "_source", tmp_path)
+    assert errors == []
+    for t in tasks:
+        name = t.root.name
+        for rel in ["task.json", "reference.patch", *(
+            str(p.relative_to(FIXTURES / name)) for p in (FIXTURES / name).rglob("*.py")
+        )]:  # fmt: skip
+            assert (tmp_path / name / rel).read_bytes() == (FIXTURES / name / rel).read_bytes()
+
+
+def test_cli_generate_and_check(tmp_path, capsys):
+    out = tmp_path / "suite"
+    assert main_generate(["--out", str(out), "--n", "2", "--seed", "5"]) == 0
+    assert "wrote 2 tasks" in capsys.readouterr().out
+    report_path = tmp_path / "gate.json"
+    assert main_check(["--tasks", str(out), "--workers", "2", "--report", str(report_path)]) == 0
+    data = json.loads(report_path.read_text())
+    assert len(data["passed"]) == 2 and data["failed"] == {} and data["load_errors"] == []
+    # A broken folder makes check fail (exit 1) and is named in the report.
+    bad = out / "zz-broken"
+    bad.mkdir()
+    (bad / "task.json").write_text("{}")
+    assert main_check(["--tasks", str(out), "--report", str(report_path)], run_tests=_never) == 1
+    assert "zz-broken" in json.loads(report_path.read_text())["load_errors"][0]
+
+
+def _never(task, repo_dir):
+    return False, "fake runner: always fails"
+
+
+@pytest.mark.slow
+def test_full_default_suite_passes_gate(tmp_path):
+    """The default suite (300 tasks, seed 0) passes the gate; takes a couple of minutes."""
+    report = generate_suite(tmp_path / "suite", n_tasks=300, seed=0)
+    assert report.by_split == {"train": 180, "val": 60, "test": 60}
+    tasks, errors = load_tasks(tmp_path / "suite")
+    assert errors == [] and len(tasks) == 300
+    gate = check_tasks(tasks, workers=2)
+    assert gate.failed == {}, gate.summary_table()
