@@ -8,8 +8,8 @@ import sys
 # (group, command) -> "module:function"; each function takes the remaining argv.
 COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tasks", "generate"): ("components.tasks.__main__:main_generate", "generate a task suite"),
-    ("tasks", "check"): ("components.tasks.__main__:main_check", "gate tasks (sandboxed)"),
-    ("tasks", "import"): ("components.tasks.__main__:main_import", "load, gate, copy tasks"),
+    ("tasks", "check"): ("components.env.__main__:main_tasks_check", "gate tasks (sandboxed)"),
+    ("tasks", "import"): ("components.env.__main__:main_tasks_import", "load, gate, copy tasks"),
     ("env", "eval"): ("components.env.__main__:main_eval", "run a policy over tasks"),
     ("env", "isolation"): ("components.env.__main__:main_isolation", "show sandbox protections"),
     ("data", "ingest"): ("components.data.__main__:main_ingest", "ingest trajectory logs"),
@@ -17,6 +17,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("data", "snapshot"): ("components.data.__main__:main_snapshot", "DVC add + push data/"),
     ("data", "versions"): ("components.data.__main__:main_versions", "list data versions"),
     ("data", "rollback"): ("components.data.__main__:main_rollback", "restore a data version"),
+    ("serve", ""): ("components.serve.__main__:main_serve", "OpenAI-compatible model server"),
     ("demo", ""): ("components.env.__main__:main_demo", "environment demo (make run)"),
 }
 

@@ -20,13 +20,17 @@ from components.env.sandbox import SandboxConfig, isolation_report
 from components.tasks.task import SPLITS, load_tasks
 
 
-def _progress(total: int, label: str):
-    done = [0]
+def _progress(total: int, label: str, every: int = 1):
+    """Print a progress line per `every` finished episodes (to stderr)."""
+    state = {"done": 0, "ok": 0}
 
     def tick(result) -> None:
-        done[0] += 1
-        mark = "ok " if result.success else ("INF" if result.status != "ok" else "-- ")
-        print(f"  [{label} {done[0]:>3}/{total}] {mark} {result.task_id}", file=sys.stderr)
+        state["done"] += 1
+        state["ok"] += result.success
+        if state["done"] % every == 0 or state["done"] == total:
+            mark = "ok" if result.success else ("INFRA" if result.status != "ok" else "fail")
+            print(f"      [{label} {state['done']:>3}/{total}] {state['ok']} successes so far"
+                  f" (last: {result.task_id} {mark})", file=sys.stderr, flush=True)  # fmt: skip
 
     return tick
 
@@ -106,6 +110,7 @@ def main_demo(argv: list[str]) -> int:
         results = evaluate_policy(
             gated, lambda n=name: make_policy(n, seed=args.seed), EnvConfig(), SandboxConfig(),
             EvalConfig(workers=args.workers, seed=args.seed),
+            on_result=_progress(len(gated), name, every=10),
         )  # fmt: skip
         write_results(args.out / f"results-{name}.json", results, args.out / f"traj-{name}.jsonl")
         summaries.append(summarize(results))
@@ -119,3 +124,19 @@ def main_demo(argv: list[str]) -> int:
     print(f"sandbox: {isolation_report(SandboxConfig()).get('summary', '')}")
     print(f"total {time.monotonic() - t0:.0f}s")
     return 0
+
+
+def main_tasks_check(argv: list[str]) -> int:
+    """`agentrl tasks check`: the data gate, with hidden tests run by the sandboxed verifier."""
+    from components.env.verifier import sandboxed_test_runner
+    from components.tasks.__main__ import main_check
+
+    return main_check(argv, run_tests=sandboxed_test_runner())
+
+
+def main_tasks_import(argv: list[str]) -> int:
+    """`agentrl tasks import`: load any folder of tasks, gate them in the sandbox, copy."""
+    from components.env.verifier import sandboxed_test_runner
+    from components.tasks.__main__ import main_import
+
+    return main_import(argv, run_tests=sandboxed_test_runner())

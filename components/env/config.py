@@ -34,6 +34,10 @@ class RewardWeights:
     dangerous_command: float = field(
         default=-1.0, metadata=_help("the safety monitor blocked at least one action")
     )
+    resource_limit: float = field(
+        default=-0.5,
+        metadata=_help("the sandbox killed a command (time, memory or process limit)"),
+    )
     test_tampering: float = field(
         default=-1.0, metadata=_help("tests or pytest configuration were modified")
     )

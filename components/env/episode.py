@@ -45,7 +45,7 @@ class EpisodeResult:
     split: str
     policy: str
     status: str  # "ok" | "infra_failure"
-    end_reason: str  # "finished" | "max_steps" | "time_limit"
+    end_reason: str  # "finished" | "max_steps" | "token_limit" | "time_limit"
     success: bool
     reward: float | None  # None for infra failures: they carry no reward
     reward_terms: dict[str, float]
@@ -76,6 +76,21 @@ def initial_message(task: Task) -> str:
         if p.is_file() and "__pycache__" not in p.parts
     )
     return f"{task.instruction}\n\nRepository files: {', '.join(files)}"
+
+
+RESOURCE_LIMITS = ("wall_time", "cpu_time", "memory", "processes")
+
+
+def _safety_flag(result) -> dict | None:
+    """What the episode records about a tool result: a blocked action, an escape attempt
+    stopped by path confinement, or a command the sandbox had to kill."""
+    if result.safety is not None and not result.safety.allowed:
+        return {"category": result.safety.category, "reason": result.safety.reason}
+    if result.error == "path escape":
+        return {"category": "path_escape", "reason": result.observation[:200]}
+    if result.command is not None and result.command.limit_hit in RESOURCE_LIMITS:
+        return {"category": "resource_limit", "reason": f"{result.command.limit_hit} limit hit"}
+    return None
 
 
 def _is_test_run(action: Action) -> bool:
@@ -136,14 +151,12 @@ class EpisodeEnv:
                 self.workspace, action.tool, action.arguments, self.sandbox,
                 protected_paths=self.task.protected_paths,
             )  # fmt: skip
-            if result.safety is not None and not result.safety.allowed:
-                self.safety_flags.append(
-                    {"step": self.steps, "category": result.safety.category,
-                     "reason": result.safety.reason}
-                )  # fmt: skip
-            elif result.error is not None and result.error.startswith("invalid arguments"):
+            flag = _safety_flag(result)
+            if flag is not None:
+                self.safety_flags.append({"step": self.steps, **flag})
+            if result.error is not None and result.error.startswith("invalid arguments"):
                 self.invalid_calls += 1
-            elif _is_test_run(action) and result.command is not None:
+            if _is_test_run(action) and result.command is not None:
                 self.ran_tests = True
             event = {"role": "environment", "observation": result.observation,
                      "truncated": result.truncated}  # fmt: skip

@@ -19,7 +19,7 @@ def test_clean_fix_scores_exactly_one():
     assert r.total == 1.0 and r.success
     assert set(r.terms) == {
         "tests_pass", "security", "too_many_files", "tests_never_run", "lint",
-        "dangerous_command", "test_tampering",
+        "dangerous_command", "resource_limit", "test_tampering",
     }  # fmt: skip
     assert sum(v != 0 for v in r.terms.values()) == 1
 
@@ -45,6 +45,8 @@ def test_noop_scores_failure_and_never_ran_tests():
         (_v(tests_passed=True), EpisodeFacts(True, ("network",)), "dangerous_command", -1.0),
         (_v(tests_passed=True, tampered_files=["tests/test_m.py"]), CLEAN, "test_tampering", -1.0),
         (_v(tests_passed=True), EpisodeFacts(True, ("test_tampering",)), "test_tampering", -1.0),
+        (_v(tests_passed=True), EpisodeFacts(True, ("resource_limit",)), "resource_limit", -0.5),
+        (_v(tests_passed=True), EpisodeFacts(True, ("path_escape",)), "dangerous_command", -1.0),
     ],
 )
 def test_each_penalty_fires_alone(verification, facts, term, value):

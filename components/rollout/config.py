@@ -1,0 +1,113 @@
+"""Typed configuration of the rollout engine: which backend samples, how, and the limits.
+
+Checked here, where the values are defined; the backend's reachability is checked when
+it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are sampled: backend, sampling parameters, per-episode budgets, batching."""
+
+    backend: Literal["transformers", "openai"] = field(
+        default="transformers",
+        metadata=_help(
+            "transformers: generate in-process with the given model; openai: any "
+            "OpenAI-compatible /v1/completions server (vLLM, `agentrl serve`) at base_url"
+        ),
+    )
+    base_url: str = field(
+        default="http://127.0.0.1:8000/v1",
+        metadata=_help("OpenAI-compatible endpoint root (…/v1); used by the openai backend"),
+    )
+    model: str = field(
+        default="policy",
+        metadata=_help("model name sent to the server (vLLM: --served-model-name)"),
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata=_help(
+            "sampling temperature; 0 = greedy. Stored log-probs are under softmax(logits / T) "
+            "(T = 1 when greedy), the distribution the trainer recomputes"
+        ),
+    )
+    top_p: float = field(
+        default=1.0,
+        metadata=_help(
+            "nucleus sampling; keep 1.0 for RL: stored log-probs ignore the top-p cut, so "
+            "below 1 they are not exactly the sampling distribution"
+        ),
+    )
+    max_new_tokens: int = field(
+        default=256, metadata=_help("most tokens generated in one assistant turn")
+    )
+    max_episode_tokens: int = field(
+        default=4096,
+        metadata=_help(
+            "token budget of a whole episode (prompt + every turn); reaching it ends the "
+            "episode with end_reason 'token_limit'"
+        ),
+    )
+    max_steps: int = field(
+        default=16,
+        metadata=_help("assistant actions per episode; overrides EnvConfig.max_steps"),
+    )
+    max_wall_s: float = field(
+        default=600.0,
+        metadata=_help("wall-clock budget of one episode; exceeding it ends it as 'time_limit'"),
+    )
+    batch_size: int = field(
+        default=8, metadata=_help("episodes advanced together (one generate call per turn)")
+    )
+    samples_per_task: int = field(
+        default=4, metadata=_help("K (GRPO's G): episodes sampled per task, one group per task")
+    )
+    seed: int = field(default=0, metadata=_help("sampling seed; same seed and model => same run"))
+    workers: int = field(
+        default=4, metadata=_help("threads that execute tool calls (and HTTP requests) in parallel")
+    )
+    request_timeout_s: float = field(
+        default=120.0, metadata=_help("openai backend: timeout of one HTTP request")
+    )
+    max_retries: int = field(
+        default=3,
+        metadata=_help("openai backend: retries (exponential backoff) on connection errors / 5xx"),
+    )
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("transformers", "openai"):
+            raise ValueError(f"RolloutConfig.backend: unknown {self.backend!r}")
+        if self.backend == "openai" and not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("RolloutConfig.base_url must be an http(s) URL")
+        if not self.model:
+            raise ValueError("RolloutConfig.model must not be empty")
+        if not 0.0 <= self.temperature <= 10.0:
+            raise ValueError("RolloutConfig.temperature must be in [0, 10]")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("RolloutConfig.top_p must be in (0, 1]")
+        for name in ("max_new_tokens", "max_episode_tokens", "max_steps", "batch_size",
+                     "samples_per_task", "workers"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ValueError(f"RolloutConfig.{name} must be >= 1")
+        if self.max_wall_s <= 0 or self.request_timeout_s <= 0:
+            raise ValueError("RolloutConfig: max_wall_s and request_timeout_s must be positive")
+        if self.max_retries < 0:
+            raise ValueError("RolloutConfig.max_retries must be >= 0")
+
+
+def rollout_config_from_dict(values: dict) -> RolloutConfig:
+    """Build a RolloutConfig from a YAML/JSON mapping; unknown keys are an error."""
+    known = {f.name for f in fields(RolloutConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"RolloutConfig: unknown keys {unknown} (known: {sorted(known)})")
+    return RolloutConfig(**values)

@@ -1,0 +1,451 @@
+"""Rollout engine: K multi-turn episodes per task, batched, keeping the exact sampled tokens.
+
+Each turn, the prompts of every live episode go to the backend in one call (in-process
+`model.generate` with left padding, or an OpenAI-compatible server); each completion is
+parsed into an Action, the episodes step in a thread pool (tool execution), and finished
+episodes are verified while the others keep sampling (continuous batching: a finished
+slot is refilled from the queue at once).
+
+Token-exactness, the point of this module: an episode's token sequence is built only by
+appending, never by re-rendering text. It starts as `prompt_ids(events)` (system + task +
+assistant header). A turn appends the *sampled* ids as returned by the backend (mask 1,
+with their log-probs), then the environment turn tokenized as context (mask 0): `\\n`,
+the tool-response user turn, the next assistant header (each piece tokenized on its own,
+as `chat.tokenize_trajectory` does). A completion cut off by its token cap has no
+`<|im_end|>`; the engine closes the turn with an `<|im_end|>` context token, so the model
+still sees a well-formed transcript, and the trainer never trains on a token the policy
+did not sample. Decoding the sampled ids to text and tokenizing that text again can give
+different ids (BPE is not injective over id sequences), which would make the
+policy-gradient ratio pi_new/pi_old compare probabilities of different tokens.
+
+Stored log-probs are log softmax(logits / T)[sampled id] (T = 1 for greedy), computed
+from the full-precision logits of the step that sampled the token: what
+`components.train.losses.token_logprobs(logits, ids, temperature=T)` recomputes. Top-p
+truncation is not included (keep top_p = 1 for RL).
+
+End reasons: "finished" (the agent called finish), "max_steps", "time_limit" (set by
+EpisodeEnv), "token_limit" (set here: the episode's prompt + generated tokens reached
+`max_episode_tokens`, or the model's context). A backend or harness error makes the
+episode an infra failure (status "infra_failure", reward None), kept in the output and
+flagged so group statistics can leave it out.
+
+torch / transformers are imported inside functions: the CLI imports this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from components.env.config import EnvConfig
+from components.env.episode import Action, EpisodeEnv, EpisodeResult
+from components.env.sandbox import SandboxConfig
+from components.policy.chat import (
+    ASSISTANT_HEADER,
+    IM_END,
+    chat_segments,
+    parse_tool_call,
+    prompt_ids,
+)
+from components.rollout.config import RolloutConfig
+from components.tasks.task import Task
+
+
+@dataclass
+class Completion:
+    """One backend completion: the sampled ids and their log-probs, or an error."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "length"  # "stop" (ended with <|im_end|> or a stop string) | "length"
+    error: str = ""  # non-empty: the backend failed; the episode becomes an infra failure
+    # Per position, the top-k alternatives as {token_id: logprob} (only when asked for).
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
+
+
+# (prompts, max_new_tokens per prompt, seed) -> one Completion per prompt, in order.
+GenerateFn = Callable[[list[list[int]], list[int], int], list[Completion]]
+
+
+@dataclass
+class Rollout:
+    """One sampled episode: its verified result and the exact tokens the trainer consumes.
+
+    input_ids, assistant_mask and sampling_logprobs are aligned: the mask is 1 on tokens
+    the policy sampled, and sampling_logprobs[t] is the log-prob of input_ids[t] under the
+    sampling distribution there (0.0 where the mask is 0).
+    """
+
+    result: EpisodeResult
+    input_ids: list[int]
+    assistant_mask: list[int]
+    sampling_logprobs: list[float]
+    group_id: str  # the task id: GRPO's group
+    sample_index: int  # 0..K-1 within the group
+
+    @property
+    def infra_failure(self) -> bool:
+        """True for harness/backend faults: no reward; exclude from group statistics."""
+        return self.result.status != "ok"
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return sum(self.assistant_mask)
+
+
+# ---------------------------------------------------------------------------------------
+# In-process backend (transformers)
+
+
+def generate_transformers(
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    max_new_tokens: list[int],
+    *,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    top_logprobs: int = 0,
+) -> list[Completion]:
+    """Batched sampling with `model.generate`: left padding, per-row token caps.
+
+    One generate call for the batch (its length is the largest cap; each row is cut at its
+    own cap afterwards). Rows that end early are padded by generate only after their
+    `<|im_end|>`, so a row's real tokens are everything up to its first `<|im_end|>`.
+    """
+    import torch
+
+    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    pad = tokenizer.pad_token_id
+    width = max(len(p) for p in prompts)
+    device = model.device
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attention_mask[i, width - len(p) :] = 1
+    greedy = temperature == 0.0
+    kwargs = {
+        "max_new_tokens": max(max_new_tokens),
+        "do_sample": not greedy,
+        "return_dict_in_generate": True,
+        "output_logits": True,  # raw logits: the stored log-probs must not be top-p filtered
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+    }
+    if not greedy:
+        # top_k=0 turns off transformers' default top-k of 50: sampling is exactly
+        # softmax(logits / T), optionally top-p cut.
+        kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        out = model.generate(
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs
+        )
+    generated = out.sequences[:, width:].cpu()  # [B, S]
+    scale = 1.0 if greedy else temperature
+    picked_steps, top_steps = [], []
+    for s, logits in enumerate(
+        out.logits
+    ):  # S tensors of [B, V]; one step at a time keeps memory O(B*V)
+        logp = torch.log_softmax(logits.float() / scale, dim=-1)  # [B, V]
+        picked_steps.append(logp.gather(-1, generated[:, s : s + 1].to(device)).squeeze(-1).cpu())
+        if top_logprobs:
+            top_steps.append(logp.topk(top_logprobs, dim=-1))
+    picked = torch.stack(picked_steps, dim=1)  # [B, S]
+    completions = []
+    for i, cap in enumerate(max_new_tokens):
+        row = generated[i].tolist()
+        ends = [j for j, t in enumerate(row) if t == eos]
+        n, reason = (
+            (ends[0] + 1, "stop") if ends and ends[0] < cap else (min(cap, len(row)), "length")
+        )
+        tops = [
+            dict(zip(top.indices[i].tolist(), top.values[i].float().tolist(), strict=True))
+            for top in top_steps[:n]
+        ]
+        completions.append(Completion(row[:n], picked[i, :n].tolist(), reason, top_logprobs=tops))
+    return completions
+
+
+def _context_limit(model) -> int:
+    """The longest sequence the in-process model takes (a server checks its own)."""
+    return model.config.max_position_embeddings
+
+
+def make_generate_fn(policy, tokenizer, config: RolloutConfig) -> GenerateFn:
+    """The backend as a function: `policy` is a transformers model, or an OpenAI client
+    (`OpenAICompletionsClient`, or None to build one from config.base_url)."""
+    if config.backend == "openai":
+        from components.rollout.openai_backend import OpenAICompletionsClient
+
+        client = policy if policy is not None else OpenAICompletionsClient.from_config(config)
+        return lambda prompts, caps, seed: client.complete_batch(
+            prompts, caps, temperature=config.temperature, top_p=config.top_p, seed=seed
+        )
+    if policy is None:
+        raise ValueError("the transformers backend needs a model")
+    policy.eval()
+    return lambda prompts, caps, seed: generate_transformers(
+        policy, tokenizer, prompts, caps,
+        temperature=config.temperature, top_p=config.top_p, seed=seed,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# Episodes
+
+
+@dataclass
+class _Live:
+    env: EpisodeEnv
+    task: Task
+    group_id: str
+    sample_index: int
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    error: str = ""
+
+
+def _encode_context(tokenizer, pieces: Sequence[str]) -> list[int]:
+    # Each piece on its own, like chat._encode_segments: the same ids tokenize_trajectory gives.
+    encoded = tokenizer(list(pieces), add_special_tokens=False)["input_ids"]
+    return [t for piece in encoded for t in piece]
+
+
+def environment_turn_ids(tokenizer, observation: str, closed: bool) -> list[int]:
+    """Context ids after an assistant turn: [<|im_end|>] (if the turn was cut), "\\n",
+    the tool-response turn, the next assistant header."""
+    (tool_turn,) = chat_segments([{"role": "tool", "content": observation}])
+    pieces = ([] if closed else [IM_END]) + ["\n", tool_turn[0], ASSISTANT_HEADER]
+    return _encode_context(tokenizer, pieces)
+
+
+def _seed(base: int, *parts: object) -> int:
+    digest = hashlib.sha256(":".join(map(str, (base, *parts))).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def _infra_result(live: _Live, detail: str) -> EpisodeResult:
+    """An infra-failure result without verification (the episode's data cannot be trusted)."""
+    env = live.env
+    env.workspace.cleanup()
+    wall = round(time.monotonic() - env.started, 3)
+    end_reason = env.end_reason or "infra_failure"
+    record = {
+        "schema_version": 1,
+        "id": env.episode_id,
+        "task_id": env.task.id,
+        "source": "rollout",
+        "task": env.task.instruction,
+        "trajectory": env.events,
+        "reward": None,
+        "reward_terms": {},
+        "metadata": {
+            "policy": env.policy_name, "model_version": None,
+            "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "num_tool_calls": env.tool_calls, "num_invalid_calls": env.invalid_calls,
+            "num_tokens": len(live.ids), "split": env.task.metadata.split,
+            "family": env.task.metadata.family, "bug_class": env.task.metadata.bug_class,
+            "end_reason": end_reason, "status": "infra_failure", "success": False,
+            "wall_s": wall,
+        },
+    }  # fmt: skip
+    return EpisodeResult(
+        episode_id=env.episode_id, task_id=env.task.id, split=env.task.metadata.split,
+        policy=env.policy_name, status="infra_failure", end_reason=end_reason, success=False,
+        reward=None, reward_terms={}, steps=env.steps, tool_calls=env.tool_calls,
+        invalid_calls=env.invalid_calls, safety_flags=env.safety_flags, ran_tests=env.ran_tests,
+        tests_total=0, tests_failed=0, changed_files=[], tampered_files=[], wall_s=wall,
+        infra_detail=detail[-500:], record=record,
+    )  # fmt: skip
+
+
+def _finish(live: _Live) -> Rollout:
+    if live.error:
+        result = _infra_result(live, live.error)
+    else:
+        try:
+            result = live.env.finish()
+        except Exception as exc:  # noqa: BLE001 - a harness fault is data, not a crash
+            result = _infra_result(live, f"verification failed: {exc!r}")
+        result.record["metadata"]["num_tokens"] = len(live.ids)
+    return Rollout(result, live.ids, live.mask, live.logprobs, live.group_id, live.sample_index)
+
+
+def _start(task: Task, k: int, tokenizer, config, env_config, sandbox_config, policy_name):
+    episode_id = f"{policy_name}-{task.id}-s{config.seed}-k{k}"
+    env = EpisodeEnv(
+        task, env_config, sandbox_config,
+        policy_name=policy_name, episode_id=episode_id, max_wall_s=config.max_wall_s,
+    )  # fmt: skip
+    ids = prompt_ids(tokenizer, env.events)
+    return _Live(env, task, task.id, k, ids, [0] * len(ids), [0.0] * len(ids))
+
+
+def _step(live: _Live, action: Action, completion: Completion) -> None:
+    """Apply one parsed action; record its tokens on the assistant event."""
+    try:
+        live.env.step(action)
+    except Exception as exc:  # noqa: BLE001 - a tool crash is a harness fault, not the policy's
+        live.error = f"tool execution failed: {exc!r}"
+        live.env.done = True
+        return
+    assistant = live.env.events[-2]
+    assistant["token_ids"] = list(completion.token_ids)
+    assistant["logprobs"] = list(completion.logprobs)
+
+
+def sample_episodes(
+    tasks: Sequence[Task],
+    policy,
+    tokenizer,
+    config: RolloutConfig,
+    env_config: EnvConfig,
+    sandbox_config: SandboxConfig,
+    *,
+    policy_name: str = "model",
+    generate_fn: GenerateFn | None = None,
+) -> list[Rollout]:
+    """K = config.samples_per_task episodes per task, advanced `batch_size` at a time.
+
+    `policy` is a transformers causal LM (backend "transformers") or an
+    `OpenAICompletionsClient` / None (backend "openai"). `generate_fn` overrides the
+    backend (tests, benchmarks). Returns the rollouts in (task, sample) order; infra
+    failures are included and flagged (`Rollout.infra_failure`).
+    """
+    env_config = dataclasses.replace(env_config, max_steps=config.max_steps)
+    generate = generate_fn or make_generate_fn(policy, tokenizer, config)
+    limit = config.max_episode_tokens
+    context = _context_limit(policy) if config.backend == "transformers" else None
+    if context is not None:
+        limit = min(limit, context)
+    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    queue = deque((task, k) for task in tasks for k in range(config.samples_per_task))
+    live: list[_Live] = []
+    finishing: list[Future] = []
+    turn = 0
+    with ThreadPoolExecutor(max_workers=config.workers) as pool:
+
+        def retire(ep: _Live) -> None:
+            finishing.append(pool.submit(_finish, ep))
+
+        while queue or live:
+            while queue and len(live) < config.batch_size:
+                task, k = queue.popleft()
+                # No try: a workspace that cannot be created is a broken harness, not data.
+                ep = _start(task, k, tokenizer, config, env_config, sandbox_config, policy_name)
+                if len(ep.ids) >= limit:  # the task alone fills the budget
+                    ep.env.done, ep.env.end_reason = True, "token_limit"
+                    retire(ep)
+                else:
+                    live.append(ep)
+            if not live:
+                continue
+            caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
+            try:
+                completions = generate([ep.ids for ep in live], caps, _seed(config.seed, turn))
+            except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
+                completions = [Completion(error=f"backend failed: {exc!r}") for _ in live]
+            turn += 1
+            stepping = []
+            for ep, c in zip(live, completions, strict=True):
+                if c.error:
+                    ep.error, ep.env.done = c.error, True
+                    continue
+                ep.ids += c.token_ids
+                ep.mask += [1] * len(c.token_ids)
+                ep.logprobs += c.logprobs
+                action = parse_tool_call(tokenizer.decode(c.token_ids, skip_special_tokens=False))
+                stepping.append((ep, c, pool.submit(_step, ep, action, c)))
+            for ep, c, fut in stepping:
+                fut.result()
+                if ep.env.done:
+                    continue
+                closed = bool(c.token_ids) and c.token_ids[-1] == eos
+                context_ids = environment_turn_ids(
+                    tokenizer, ep.env.events[-1]["observation"], closed
+                )
+                # The next turn needs room for the context and at least one sampled token.
+                if len(ep.ids) + len(context_ids) >= limit:
+                    ep.env.done, ep.env.end_reason = True, "token_limit"
+                    continue
+                ep.ids += context_ids
+                ep.mask += [0] * len(context_ids)
+                ep.logprobs += [0.0] * len(context_ids)
+            for ep in [ep for ep in live if ep.env.done]:
+                retire(ep)
+            live = [ep for ep in live if not ep.env.done]
+        rollouts = [f.result() for f in finishing]
+    order = {task.id: i for i, task in enumerate(tasks)}
+    return sorted(rollouts, key=lambda r: (order[r.group_id], r.sample_index))
+
+
+def rollout_summary(rollouts: Sequence[Rollout]) -> dict:
+    """Counts for logging: end reasons, infra failures, tokens."""
+    reasons: dict[str, int] = {}
+    for r in rollouts:
+        reasons[r.result.end_reason] = reasons.get(r.result.end_reason, 0) + 1
+    ok = [r for r in rollouts if not r.infra_failure]
+    return {
+        "episodes": len(rollouts),
+        "infra_failures": len(rollouts) - len(ok),
+        "end_reasons": reasons,
+        "success_rate": sum(r.result.success for r in ok) / len(ok) if ok else 0.0,
+        "mean_reward": sum(r.result.reward or 0.0 for r in ok) / len(ok) if ok else 0.0,
+        "generated_tokens": sum(r.num_generated_tokens for r in rollouts),
+        "invalid_calls": sum(r.result.invalid_calls for r in rollouts),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# A model as a `Policy` (for `agentrl env eval`)
+
+
+@dataclass
+class ModelPolicy:
+    """`Policy.act` for one episode through the same generation code as the engine.
+
+    The prompt is rendered from the events each turn (evaluation does not train on these
+    tokens, so re-tokenizing is harmless here). Greedy by default. Sampling seeds go
+    through torch's global RNG: run evaluation with one worker when sampled runs must be
+    reproducible.
+    """
+
+    model: object
+    tokenizer: object
+    config: RolloutConfig = field(default_factory=lambda: RolloutConfig(temperature=0.0))
+    name: str = "model"
+    _turn: int = 0
+
+    def act(self, task: Task, events: list[dict]) -> Action:
+        ids = prompt_ids(self.tokenizer, events)
+        limit = self.config.max_episode_tokens
+        context = _context_limit(self.model) if self.config.backend == "transformers" else None
+        limit = min(limit, context) if context is not None else limit
+        if len(ids) >= limit:
+            return Action(None, {}, content="", parse_error="token budget exhausted")
+        generate = make_generate_fn(self.model, self.tokenizer, self.config)
+        cap = min(self.config.max_new_tokens, limit - len(ids))
+        self._turn += 1
+        (c,) = generate([ids], [cap], _seed(self.config.seed, task.id, self._turn))
+        if c.error:
+            raise RuntimeError(c.error)  # run_episode cleans up; evaluation reports the fault
+        return parse_tool_call(self.tokenizer.decode(c.token_ids, skip_special_tokens=False))
+
+
+def load_model_policy(directory: str, config: RolloutConfig | None = None) -> ModelPolicy:
+    """A ModelPolicy for a saved checkpoint (`save_policy` output)."""
+    from components.policy.model import load_policy
+
+    model, tokenizer = load_policy(directory)
+    return ModelPolicy(model, tokenizer, config or RolloutConfig(temperature=0.0))

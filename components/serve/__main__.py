@@ -1,0 +1,42 @@
+"""CLI: `agentrl serve --model DIR [--host 127.0.0.1] [--port 8000] [--name policy]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main_serve(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="agentrl serve",
+        description="Serve a local checkpoint over an OpenAI-compatible HTTP API "
+        "(/v1/models, /v1/completions, /v1/chat/completions).",
+    )
+    p.add_argument("--model", required=True, type=Path, help="checkpoint directory (save_policy)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--name", default="policy", help="model name clients send (vLLM: served name)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    args = p.parse_args(argv)
+    if not (args.model / "config.json").is_file():
+        print(f"agentrl serve: {args.model} is not a checkpoint (no config.json)", file=sys.stderr)
+        return 2
+    import torch
+
+    from components.policy.model import load_policy
+    from components.serve.server import serve
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_policy(args.model, dtype=args.dtype)
+    if torch.cuda.is_available():
+        model.to("cuda")
+    print(f"agentrl serve: {args.name} on http://{args.host}:{args.port}/v1", flush=True)
+    serve(model, tokenizer, host=args.host, port=args.port, model_name=args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_serve(sys.argv[1:]))

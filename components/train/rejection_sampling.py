@@ -1,0 +1,87 @@
+"""Rejection sampling (RFT / STaR): keep the verified successes among K samples per task,
+drop duplicate transcripts, and fine-tune on them through the SFT code path (`train_sft`).
+
+Sampled records keep their sampled `token_ids` (or episode `input_ids`/`assistant_mask`),
+so the policy is trained on exactly the tokens it produced (see data.py).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+from components.train.config import RejectionSamplingConfig
+from components.train.data import is_scored, is_success, transcript_key
+from components.train.sft import SFTResult, train_sft
+
+
+@dataclass
+class RejectionSamplingResult:
+    kept: int
+    sampled: int
+    infra_failures: int  # no reward: neither kept nor counted as failures
+    failures: int
+    duplicates: int
+    tasks_with_success: int
+    tasks_sampled: int
+    sft: SFTResult | None  # None when nothing was kept
+
+
+def select_successes(
+    records: list[dict],
+    successes_only: bool = True,
+    dedupe: bool = True,
+    max_per_task: int = 0,
+    seed: int = 0,
+) -> tuple[list[dict], dict[str, int]]:
+    """(kept records, counts). Keeps input order, except for the seeded trim by max_per_task."""
+    counts = {"sampled": len(records), "infra_failures": 0, "failures": 0, "duplicates": 0}
+    seen: set[str] = set()
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        if not is_scored(record):
+            counts["infra_failures"] += 1
+            continue
+        if successes_only and not is_success(record):
+            counts["failures"] += 1
+            continue
+        if dedupe:
+            key = transcript_key(record)
+            if key in seen:
+                counts["duplicates"] += 1
+                continue
+            seen.add(key)
+        by_task[record["task_id"]].append(record)
+    rng = random.Random(seed)
+    keep_ids: set[int] = set()
+    for task_id in sorted(by_task):
+        group = by_task[task_id]
+        if max_per_task and len(group) > max_per_task:
+            group = rng.sample(group, max_per_task)
+        keep_ids.update(id(r) for r in group)
+    kept = [r for r in records if id(r) in keep_ids]
+    counts["kept"] = len(kept)
+    counts["tasks_with_success"] = len(by_task)
+    counts["tasks_sampled"] = len({r.get("task_id") for r in records})
+    return kept, counts
+
+
+def train_rejection_sampling(
+    model, tokenizer, sampled_records: list[dict], config: RejectionSamplingConfig
+) -> RejectionSamplingResult:
+    """Select (select_successes) and fine-tune `model` in place on what was kept."""
+    kept, counts = select_successes(
+        sampled_records, config.successes_only, config.dedupe, config.max_per_task, config.seed
+    )
+    result = train_sft(model, tokenizer, kept, config.sft) if kept else None
+    return RejectionSamplingResult(
+        kept=counts["kept"],
+        sampled=counts["sampled"],
+        infra_failures=counts["infra_failures"],
+        failures=counts["failures"],
+        duplicates=counts["duplicates"],
+        tasks_with_success=counts["tasks_with_success"],
+        tasks_sampled=counts["tasks_sampled"],
+        sft=result,
+    )

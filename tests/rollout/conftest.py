@@ -1,0 +1,100 @@
+"""Shared fixtures of the rollout tests: a tiny model, its tokenizer, a few generated tasks.
+
+Built once per session (tokenizer training dominates); torch uses one thread because the
+test machine is shared.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def policy():
+    import torch
+
+    from components.policy.config import PolicyConfig
+    from components.policy.model import build_policy
+
+    torch.set_num_threads(1)
+    config = PolicyConfig(
+        hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+        vocab_size=512, tokenizer_stdlib_bytes=50_000, max_position_embeddings=2048,
+    )  # fmt: skip
+    return build_policy(config)
+
+
+@pytest.fixture(scope="session")
+def model(policy):
+    return policy[0]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(policy):
+    return policy[1]
+
+
+@pytest.fixture(scope="session")
+def tasks(tmp_path_factory):
+    from components.tasks.generate import generate_suite
+    from components.tasks.task import load_tasks
+
+    root = tmp_path_factory.mktemp("suite") / "tasks"
+    generate_suite(root, 3, 0)
+    loaded, errors = load_tasks(root)
+    assert not errors
+    return loaded[:2]
+
+
+@pytest.fixture(scope="session")
+def checkpoint(policy, tmp_path_factory):
+    from components.policy.model import save_policy
+
+    return save_policy(*policy, tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.fixture(scope="session")
+def server_url(checkpoint):
+    """`python -m components.serve` (the real command line) on a free loopback port."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "components.serve", "--model", str(checkpoint),
+         "--port", str(port), "--threads", "1"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited: {proc.stdout.read()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("server did not start in 90 s")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

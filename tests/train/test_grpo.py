@@ -1,0 +1,193 @@
+"""GRPO loop: infra failures out of the group statistics, a tiny run that learns something,
+and resume equivalence (a run killed and resumed ends where an uninterrupted run ends).
+
+Episodes are real (sandboxed, verified) but scripted: `scripted_generate` plays the oracle
+fix as an apply_patch call for even samples and a bare finish for odd ones, so the rewards
+of a group differ. Its log-probs come from a forward pass of the model being trained on
+exactly the scripted ids, so they are what the model's own sampler would have stored and
+the first ratio of each iteration is 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from components.env.config import EnvConfig
+from components.env.sandbox import SandboxConfig
+from components.policy.chat import IM_END, format_tool_call
+from components.rollout.config import RolloutConfig
+from components.rollout.engine import Completion, sample_episodes
+from components.train.grpo import (
+    GRPOConfig,
+    latest_checkpoint,
+    main_grpo,
+    pick_tasks,
+    rollout_rewards,
+    train_grpo,
+)
+from components.train.losses import group_advantages, token_logprobs
+
+ROLLOUT = RolloutConfig(
+    max_new_tokens=400, max_episode_tokens=1024, max_steps=1, batch_size=8,
+    samples_per_task=2, workers=1, temperature=1.0,
+)  # fmt: skip
+# Metrics that depend on the wall clock, not on the computation.
+TIMING = {"sample_seconds", "update_seconds", "iteration_seconds", "tokens_per_s",
+          "sample_tokens_per_s"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    from components.tasks.generate import generate_suite
+    from components.tasks.task import load_tasks
+
+    root = tmp_path_factory.mktemp("grpo_suite") / "tasks"
+    generate_suite(root, 3, 0)
+    tasks, errors = load_tasks(root, split="train")
+    assert not errors and len(tasks) >= 2
+    return root, tasks[:2]
+
+
+def scripted_generate(model, tokenizer, tasks, fail_index: int | None = None):
+    """Batch position i (task-major, sample-minor on the first turn): even -> the task's
+    reference patch, odd -> finish without a fix; `fail_index` -> a backend error."""
+    files = {t.id: t.reference_patch().splitlines()[0].removeprefix("--- a/") for t in tasks}
+    fix = {t.id: format_tool_call("apply_patch", {"patch": t.reference_patch()}) for t in tasks}
+    give_up = format_tool_call("finish", {"summary": "no idea"}) + IM_END
+
+    def generate(prompts, caps, seed):
+        out = []
+        for i, (prompt, cap) in enumerate(zip(prompts, caps, strict=True)):
+            if i == fail_index:
+                out.append(Completion(error="backend failed: scripted"))
+                continue
+            text = tokenizer.decode(prompt)
+            (task_id,) = [tid for tid, f in files.items() if f in text]
+            body = fix[task_id] + IM_END if i % 2 == 0 else give_up
+            ids = tokenizer(body, add_special_tokens=False)["input_ids"][:cap]
+            full = torch.tensor([prompt + ids])
+            with torch.no_grad():
+                lp = token_logprobs(model(full).logits, full)[0, len(prompt) - 1 :]  # [len(ids)]
+            out.append(Completion(ids, lp.tolist(), "stop" if len(ids) < cap else "length"))
+        return out
+
+    return generate
+
+
+def test_config_is_validated_and_documented():
+    for f in dataclasses.fields(GRPOConfig):
+        assert f.metadata.get("help"), f.name
+    for bad in ({"group_size": 1}, {"iterations": 0}, {"learning_rate": 0.0}, {"beta": -1.0},
+                {"loss_type": "ppo"}, {"epsilon_low": 1.0}, {"micro_batch_size": 0}):  # fmt: skip
+        with pytest.raises(ValueError):
+            GRPOConfig(**bad)
+
+
+def test_task_order_is_a_pure_function_of_seed_and_position():
+    stream = pick_tasks(5, 0, 15, seed=3)
+    assert sorted(stream[:5]) == sorted(stream[5:10]) == list(range(5))  # each epoch a permutation
+    assert pick_tasks(5, 7, 4, seed=3) == stream[7:11]  # resuming at a position replays it
+    assert pick_tasks(5, 0, 5, seed=4) != stream[:5]
+
+
+def test_infra_failures_are_excluded_from_group_statistics(tiny_policy, suite):
+    """Group of 3 where sample 2 hits a backend error: it has no reward, advantage 0, and
+    the other two get exactly the advantages of a group of those two alone."""
+    model, tokenizer = tiny_policy
+    _, tasks = suite
+    config = dataclasses.replace(ROLLOUT, samples_per_task=3)
+    rollouts = sample_episodes(
+        tasks[:1], model, tokenizer, config, EnvConfig(), SandboxConfig(),
+        generate_fn=scripted_generate(model, tokenizer, tasks, fail_index=2),
+    )  # fmt: skip
+    assert [r.infra_failure for r in rollouts] == [False, False, True]
+    rewards, group_ids, valid = rollout_rewards(rollouts)
+    assert valid.tolist() == [True, True, False] and math.isnan(rewards[2])
+    assert rewards[0] > rewards[1]  # the fix beats giving up
+    for scale, loo in ((True, False), (False, False), (True, True)):
+        adv = group_advantages(rewards, group_ids, scale_by_std=scale, leave_one_out=loo,
+                               valid_mask=valid)  # fmt: skip
+        alone = group_advantages(rewards[:2], group_ids[:2], scale_by_std=scale, leave_one_out=loo)
+        assert adv[2] == 0.0
+        torch.testing.assert_close(adv[:2], alone)
+        assert adv[0] > 0 > adv[1]
+
+
+def _run(model, tokenizer, tasks, out, iterations, **overrides):
+    config = GRPOConfig(
+        iterations=iterations, tasks_per_iteration=1, group_size=2, learning_rate=1e-3,
+        ppo_epochs=2, minibatch_size=1, micro_batch_size=1, output_dir=str(out),
+        **overrides,
+    )  # fmt: skip
+    return train_grpo(
+        model, tokenizer, tasks, config, ROLLOUT, EnvConfig(), SandboxConfig(),
+        generate_fn=scripted_generate(model, tokenizer, tasks),
+    )  # fmt: skip
+
+
+def test_tiny_run_updates_the_policy(tiny_policy, suite, tmp_path):
+    """2 iterations on 2 tasks, G=2, mu=2 with a KL reference: parameters change, every
+    logged number is finite, the first ratio is 1 (stored log-probs = the model's)."""
+    model, tokenizer = tiny_policy
+    _, tasks = suite
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = _run(model, tokenizer, tasks, tmp_path, 2, beta=0.05, loss_type="token")
+    assert result.iterations == 2 and len(result.metrics) == 2
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed
+    for row in result.metrics:
+        assert row["infra_failures"] == 0 and row["episodes"] == 2
+        assert row["success_rate"] == 0.5  # one fix, one give-up per group
+        assert row["optimizer_steps"] == 4  # 2 epochs x 2 minibatches of 1
+        assert all(math.isfinite(v) for v in row.values()), row
+        assert "reward/tests_pass" in row and row["reward/tests_pass"] == 0.5
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["iteration"] for x in lines] == [1, 2]
+    assert (tmp_path / "policy" / "config.json").is_file()
+    assert latest_checkpoint(tmp_path).name == "iter-000002"
+
+
+def test_resume_ends_where_an_uninterrupted_run_ends(tiny_config, suite, tmp_path):
+    """4 iterations straight vs 2, then a fresh process state (new model object built from
+    scratch) resumed to 4: identical weights and identical metrics of iterations 3-4."""
+    from components.policy.model import build_policy
+
+    _, tasks = suite
+    model, tokenizer = build_policy(tiny_config)
+    straight = _run(model, tokenizer, tasks, tmp_path / "straight", 4)
+
+    first, tokenizer = build_policy(tiny_config)
+    _run(first, tokenizer, tasks, tmp_path / "killed", 2, checkpoint_every=1)
+    del first  # the "killed" process: nothing survives but the output folder
+    fresh, tokenizer = build_policy(tiny_config)
+    resumed = _run(fresh, tokenizer, tasks, tmp_path / "killed", 4)
+
+    assert resumed.resumed_from == 2 and [r["iteration"] for r in resumed.metrics] == [3, 4]
+    for (name, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items(),
+                                 strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+    strip = [{k: v for k, v in r.items() if k not in TIMING} for r in straight.metrics[2:]]
+    assert strip == [{k: v for k, v in r.items() if k not in TIMING} for r in resumed.metrics]
+    logged = (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["iteration"] for x in logged] == [1, 2, 3, 4]
+
+
+def test_cli_smoke(tiny_policy, suite, tmp_path, capsys):
+    """main_grpo through its argument parser, sampling with the (untrained) model itself."""
+    from components.policy.model import save_policy
+
+    root, _ = suite
+    policy_dir = save_policy(*tiny_policy, tmp_path / "start")
+    code = main_grpo(["--policy", str(policy_dir), "--tasks", str(root), "--out",
+                      str(tmp_path / "run"), "--iterations", "1", "--group-size", "2",
+                      "--tasks-per-iteration", "1", "--max-new-tokens", "8",
+                      "--max-steps", "1", "--workers", "1", "--lr", "1e-4"])  # fmt: skip
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iterations"] == 1 and out["last"]["episodes"] == 2
+    assert (tmp_path / "run" / "policy" / "config.json").is_file()
