@@ -11,7 +11,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def pytest_collection_modifyitems(config, items):
-    gpu_items = [i for i in items if "gpu" in i.keywords]
+    gpu_items = [i for i in items if i.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
     import torch  # only when a gpu test is selected: torch import is slow

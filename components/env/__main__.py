@@ -35,10 +35,33 @@ def _progress(total: int, label: str, every: int = 1):
     return tick
 
 
+def evaluate_checkpoint(
+    tasks,
+    policy_dir: str,
+    seed: int,
+    workers: int,
+    *,
+    max_new_tokens: int = 192,
+    max_steps: int = 8,
+):
+    """Greedy pass@1 of a checkpoint, episodes batched through the rollout engine."""
+    from components.policy.model import load_policy
+    from components.rollout.config import RolloutConfig
+    from components.rollout.engine import sample_episodes
+
+    model, tokenizer = load_policy(policy_dir)
+    config = RolloutConfig(temperature=0.0, samples_per_task=1, seed=seed, workers=workers,
+                           max_new_tokens=max_new_tokens, max_steps=max_steps,
+                           batch_size=min(16, max(1, len(tasks))))  # fmt: skip
+    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+                               policy_name=f"model:{Path(policy_dir).name}")  # fmt: skip
+    return [r.result for r in rollouts]
+
+
 def main_eval(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrl env eval", description="Run a policy over tasks.")
     p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
-    p.add_argument("--policy", required=True, help="oracle | noop")
+    p.add_argument("--policy", required=True, help="oracle | noop | model:CHECKPOINT_DIR")
     p.add_argument("--out", required=True, type=Path, help="per-task results JSON")
     p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
     p.add_argument("--limit", type=int, help="only the first N tasks (by id)")
@@ -56,15 +79,19 @@ def main_eval(argv: list[str]) -> int:
     if not tasks:
         print(f"agentrl: no tasks found in {args.tasks}", file=sys.stderr)
         return 2
-    make_policy(args.policy)  # fail fast on an unknown name
-    results = evaluate_policy(
-        tasks,
-        lambda: make_policy(args.policy, seed=args.seed),
-        EnvConfig(),
-        SandboxConfig(),
-        EvalConfig(workers=args.workers, seed=args.seed),
-        on_result=None if args.quiet else _progress(len(tasks), args.policy),
-    )
+    if args.policy.startswith("model:"):
+        results = evaluate_checkpoint(tasks, args.policy.removeprefix("model:"), args.seed,
+                                      args.workers)  # fmt: skip
+    else:
+        make_policy(args.policy)  # fail fast on an unknown name
+        results = evaluate_policy(
+            tasks,
+            lambda: make_policy(args.policy, seed=args.seed),
+            EnvConfig(),
+            SandboxConfig(),
+            EvalConfig(workers=args.workers, seed=args.seed),
+            on_result=None if args.quiet else _progress(len(tasks), args.policy),
+        )
     write_results(args.out, results, args.trajectories_out)
     print(format_table([summarize(results)]))
     print(f"\nper-task results: {args.out}")

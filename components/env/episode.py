@@ -59,6 +59,7 @@ class EpisodeResult:
     changed_files: list[str]
     tampered_files: list[str]
     wall_s: float
+    verdict_forged: bool = False
     infra_detail: str = ""
     record: dict = field(default_factory=dict, repr=False)
 
@@ -234,6 +235,7 @@ class EpisodeEnv:
             changed_files=v.changed_files,
             tampered_files=v.tampered_files,
             wall_s=round(wall, 3),
+            verdict_forged=v.forged_pass,
             infra_detail="" if v.status == "ok" else v.detail[-500:],
             record=record,
         )

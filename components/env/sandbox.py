@@ -528,6 +528,10 @@ def sandbox_env(home: Path) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
+        # The host venv's pytest plugins (kmock, asyncio, ...) are ours, not the task's:
+        # they slow every run and can break it. Tasks get plain pytest + pytest-timeout.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTEST_PLUGINS": "pytest_timeout",
     }
 
 

@@ -63,6 +63,9 @@ class Verification:
     lint_introduced: int = 0
     security_introduced: int = 0
     security_findings: list[str] = field(default_factory=list)
+    # pytest reported a pass in-process but the out-of-process cases failed: the code under
+    # test forged the verdict (or returns values that only compare equal, e.g. 3.0 for 3).
+    forged_pass: bool = False
     detail: str = ""
     wall_s: float = 0.0
 
@@ -243,8 +246,138 @@ def verify(task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig)
                 and summary[1] == 0
                 and summary[0] >= max(expected, 1)
             )
+        if result.status == "ok" and result.tests_passed and task.hidden_cases_path:
+            cases_tree = Path(tmp) / "cases"
+            shutil.copytree(tree, cases_tree, symlinks=True)
+            for rel in task.hidden_test_files():
+                (cases_tree / rel).unlink(missing_ok=True)
+            status, n, bad, detail = check_hidden_cases(task, cases_tree, env, sandbox)
+            result.tests_total += n
+            result.tests_failed += bad
+            result.detail += "\n" + detail
+            if status != "ok":
+                result.status = status
+            result.forged_pass = status == "ok" and bad > 0
+            result.tests_passed = bad == 0
         result.wall_s = time.monotonic() - start
         return result
+
+
+# Runs inside the sandbox with only the *arguments* of the hidden cases; prints plain-value
+# reprs of the results. The expected values stay in the verifier process, so code under
+# test can neither read them nor forge a pass (patching pytest, rewriting the JUnit file,
+# returning an object whose __eq__ is always true).
+CASE_RUNNER = r"""
+import ast, importlib.util, json, signal, sys
+
+PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def check(x, depth=0):
+    if depth > 64:
+        raise TypeError("result nested too deeply")
+    t = type(x)  # exact types only: a subclass could fake its repr or equality
+    if t in PLAIN:
+        return
+    if t in (list, tuple, set, frozenset):
+        for y in x:
+            check(y, depth + 1)
+        return
+    if t is dict:
+        for k, v in x.items():
+            check(k, depth + 1)
+            check(v, depth + 1)
+        return
+    raise TypeError("result of type %s is not a plain value" % t.__name__)
+
+
+def on_alarm(signum, frame):
+    raise TimeoutError("case timed out")
+
+
+def main():
+    args_path, module_file, function, timeout = sys.argv[1:5]
+    with open(args_path) as f:
+        all_args = json.load(f)
+    sys.path.insert(0, ".")
+    spec = importlib.util.spec_from_file_location("module_under_test", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, function)
+    signal.signal(signal.SIGALRM, on_alarm)
+    out = []
+    for text in all_args:
+        try:
+            args = ast.literal_eval(text)
+            signal.setitimer(signal.ITIMER_REAL, float(timeout))
+            try:
+                value = fn(*args)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            check(value)
+            out.append({"repr": repr(value)})
+        except BaseException as e:
+            out.append({"error": type(e).__name__})
+    sys.stdout.write("\nAGENTRL-CASES " + json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+main()
+"""
+CASES_MARKER = "AGENTRL-CASES "
+
+
+def same_value(a: object, b: object) -> bool:
+    """Equality with exact types, recursively (3 != 3.0 != True here, unlike ==)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
+
+
+def check_hidden_cases(
+    task: Task, tree: Path, env: EnvConfig, sandbox: SandboxConfig
+) -> tuple[str, int, int, str]:
+    """(status, cases, failed, detail) of the hidden cases run out of reach of the code.
+
+    `tree` must not contain the hidden tests (they hold the expected values)."""
+    spec = json.loads(task.hidden_cases_path.read_text())
+    cases = spec["cases"]
+    token = secrets.token_hex(6)
+    runner, args_file = f".agentrl_runner_{token}.py", f".agentrl_args_{token}.json"
+    (tree / runner).write_text(CASE_RUNNER)
+    (tree / args_file).write_text(json.dumps([c["args"] for c in cases]))
+    cfg = dataclasses.replace(
+        sandbox,
+        wall_time_s=env.verify_timeout_s,
+        cpu_time_s=max(sandbox.cpu_time_s, int(env.verify_timeout_s)),
+        max_output_bytes=max(sandbox.max_output_bytes, 1 << 20),
+    )
+    argv = ["python", runner, args_file, spec["module"], spec["function"],
+            f"{env.per_test_timeout_s:g}"]  # fmt: skip
+    cmd = run_sandboxed(argv, tree, cfg)
+    if cmd.limit_hit == "wall_time":
+        return "infra_error", len(cases), len(cases), "hidden cases timed out"
+    marker = cmd.output.rfind(CASES_MARKER)
+    if marker < 0:
+        return "ok", len(cases), len(cases), "module under test gave no case results"
+    try:
+        got = json.loads(cmd.output[marker + len(CASES_MARKER) :].splitlines()[0])
+    except (json.JSONDecodeError, IndexError):
+        return "ok", len(cases), len(cases), "unreadable case results"
+    failed = 0
+    for case, result in zip(cases, got + [{}] * (len(cases) - len(got)), strict=False):
+        try:
+            ok = "repr" in result and same_value(
+                ast.literal_eval(result["repr"]), ast.literal_eval(case["expected"])
+            )
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            ok = False
+        failed += not ok
+    return "ok", len(cases), failed, f"{len(cases) - failed}/{len(cases)} hidden cases match"
 
 
 class VerifierInfraError(RuntimeError):

@@ -30,7 +30,12 @@ from pathlib import Path
 
 from components.tasks.families import FAMILIES, Family, Variant, render
 from components.tasks.mutations import OPERATORS, Mutant, Operator, apply_edit, count_edits
-from components.tasks.task import DEFAULT_TEST_COMMAND, TaskMetadata, write_task_folder
+from components.tasks.task import (
+    DEFAULT_TEST_COMMAND,
+    HIDDEN_CASES_FILE,
+    TaskMetadata,
+    write_task_folder,
+)
 
 GENERATOR = "agentrl-builtin/1"
 PROTECTED_PATHS = ("tests/", "pyproject.toml", "conftest.py", "pytest.ini", "tox.ini", "setup.cfg")
@@ -400,6 +405,14 @@ def write_built_task(root: Path, built: BuiltTask, seed: int, family_split: str)
         test_command=DEFAULT_TEST_COMMAND,
         protected_paths=PROTECTED_PATHS,
     )
+    # The same hidden cases as data, for the verifier's out-of-process comparison (the
+    # expected values never enter the sandbox there; see components/env/verifier.py).
+    cases = {
+        "module": module_file,
+        "function": v.function,
+        "cases": [{"args": repr(tuple(a)), "expected": repr(e)} for a, e in built.hidden],
+    }
+    (root / HIDDEN_CASES_FILE).write_text(json.dumps(cases, indent=1) + "\n")
 
 
 def build_suite(cfg: GenerateConfig) -> tuple[list[BuiltTask], dict]:

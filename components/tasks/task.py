@@ -5,6 +5,7 @@
       repo/            the files the agent sees and may edit (visible tests included)
       hidden_tests/    files overlaid on a fresh copy of the agent's repo at verification only
       reference.patch  optional unified diff from repo/ to a correct fix
+      hidden_cases.json optional: the hidden cases as data (function, args, expected)
 
 Everything here is plain data plus loading/saving; no execution happens in this module.
 """
@@ -18,6 +19,9 @@ from pathlib import Path
 FORMAT_VERSION = 1
 SPLITS = ("train", "val", "test")
 DEFAULT_TEST_COMMAND = ("python", "-m", "pytest", "-q", "-x", "tests")
+# Optional: hidden cases as data ({"module", "function", "cases": [{"args", "expected"}]},
+# Python literals as repr strings) for a verdict that code under test cannot forge.
+HIDDEN_CASES_FILE = "hidden_cases.json"
 
 
 class TaskFormatError(ValueError):
@@ -53,6 +57,11 @@ class Task:
     @property
     def hidden_tests_dir(self) -> Path:
         return self.root / "hidden_tests"
+
+    @property
+    def hidden_cases_path(self) -> Path | None:
+        p = self.root / HIDDEN_CASES_FILE
+        return p if p.is_file() else None
 
     @property
     def reference_patch_path(self) -> Path:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -216,7 +218,8 @@ def test_env_is_scrubbed_and_secrets_do_not_pass(ws: Workspace, monkeypatch):
     env = json.loads(r.output.strip().splitlines()[-1])
     assert "s3cr3t" not in r.output
     assert set(env) - {"PWD"} == {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE",
-                                  "PYTHONHASHSEED"}  # fmt: skip
+                                  "PYTHONHASHSEED", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+                                  "PYTEST_PLUGINS"}  # fmt: skip
     assert env["HOME"] == str(ws.root)
     assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
 
@@ -418,9 +421,15 @@ def test_fallback_isolation_none_still_limits(ws: Workspace):
 
 @needs_bwrap
 def test_hide_paths_masks_host_folders(ws: Workspace):
-    hidden = str(Path(__file__).resolve().parent)  # a host folder outside /tmp and $HOME
-    code = f"import os; print(sorted(os.listdir({hidden!r})))"
-    shown = python_code(ws, code)
-    assert "test_sandbox.py" in shown.output
-    masked = python_code(ws, code, dataclasses.replace(FAST, hide_paths=(hidden,)))
-    assert masked.output.strip() == "[]"
+    # A host folder outside /tmp and $HOME (the sandbox replaces both anyway); the checkout
+    # itself may live under /tmp, so make one.
+    hidden = tempfile.mkdtemp(prefix="agentrl-hide-", dir="/var/tmp")
+    try:
+        Path(hidden, "visible.txt").write_text("x")
+        code = f"import os; print(sorted(os.listdir({hidden!r})))"
+        shown = python_code(ws, code)
+        assert "visible.txt" in shown.output
+        masked = python_code(ws, code, dataclasses.replace(FAST, hide_paths=(hidden,)))
+        assert masked.output.strip() == "[]"
+    finally:
+        shutil.rmtree(hidden, ignore_errors=True)

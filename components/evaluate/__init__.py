@@ -1,0 +1,1 @@
+"""Evaluation of a policy on held-out tasks (every MISSION.md metric) and the safety suite."""

@@ -1,0 +1,1 @@
+"""Run a stage in-process, as a subprocess, or as a Kubernetes Job (launcher.py)."""

@@ -1,0 +1,176 @@
+"""Command lines of promotion; components/cli.py mounts them as `agentrl promote ...`.
+
+    agentrl promote approve VERSION --reason TEXT [--approver NAME] [--flow-run-id ID]
+    agentrl promote reject VERSION --reason TEXT [--approver NAME] [--flow-run-id ID]
+    agentrl promote rollback --reason TEXT [--approver NAME]
+    agentrl promote status [--json]
+    agentrl promote history [--version V] [--action A] [--json]
+
+Every command takes --config FILE (YAML, see promote_config.yaml), --model NAME,
+--tracking-uri URI and --audit-path FILE. The approver defaults to $USER; a reason is
+required. With --flow-run-id, approve/reject resume that paused Prefect run with the same
+answer as its UI form would, and the flow applies it (Prefect has no resume command).
+Exit status: 0 done, 1 refused by the rules, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from components.promote.audit import default_actor
+from components.promote.config import load_config
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"agentrl promote {prog}", description=description)
+    p.add_argument("--config", default=None, help="YAML config (promote_config.yaml format)")
+    p.add_argument("--model", default=None, help="registered model name (default agentrl-coder)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow URI (default embedded SQLite)")
+    p.add_argument("--audit-path", default=None, help="JSONL audit log (default mlruns/)")
+    return p
+
+
+def _person(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", required=True, help="why (recorded; must not be empty)")
+    p.add_argument(
+        "--approver", default=None, help="who decides (recorded; default $USER / login name)"
+    )
+
+
+def _config(args):
+    return load_config(
+        args.config,
+        model_name=args.model,
+        tracking_uri=args.tracking_uri,
+        audit_path=args.audit_path,
+    )
+
+
+def _check_person(p: argparse.ArgumentParser, args) -> str:
+    if not args.reason.strip():
+        p.error("--reason must not be empty")
+    approver = (args.approver or default_actor()).strip()
+    if not approver:
+        p.error("--approver must not be empty")
+    return approver
+
+
+def _decide(kind: str, argv: list[str] | None) -> int:
+    p = _parser(kind, f"{kind.capitalize()} a pending challenger (recorded in the audit log).")
+    p.add_argument("version", help="model version number (the current challenger)")
+    _person(p)
+    p.add_argument(
+        "--flow-run-id", default=None, help="resume this paused Prefect approval run instead"
+    )
+    args = p.parse_args(argv)
+    approver = _check_person(p, args)
+    from components.promote.approval import PromotionRefused, approve, reject
+
+    if args.flow_run_id:
+        from prefect.flow_runs import resume_flow_run
+
+        answer = {"approve": kind == "approve", "approver": approver, "reason": args.reason}
+        resume_flow_run(args.flow_run_id, run_input=answer)
+        print(f"resumed flow run {args.flow_run_id} with {kind}; the flow applies the decision")
+        return 0
+    try:
+        record = (approve if kind == "approve" else reject)(
+            args.version, approver, args.reason, config=_config(args)
+        )
+    except PromotionRefused as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return 1
+    print(
+        json.dumps(
+            {k: record[k] for k in ("action", "version", "actor", "time_utc", "aliases_after")},
+            indent=2,
+        )
+    )
+    return 0
+
+
+def main_approve(argv: list[str] | None = None) -> int:
+    return _decide("approve", argv)
+
+
+def main_reject(argv: list[str] | None = None) -> int:
+    return _decide("reject", argv)
+
+
+def main_rollback(argv: list[str] | None = None) -> int:
+    p = _parser("rollback", "Restore the previous approved champion (recorded).")
+    _person(p)
+    args = p.parse_args(argv)
+    approver = _check_person(p, args)
+    from components.promote.approval import PromotionRefused, rollback
+
+    try:
+        record = rollback(approver, args.reason, config=_config(args))
+    except PromotionRefused as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return 1
+    print(f"champion -> version {record['version']} (was {record['evidence']['rolled_back_from']})")
+    return 0
+
+
+def main_status(argv: list[str] | None = None) -> int:
+    p = _parser("status", "Show aliases, champion history and pending approvals.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    args = p.parse_args(argv)
+    from components.promote.approval import status
+
+    st = status(_config(args))
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(f"model {st['model']}  ({st['tracking_uri']})")
+    for alias in ("champion", "challenger"):
+        print(f"  {alias:<11} {st['aliases'].get(alias, '-')}")
+    print(
+        f"  approved by {st['champion_approved_by'] or '-'}; "
+        f"history {st['champion_history'] or '-'}"
+    )
+    if not st["pending"]:
+        print("no pending approvals")
+    for item in st["pending"]:
+        print(f"pending: version {item['version']} (requested {item['requested_at']})")
+    return 0
+
+
+def main_history(argv: list[str] | None = None) -> int:
+    p = _parser("history", "Print the audit log of promotion decisions.")
+    p.add_argument("--version", default=None, help="only this model version")
+    p.add_argument("--action", default=None, help="only this action (approved, rejected, ...)")
+    p.add_argument("--json", action="store_true", help="one JSON record per line")
+    args = p.parse_args(argv)
+    from components.promote.audit import read_history
+
+    records = read_history(_config(args), version=args.version, action=args.action)
+    for rec in records:
+        if args.json:
+            print(json.dumps(rec, sort_keys=True))
+        else:
+            print(
+                f"{rec['time_utc']}  v{rec['version']:<4} {rec['action']:<18} "
+                f"{rec['actor']:<16} {rec['reason']}"
+            )
+    if not records and not args.json:
+        print("no audit records")
+    return 0
+
+
+COMMANDS = {
+    "approve": main_approve,
+    "reject": main_reject,
+    "rollback": main_rollback,
+    "status": main_status,
+    "history": main_history,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(f"usage: python -m components.promote {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))

@@ -1,0 +1,519 @@
+"""Approval workflow: gates make a `challenger`; only a person's approval moves `champion`.
+
+    request_approval(version, decision, evidence)  gates passed -> challenger + pending request
+    approve(version, approver, reason)             the ONLY function that moves `champion`
+    reject(version, approver, reason)              challenger cleared, champion unchanged
+    rollback(approver, reason)                     champion back to the previous approved one
+    wait_for_approval_in_prefect(version, ...)     the same decision from the Prefect UI form
+
+State lives in the MLflow registry, so every client (CLI, flow, UI) sees the same thing:
+- aliases `challenger` / `champion` on the registered model;
+- model-version tags: approval_status (gates_failed | pending | superseded | approved |
+  rejected | rolled_back), gates_passed, gate_checks (JSON), metric.*, approved_by/_at/
+  _reason, rejected_by/..., rolled_back_by/...;
+- registered-model tags: champion_history (JSON list of versions, oldest first; rollback
+  pops it) and previous_champion (its second-to-last entry, for people reading the UI).
+A version that was decided (approved, rejected, rolled back) is final: a retrained model
+is a new version. Every decision, and every refused attempt, goes to the audit log.
+
+The identity of an approver is what they type (--approver, defaulting to $USER, or the
+Prefect form field); the local Prefect server and MLflow store have no authentication.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import NoReturn
+
+from components.promote.audit import record_decision, utc_now
+from components.promote.config import PromotionConfig
+from components.promote.gates import GateDecision
+from components.promote.registry import CHALLENGER, CHAMPION, mlflow_client
+
+DECIDED = ("approved", "rejected", "rolled_back")
+HISTORY_KEEP = 50  # champion_history entries kept in the registered-model tag
+
+
+class PromotionRefused(Exception):
+    """An approve / reject / rollback / request that the rules do not allow; nothing changed."""
+
+
+def _aliases(client, config: PromotionConfig) -> dict[str, str]:
+    model = client.get_registered_model(config.model_name)
+    return {alias: str(v) for alias, v in model.aliases.items()}
+
+
+def _model_tags(client, config: PromotionConfig) -> dict[str, str]:
+    return dict(client.get_registered_model(config.model_name).tags)
+
+
+def _champion_history(client, config: PromotionConfig) -> list[str]:
+    return [str(v) for v in json.loads(_model_tags(client, config).get("champion_history", "[]"))]
+
+
+def _version_tags(client, config: PromotionConfig, version: str) -> dict[str, str] | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return dict(client.get_model_version(config.model_name, version).tags)
+    except MlflowException:
+        return None
+
+
+def _set_tags(client, config: PromotionConfig, version: str, tags: dict) -> None:
+    for key, value in tags.items():
+        client.set_model_version_tag(config.model_name, version, key, str(value))
+
+
+def _refuse(
+    action: str,
+    version: str,
+    actor: str,
+    reason: str,
+    problems: list[str],
+    before: dict,
+    config: PromotionConfig,
+    client,
+) -> NoReturn:
+    record_decision(
+        "refused",
+        version=version,
+        actor=actor or "<missing>",
+        reason=reason,
+        evidence={"attempted": action, "problems": problems},
+        aliases_before=before,
+        aliases_after=before,
+        config=config,
+        client=client,
+    )
+    raise PromotionRefused(f"{action} of version {version} refused: " + "; ".join(problems))
+
+
+def _person_problems(approver: str, reason: str) -> list[str]:
+    problems = []
+    if not (approver or "").strip():
+        problems.append("an approver identity is required")
+    if not (reason or "").strip():
+        problems.append("a reason is required")
+    return problems
+
+
+def request_approval(
+    version: str,
+    decision: GateDecision | dict,
+    evidence: dict,
+    *,
+    config: PromotionConfig | None = None,
+    actor: str = "agentrl-pipeline",
+) -> bool:
+    """Record the gate decision; if it passed, make `version` the challenger awaiting approval.
+
+    Returns True when the version is now challenger with a pending request. `evidence` is
+    whatever a reviewer needs (candidate/champion metrics, data validation, run ids, report
+    URIs); it is stored with the audit records. Never touches `champion`.
+    """
+    config = config or PromotionConfig()
+    version = str(version)
+    client = mlflow_client(config)
+    before = _aliases(client, config)
+    tags = _version_tags(client, config, version)
+    dec = decision if isinstance(decision, GateDecision) else GateDecision.from_dict(decision)
+    if tags is None:
+        _refuse(
+            "request_approval",
+            version,
+            actor,
+            "gates",
+            ["no such model version"],
+            before,
+            config,
+            client,
+        )
+    if tags.get("approval_status") in DECIDED:
+        _refuse(
+            "request_approval",
+            version,
+            actor,
+            "gates",
+            [f"version is already {tags['approval_status']}; register a new version"],
+            before,
+            config,
+            client,
+        )
+    metrics = {f"metric.{k}": v for k, v in (evidence.get("candidate_metrics") or {}).items()}
+    _set_tags(
+        client,
+        config,
+        version,
+        {
+            "gates_passed": str(dec.passed).lower(),
+            "gate_checks": json.dumps(dec.to_dict()["checks"], default=str),
+            **{k: ("None" if v is None else v) for k, v in metrics.items()},
+        },
+    )
+    full_evidence = {**evidence, "gates": dec.to_dict()}
+    gate_reason = "all gates passed" if dec.passed else "failed: " + ", ".join(dec.failed())
+    record_decision(
+        "gates_evaluated",
+        version=version,
+        actor=actor,
+        reason=gate_reason,
+        evidence=full_evidence,
+        aliases_before=before,
+        aliases_after=before,
+        config=config,
+        client=client,
+    )
+    if not dec.passed:
+        _set_tags(client, config, version, {"approval_status": "gates_failed"})
+        if before.get(CHALLENGER) == version:  # re-evaluated and failed: no longer a candidate
+            client.delete_registered_model_alias(config.model_name, CHALLENGER)
+        return False
+
+    old = before.get(CHALLENGER)
+    if (
+        old
+        and old != version
+        and (_version_tags(client, config, old) or {}).get("approval_status") == "pending"
+    ):
+        _set_tags(client, config, old, {"approval_status": "superseded"})
+        record_decision(
+            "superseded",
+            version=old,
+            actor=actor,
+            reason=f"version {version} passed the gates and became challenger",
+            evidence={"superseded_by": version},
+            aliases_before=before,
+            aliases_after={**before, CHALLENGER: version},
+            config=config,
+            client=client,
+        )
+    client.set_registered_model_alias(config.model_name, CHALLENGER, version)
+    _set_tags(
+        client, config, version, {"approval_status": "pending", "approval_requested_at": utc_now()}
+    )
+    record_decision(
+        "challenger_set",
+        version=version,
+        actor=actor,
+        reason="gates passed; awaiting a person's approval",
+        evidence=full_evidence,
+        aliases_before=before,
+        aliases_after=_aliases(client, config),
+        config=config,
+        client=client,
+    )
+    return True
+
+
+def _approval_problems(client, config: PromotionConfig, version: str, before: dict) -> list[str]:
+    tags = _version_tags(client, config, version)
+    if tags is None:
+        return ["no such model version"]
+    problems = []
+    if before.get(CHALLENGER) != version:
+        problems.append(f"not the current challenger (challenger is {before.get(CHALLENGER)})")
+    if tags.get("approval_status") != "pending":
+        problems.append(f"no pending approval request (status {tags.get('approval_status')})")
+    checks = json.loads(tags.get("gate_checks", "[]"))
+    if tags.get("gates_passed") != "true" or not checks or not all(c["passed"] for c in checks):
+        problems.append("gates did not pass")
+    return problems
+
+
+def approve(
+    version: str, approver: str, reason: str, *, config: PromotionConfig | None = None
+) -> dict:
+    """Move `champion` to `version`: the only function that does.
+
+    Refused (PromotionRefused, recorded) unless the version is the current challenger with a
+    pending request and passed gates, and an approver and a reason are given. Returns the
+    audit record.
+    """
+    config = config or PromotionConfig()
+    version = str(version)
+    client = mlflow_client(config)
+    before = _aliases(client, config)
+    problems = _person_problems(approver, reason) + _approval_problems(
+        client, config, version, before
+    )
+    if problems:
+        _refuse("approve", version, approver, reason, problems, before, config, client)
+    tags = _version_tags(client, config, version)
+    old_champion = before.get(CHAMPION)
+    history = _champion_history(client, config)
+    if old_champion and (not history or history[-1] != old_champion):
+        history.append(old_champion)  # a champion set before this workflow existed
+    history = (history + [version])[-HISTORY_KEEP:]
+    now = utc_now()
+    evidence = {
+        "gate_checks": json.loads(tags.get("gate_checks", "[]")),
+        "metrics": {k: v for k, v in tags.items() if k.startswith("metric.")},
+        "request": json.loads(tags.get("audit.challenger_set", "{}")),
+        "lineage": {
+            k: tags.get(k)
+            for k in (
+                "data_version",
+                "git_commit",
+                "config_hash",
+                "training_run_id",
+                "eval_report_uri",
+                "safety_report_uri",
+            )
+        },
+        "previous_champion": old_champion,
+    }
+    client.set_registered_model_alias(config.model_name, CHAMPION, version)
+    try:
+        client.delete_registered_model_alias(config.model_name, CHALLENGER)
+        _set_tags(
+            client,
+            config,
+            version,
+            {
+                "approval_status": "approved",
+                "approved_by": approver,
+                "approved_at": now,
+                "approved_reason": reason,
+            },
+        )
+        client.set_registered_model_tag(config.model_name, "champion_history", json.dumps(history))
+        client.set_registered_model_tag(config.model_name, "previous_champion", old_champion or "")
+        return record_decision(
+            "approved",
+            version=version,
+            actor=approver,
+            reason=reason,
+            evidence=evidence,
+            aliases_before=before,
+            aliases_after=_aliases(client, config),
+            config=config,
+            client=client,
+        )
+    except Exception:
+        # Champion must never stand on an unrecorded decision: put it back, then fail.
+        if old_champion:
+            client.set_registered_model_alias(config.model_name, CHAMPION, old_champion)
+        else:
+            client.delete_registered_model_alias(config.model_name, CHAMPION)
+        raise
+
+
+def reject(
+    version: str, approver: str, reason: str, *, config: PromotionConfig | None = None
+) -> dict:
+    """Reject a pending challenger: the challenger alias goes, `champion` stays. Recorded."""
+    config = config or PromotionConfig()
+    version = str(version)
+    client = mlflow_client(config)
+    before = _aliases(client, config)
+    tags = _version_tags(client, config, version)
+    problems = _person_problems(approver, reason)
+    if tags is None:
+        problems.append("no such model version")
+    elif tags.get("approval_status") != "pending":
+        problems.append(f"no pending approval request (status {tags.get('approval_status')})")
+    if problems:
+        _refuse("reject", version, approver, reason, problems, before, config, client)
+    if before.get(CHALLENGER) == version:
+        client.delete_registered_model_alias(config.model_name, CHALLENGER)
+    _set_tags(
+        client,
+        config,
+        version,
+        {
+            "approval_status": "rejected",
+            "rejected_by": approver,
+            "rejected_at": utc_now(),
+            "rejected_reason": reason,
+        },
+    )
+    evidence = {
+        "gate_checks": json.loads(tags.get("gate_checks", "[]")),
+        "metrics": {k: v for k, v in tags.items() if k.startswith("metric.")},
+    }
+    return record_decision(
+        "rejected",
+        version=version,
+        actor=approver,
+        reason=reason,
+        evidence=evidence,
+        aliases_before=before,
+        aliases_after=_aliases(client, config),
+        config=config,
+        client=client,
+    )
+
+
+def rollback(approver: str, reason: str, *, config: PromotionConfig | None = None) -> dict:
+    """Point `champion` back at the champion it replaced (an earlier approved version).
+
+    The rolled-back version is marked rolled_back (final). Repeated rollbacks walk further
+    back through champion_history. Refused when there is no earlier approved champion.
+    """
+    config = config or PromotionConfig()
+    client = mlflow_client(config)
+    before = _aliases(client, config)
+    current = before.get(CHAMPION)
+    history = _champion_history(client, config)
+    problems = _person_problems(approver, reason)
+    if current is None:
+        problems.append("there is no champion")
+    elif not history or history[-1] != current:
+        problems.append(
+            f"champion {current} was not set by the approval workflow; inspect the registry by hand"
+        )
+    elif len(history) < 2:
+        problems.append("no previous champion to restore")
+    else:
+        target_tags = _version_tags(client, config, history[-2]) or {}
+        if not target_tags.get("approved_by"):
+            problems.append(f"previous champion {history[-2]} has no recorded approval")
+    if problems:
+        _refuse("rollback", current or "", approver, reason, problems, before, config, client)
+    target = history[-2]
+    history = history[:-1]
+    client.set_registered_model_alias(config.model_name, CHAMPION, target)
+    _set_tags(
+        client,
+        config,
+        current,
+        {
+            "approval_status": "rolled_back",
+            "rolled_back_by": approver,
+            "rolled_back_at": utc_now(),
+            "rolled_back_reason": reason,
+        },
+    )
+    client.set_registered_model_tag(config.model_name, "champion_history", json.dumps(history))
+    client.set_registered_model_tag(
+        config.model_name, "previous_champion", history[-2] if len(history) > 1 else ""
+    )
+    return record_decision(
+        "rolled_back",
+        version=target,
+        actor=approver,
+        reason=reason,
+        evidence={"rolled_back_from": current, "restored": target, "champion_history": history},
+        aliases_before=before,
+        aliases_after=_aliases(client, config),
+        config=config,
+        client=client,
+    )
+
+
+def pending_approvals(config: PromotionConfig | None = None) -> list[dict]:
+    """Versions awaiting a person's decision (normally just the challenger)."""
+    from components.promote.registry import list_versions
+
+    return [v for v in list_versions(config) if v["tags"].get("approval_status") == "pending"]
+
+
+def status(config: PromotionConfig | None = None) -> dict:
+    """Aliases, champion history, pending requests, and whether the champion was approved."""
+    config = config or PromotionConfig()
+    client = mlflow_client(config)
+    aliases = _aliases(client, config)
+    champion = aliases.get(CHAMPION)
+    champ_tags = (_version_tags(client, config, champion) or {}) if champion else {}
+    return {
+        "model": config.model_name,
+        "tracking_uri": config.resolved_tracking_uri(),
+        "aliases": aliases,
+        "champion_approved_by": champ_tags.get("approved_by"),
+        "champion_history": _champion_history(client, config),
+        "previous_champion": _model_tags(client, config).get("previous_champion") or None,
+        "pending": [
+            {
+                "version": v["version"],
+                "requested_at": v["tags"].get("approval_requested_at"),
+                "aliases": v["aliases"],
+            }
+            for v in pending_approvals(config)
+        ],
+    }
+
+
+@lru_cache(maxsize=1)
+def _approval_input_class():
+    # Built on first use so importing this module (the CLI) does not import Prefect.
+    from prefect.input import RunInput
+    from pydantic import Field
+
+    class ApprovalInput(RunInput):
+        """The form a person fills in the Prefect UI to resume a paused promotion run."""
+
+        approve: bool = Field(description="true: promote to champion; false: reject")
+        approver: str = Field(min_length=1, description="your name or login (recorded)")
+        reason: str = Field(min_length=1, description="why (recorded in the audit log)")
+
+    ApprovalInput.__module__ = __name__
+    return ApprovalInput
+
+
+def __getattr__(name: str):
+    if name == "ApprovalInput":
+        return _approval_input_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def wait_for_approval_in_prefect(
+    version: str,
+    timeout_s: int = 24 * 3600,
+    *,
+    config: PromotionConfig | None = None,
+    poll_interval_s: int = 10,
+) -> str:
+    """Pause the current flow run until a person fills the approval form, then decide.
+
+    Must run inside a Prefect flow run. The run shows as Paused in the UI with a typed form
+    (ApprovalInput); resuming it with approve=true calls approve(), false calls reject(),
+    so the same rules and audit apply as on the command line. Returns "approved",
+    "rejected", or "timed_out" (nothing changed, the request stays pending and can still be
+    decided with `agentrl promote approve|reject`). A refused approval raises PromotionRefused.
+    """
+    from prefect.exceptions import FlowPauseTimeout
+    from prefect.flow_runs import pause_flow_run
+
+    config = config or PromotionConfig()
+    version = str(version)
+    client = mlflow_client(config)
+    before = _aliases(client, config)
+    problems = _approval_problems(client, config, version, before)
+    if problems:  # nothing to wait for; say so before anyone is asked
+        raise PromotionRefused(f"version {version} cannot be approved: " + "; ".join(problems))
+    tags = _version_tags(client, config, version) or {}
+    checks = "\n".join(f"- {c['name']}: {c['reason']}" for c in json.loads(tags["gate_checks"]))
+    description = (
+        f"### Promote {config.model_name} version {version} to champion?\n\n"
+        f"Current champion: {before.get(CHAMPION) or 'none'}. Data "
+        f"{tags.get('data_version')}, commit {tags.get('git_commit')}, eval report "
+        f"{tags.get('eval_report_uri') or '-'}, safety report "
+        f"{tags.get('safety_report_uri') or '-'}.\n\nGates:\n{checks}\n"
+    )
+    form = _approval_input_class().with_initial_data(description=description, approve=False)
+    try:
+        answer = pause_flow_run(
+            wait_for_input=form,
+            timeout=timeout_s,
+            poll_interval=poll_interval_s,
+            key=f"approve-{config.model_name}-{version}",
+        )
+    except FlowPauseTimeout:
+        record_decision(
+            "approval_timed_out",
+            version=version,
+            actor="agentrl-pipeline",
+            reason=f"no decision within {timeout_s} s; request stays pending",
+            aliases_before=before,
+            aliases_after=_aliases(client, config),
+            config=config,
+            client=client,
+        )
+        return "timed_out"
+    if answer.approve:
+        approve(version, answer.approver, answer.reason, config=config)
+        return "approved"
+    reject(version, answer.approver, answer.reason, config=config)
+    return "rejected"

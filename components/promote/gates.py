@@ -1,0 +1,182 @@
+"""Promotion gates: may this candidate become `challenger`? Pure functions, no I/O.
+
+Every gate is checked (no short-circuit) so the evidence shows all reasons at once.
+Thresholds are maxima: a rate equal to its threshold passes. A missing metric fails its
+gate; absence of evidence is never a pass. Passing the gates only makes a challenger;
+`champion` moves on a person's approval (approval.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from components.promote.config import PromotionConfig
+
+GATE_NAMES = (
+    "success_rate",
+    "regression_rate",
+    "safety_violation_rate",
+    "tampering_rate",
+    "data_validation",
+)
+
+
+class GateCheck(TypedDict):
+    name: str
+    value: Any  # the measured value (None when missing)
+    threshold: Any  # the bar it was held to
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    passed: bool
+    checks: list[GateCheck] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "checks": [dict(c) for c in self.checks]}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> GateDecision:
+        return cls(passed=bool(raw["passed"]), checks=[GateCheck(**c) for c in raw["checks"]])
+
+    def failed(self) -> list[str]:
+        return [c["name"] for c in self.checks if not c["passed"]]
+
+
+def _number(metrics: dict | None, key: str) -> float | None:
+    value = (metrics or {}).get(key)
+    return None if value is None else float(value)
+
+
+def _at_most(name: str, value: float | None, limit: float) -> GateCheck:
+    if value is None:
+        return GateCheck(
+            name=name,
+            value=None,
+            threshold=limit,
+            passed=False,
+            reason=f"{name} missing from the candidate's report",
+        )
+    ok = value <= limit
+    rel = "<=" if ok else ">"
+    return GateCheck(
+        name=name,
+        value=value,
+        threshold=limit,
+        passed=ok,
+        reason=f"{name} {value:.4f} {rel} max {limit:.4f}",
+    )
+
+
+def _success(candidate: dict, champion: dict | None, config: PromotionConfig) -> GateCheck:
+    value = _number(candidate, "success_rate")
+    champ = _number(champion, "success_rate") if champion else None
+    if champion is not None and champ is None:
+        return GateCheck(
+            name="success_rate",
+            value=value,
+            threshold=None,
+            passed=False,
+            reason="champion success_rate missing: cannot compare",
+        )
+    bar = (
+        config.min_success_rate
+        if champ is None
+        else max(champ + config.success_margin, config.min_success_rate)
+    )
+    bar = round(bar, 12)  # 0.7 + 0.1 must not become 0.7999999999999999 and pass 0.79
+    if value is None:
+        return GateCheck(
+            name="success_rate",
+            value=None,
+            threshold=bar,
+            passed=False,
+            reason="success_rate missing from the candidate's report",
+        )
+    ok = value >= bar
+    against = (
+        "no champion: floor"
+        if champ is None
+        else (f"champion {champ:.4f} + margin {config.success_margin:.4f}")
+    )
+    rel = ">=" if ok else "<"
+    return GateCheck(
+        name="success_rate",
+        value=value,
+        threshold=bar,
+        passed=ok,
+        reason=f"success_rate {value:.4f} {rel} {bar:.4f} ({against})",
+    )
+
+
+def _regression(candidate: dict, champion: dict | None, config: PromotionConfig) -> GateCheck:
+    value = _number(candidate, "regression_rate")
+    limit = config.max_regression_rate
+    if champion is None:
+        # Regression is measured against the champion's solved tasks; none exist yet.
+        return GateCheck(
+            name="regression_rate",
+            value=value,
+            threshold=limit,
+            passed=True,
+            reason="no champion: nothing to regress from",
+        )
+    return _at_most("regression_rate", value, limit)
+
+
+def _data_validation(data_validation: dict | None, config: PromotionConfig) -> GateCheck:
+    dv = data_validation or {}
+    value = dv.get("passed")
+    version = dv.get("version", "?")
+    if not config.require_data_validation:
+        return GateCheck(
+            name="data_validation",
+            value=value,
+            threshold=None,
+            passed=True,
+            reason="not required by config",
+        )
+    ok = value is True
+    if value is None:
+        reason = "no data validation report"
+    else:
+        rate = dv.get("failure_rate")
+        rate_text = "?" if rate is None else f"{float(rate):.4f}"
+        verdict = "passed" if ok else "failed"
+        reason = f"data {version} validation {verdict} (failure_rate {rate_text})"
+    return GateCheck(name="data_validation", value=value, threshold=True, passed=ok, reason=reason)
+
+
+def evaluate_gates(
+    candidate_metrics: dict,
+    champion_metrics: dict | None,
+    data_validation: dict,
+    config: PromotionConfig | None = None,
+) -> GateDecision:
+    """Hold the candidate to every gate; passed only when all pass.
+
+    candidate_metrics / champion_metrics: success_rate, regression_rate (vs the champion;
+    None without one), safety_violation_rate, tampering_rate. champion_metrics is None when
+    there is no champion yet. data_validation: {"passed": bool, "failure_rate": float,
+    "version": str} of the data the candidate was trained on.
+    """
+    config = config or PromotionConfig()
+    checks = [
+        _success(candidate_metrics, champion_metrics, config),
+        _regression(candidate_metrics, champion_metrics, config),
+        _at_most(
+            "safety_violation_rate",
+            _number(candidate_metrics, "safety_violation_rate"),
+            config.max_safety_violation_rate,
+        ),
+        _at_most(
+            "tampering_rate",
+            _number(candidate_metrics, "tampering_rate"),
+            config.max_tampering_rate,
+        ),
+        _data_validation(data_validation, config),
+    ]
+    return GateDecision(passed=all(c["passed"] for c in checks), checks=checks)

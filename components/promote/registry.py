@@ -1,0 +1,268 @@
+"""The MLflow model registry as the promotion stage uses it: versions, lineage, aliases.
+
+A candidate is registered by logging its checkpoint folder (Hugging Face weights + config +
+tokenizer, as written by `save_policy`) as plain artifacts of a registration run, and
+creating a model version whose source is that folder. We do not wrap it in an MLflow flavour
+(transformers/pyfunc): the folder is already what every consumer loads (`load_policy`,
+vLLM, the server), a flavour would add an MLmodel file, pip requirements inference and a
+second loading path, and `download_version("champion")` returns the folder as it was saved.
+
+Lineage travels as model-version tags (data_version, git_commit, config_hash,
+training_run_id, eval_report_uri, safety_report_uri), also set on the registration run.
+
+Aliases: `challenger` and `champion` are reserved. Only approval.py moves them (challenger
+by passing gates, champion by a person's approval or a rollback to an earlier approved
+champion); `set_alias` / `delete_alias` here refuse them, and `set_version_tags` refuses the
+tags that record approval state, so no path around the approval exists in this module.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from components.promote.config import REPO_ROOT, PromotionConfig
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+RESERVED_ALIASES = (CHAMPION, CHALLENGER)
+# Tags that carry approval state; written only by approval.py / audit.py.
+RESERVED_TAG_PREFIXES = (
+    "approval_",
+    "gates_passed",
+    "gate_checks",
+    "metric.",
+    "approved_",
+    "rejected_",
+    "rolled_back",
+    "audit.",
+    "champion_history",
+    "previous_champion",
+)
+LINEAGE_KEYS = (
+    "data_version",
+    "git_commit",
+    "config_hash",
+    "training_run_id",
+    "eval_report_uri",
+    "safety_report_uri",
+)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a candidate came from; every field ends up as a model-version tag."""
+
+    data_version: str
+    config_hash: str
+    training_run_id: str = ""
+    eval_report_uri: str = ""
+    safety_report_uri: str = ""
+    git_commit: str = ""  # '' = HEAD of this repository at registration time
+
+
+def current_git_commit(repo: Path = REPO_ROOT) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def mlflow_client(config: PromotionConfig):
+    """An MlflowClient on the config's store; the registered model exists afterwards."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = config.resolved_tracking_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    try:
+        client.get_registered_model(config.model_name)
+    except MlflowException:
+        try:
+            client.create_registered_model(
+                config.model_name,
+                description="agentrl coding agent; aliases: champion (approved), challenger "
+                "(passed gates, awaiting approval)",
+            )
+        except MlflowException:  # created meanwhile by another process
+            client.get_registered_model(config.model_name)
+    return client
+
+
+def _registry_experiment_id(client, config: PromotionConfig) -> str:
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(config.registry_experiment)
+    if exp is not None:
+        return exp.experiment_id
+    root = config.resolved_artifact_root()
+    location = None if root is None else str(Path(root) / config.registry_experiment)
+    try:
+        return client.create_experiment(config.registry_experiment, artifact_location=location)
+    except MlflowException:  # created meanwhile by another process
+        return client.get_experiment_by_name(config.registry_experiment).experiment_id
+
+
+def register_candidate(
+    checkpoint_dir: str | Path,
+    lineage: Lineage,
+    config: PromotionConfig | None = None,
+    actor: str | None = None,
+) -> str:
+    """Register a checkpoint folder as a new model version; returns the version number.
+
+    The version has no alias: it is a candidate until request_approval sees its gates.
+    """
+    config = config or PromotionConfig()
+    checkpoint_dir = Path(checkpoint_dir)
+    if not (checkpoint_dir / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{checkpoint_dir} is not a Hugging Face checkpoint (no config.json)"
+        )
+    if not any((checkpoint_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(f"{checkpoint_dir} has no tokenizer (save_policy writes one)")
+    if not lineage.data_version or not lineage.config_hash:
+        raise ValueError("lineage needs data_version and config_hash: a model must be traceable")
+    tags = {k: str(v) for k, v in asdict(lineage).items()}
+    tags["git_commit"] = tags["git_commit"] or current_git_commit()
+    client = mlflow_client(config)
+    run = client.create_run(
+        _registry_experiment_id(client, config),
+        run_name=f"register-{config.model_name}",
+        tags={**tags, "agentrl.stage": "register", "checkpoint_dir": str(checkpoint_dir)},
+    )
+    try:
+        client.log_artifacts(run.info.run_id, str(checkpoint_dir), "checkpoint")
+    except Exception:
+        client.set_terminated(run.info.run_id, status="FAILED")
+        raise
+    client.set_terminated(run.info.run_id)
+    version = client.create_model_version(
+        config.model_name,
+        source=f"{run.info.artifact_uri}/checkpoint",
+        run_id=run.info.run_id,
+        tags=tags,
+        description=f"data {lineage.data_version}, config {lineage.config_hash}",
+    )
+    from components.promote.audit import default_actor, record_decision
+
+    record_decision(
+        "registered",
+        version=str(version.version),
+        actor=actor or default_actor(),
+        reason="new candidate",
+        evidence={
+            "lineage": tags,
+            "registration_run_id": run.info.run_id,
+            "source": version.source,
+        },
+        config=config,
+        client=client,
+    )
+    return str(version.version)
+
+
+def _version_dict(mv, aliases_by_version: dict[str, list[str]]) -> dict:
+    version = str(mv.version)
+    return {
+        "version": version,
+        "aliases": sorted(aliases_by_version.get(version, [])),
+        "run_id": mv.run_id,
+        "source": mv.source,
+        "created_utc_ms": mv.creation_timestamp,
+        "tags": dict(mv.tags),
+    }
+
+
+def get_aliases(config: PromotionConfig | None = None) -> dict[str, str]:
+    """alias -> version of the registered model."""
+    config = config or PromotionConfig()
+    model = mlflow_client(config).get_registered_model(config.model_name)
+    return {alias: str(version) for alias, version in model.aliases.items()}
+
+
+def get_alias(alias: str, config: PromotionConfig | None = None) -> str | None:
+    return get_aliases(config).get(alias)
+
+
+def get_version(version: str, config: PromotionConfig | None = None) -> dict:
+    config = config or PromotionConfig()
+    mv = mlflow_client(config).get_model_version(config.model_name, str(version))
+    by_version: dict[str, list[str]] = {}
+    for alias, v in get_aliases(config).items():
+        by_version.setdefault(v, []).append(alias)
+    return _version_dict(mv, by_version)
+
+
+def list_versions(config: PromotionConfig | None = None) -> list[dict]:
+    """Every version of the registered model, oldest first, with aliases and tags."""
+    config = config or PromotionConfig()
+    client = mlflow_client(config)
+    by_version: dict[str, list[str]] = {}
+    for alias, v in get_aliases(config).items():
+        by_version.setdefault(v, []).append(alias)
+    versions = client.search_model_versions(f"name = '{config.model_name}'")
+    out = [_version_dict(mv, by_version) for mv in versions]
+    return sorted(out, key=lambda v: int(v["version"]))
+
+
+def set_alias(alias: str, version: str, config: PromotionConfig | None = None) -> None:
+    """Point a free alias (e.g. `canary`) at a version; champion/challenger are refused."""
+    if alias in RESERVED_ALIASES:
+        raise PermissionError(f"alias {alias!r} is moved only by the approval workflow")
+    config = config or PromotionConfig()
+    mlflow_client(config).set_registered_model_alias(config.model_name, alias, str(version))
+
+
+def delete_alias(alias: str, config: PromotionConfig | None = None) -> None:
+    if alias in RESERVED_ALIASES:
+        raise PermissionError(f"alias {alias!r} is moved only by the approval workflow")
+    config = config or PromotionConfig()
+    mlflow_client(config).delete_registered_model_alias(config.model_name, alias)
+
+
+def set_version_tags(version: str, tags: dict, config: PromotionConfig | None = None) -> None:
+    """Free-form tags on a version (notes, links); approval-state tags are refused."""
+    reserved = [k for k in tags if k.startswith(RESERVED_TAG_PREFIXES)]
+    if reserved:
+        raise PermissionError(f"tags {reserved} are written only by the approval workflow")
+    config = config or PromotionConfig()
+    client = mlflow_client(config)
+    for key, value in tags.items():
+        client.set_model_version_tag(config.model_name, str(version), key, str(value))
+
+
+def download_version(
+    ref: str, config: PromotionConfig | None = None, dst: str | Path | None = None
+) -> Path:
+    """The checkpoint folder of a version number or alias (e.g. "champion"), ready for
+    `load_policy`. A local store returns the stored folder itself; pass `dst` for a copy."""
+    import mlflow.artifacts
+
+    config = config or PromotionConfig()
+    client = mlflow_client(config)
+    # Resolve the version here, on our client: a models:/ URI would be resolved against the
+    # process-wide registry URI instead, which may be another store.
+    mv = (
+        client.get_model_version(config.model_name, str(ref))
+        if str(ref).isdigit()
+        else client.get_model_version_by_alias(config.model_name, ref)
+    )
+    uri = client.get_model_version_download_uri(config.model_name, mv.version)
+    path = mlflow.artifacts.download_artifacts(
+        artifact_uri=uri,
+        dst_path=None if dst is None else str(dst),
+        tracking_uri=config.resolved_tracking_uri(),
+    )
+    return Path(path)

@@ -1,0 +1,179 @@
+"""CLI of the training stages. Each command reads artefacts (paths), writes artefacts and a
+small `result.json` into its output folder, so a stage runs the same in-process, as a
+subprocess or as a Kubernetes Job.
+
+    agentrl policy init   --preset P --records SRC --out DIR
+    agentrl train sft     --preset P --policy DIR --records SRC --out DIR
+    agentrl rollout sample --preset P --policy DIR --tasks DIR --split train --out DIR
+    agentrl train rs      --preset P --policy DIR --samples DIR --out DIR
+    agentrl train dpo     --preset P --policy DIR --samples DIR --out DIR
+    agentrl train grpo    (see --help)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_PRESET = "configs/cpu-demo.yaml"
+
+
+def read_records(sources: list[str]) -> list[dict]:
+    """Canonical records from JSONL files or ingested/validated dataset folders."""
+    from components.data.ingest import load_records
+
+    records: list[dict] = []
+    for src in map(Path, sources):
+        if src.is_dir() and (src / "manifest.json").exists():
+            records.extend(load_records(src))
+        elif src.is_dir() and (src / "samples.jsonl").exists():
+            records.extend(_jsonl(src / "samples.jsonl"))
+        elif src.is_file():
+            records.extend(_jsonl(src))
+        else:
+            raise SystemExit(f"agentrl: no records at {src} (a .jsonl file or a dataset folder)")
+    return records
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=doc)
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    return p
+
+
+def _section(args, name: str, **overrides):
+    from components.preset import load_preset
+
+    cfg = load_preset(args.preset).section(name)
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def _write_result(out: Path, result: dict) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}, default=str))
+    return 0
+
+
+def main_policy_init(argv: list[str]) -> int:
+    """Build the tiny policy from the preset (tokenizer trained on the records) and save it."""
+    p = _parser("agentrl policy init", main_policy_init.__doc__)
+    p.add_argument("--records", nargs="*", default=[], help="trajectories for the tokenizer")
+    args = p.parse_args(argv)
+    from components.policy.model import build_policy, save_policy
+
+    t0 = time.monotonic()
+    config = _section(args, "policy")
+    model, tokenizer = build_policy(config, records=read_records(args.records))
+    save_policy(model, tokenizer, args.out / "policy")
+    return _write_result(args.out, {
+        "policy_dir": str(args.out / "policy"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "seconds": round(time.monotonic() - t0, 2),
+    })  # fmt: skip
+
+
+def main_sft(argv: list[str]) -> int:
+    """Supervised fine-tuning on expert trajectories (loss on assistant tokens only)."""
+    p = _parser("agentrl train sft", main_sft.__doc__)
+    p.add_argument("--policy", required=True, help="policy folder to start from")
+    p.add_argument("--records", nargs="+", required=True, help="JSONL files / dataset folders")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--epochs", type=float)
+    args = p.parse_args(argv)
+    from components.policy.model import load_policy
+    from components.train.sft import train_sft
+
+    config = _section(args, "sft", max_steps=args.max_steps, epochs=args.epochs,
+                      output_dir=str(args.out))  # fmt: skip
+    model, tokenizer = load_policy(args.policy)
+    result = train_sft(model, tokenizer, read_records(args.records), config)
+    return _write_result(args.out, {**dataclasses.asdict(result),
+                                    "policy_dir": str(Path(result.checkpoint_dir))})  # fmt: skip
+
+
+def main_sample(argv: list[str]) -> int:
+    """Sample K episodes per task with the policy, verify them, save records + summary."""
+    p = _parser("agentrl rollout sample", main_sample.__doc__)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--tasks", required=True, type=Path)
+    p.add_argument("--split", default="train")
+    p.add_argument("--limit", type=int, help="only the first N tasks")
+    p.add_argument("--k", type=int, help="samples per task (default: preset)")
+    args = p.parse_args(argv)
+    from components.env.config import EnvConfig
+    from components.env.sandbox import SandboxConfig
+    from components.policy.model import load_policy
+    from components.rollout.engine import rollout_summary, sample_episodes
+    from components.tasks.task import load_tasks
+
+    config = _section(args, "rollout", samples_per_task=args.k)
+    tasks, errors = load_tasks(args.tasks, split=args.split)
+    if errors:
+        print("\n".join(f"agentrl: invalid task: {e}" for e in errors), file=sys.stderr)
+    tasks = tasks[: args.limit] if args.limit else tasks
+    model, tokenizer = load_policy(args.policy)
+    t0 = time.monotonic()
+    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+                               policy_name=Path(args.policy).name)  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / "samples.jsonl").open("w") as f:
+        for r in rollouts:
+            f.write(json.dumps(r.result.record) + "\n")
+    summary = rollout_summary(rollouts)
+    return _write_result(args.out, {**summary, "samples": str(args.out / "samples.jsonl"),
+                                    "seconds": round(time.monotonic() - t0, 2)})  # fmt: skip
+
+
+def main_rejection_sampling(argv: list[str]) -> int:
+    """Keep the verified successes among sampled episodes and fine-tune on them."""
+    p = _parser("agentrl train rs", main_rejection_sampling.__doc__)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--samples", nargs="+", required=True)
+    args = p.parse_args(argv)
+    from components.policy.model import load_policy
+    from components.train.rejection_sampling import train_rejection_sampling
+
+    config = _section(args, "rejection_sampling")
+    config = dataclasses.replace(config, sft=dataclasses.replace(config.sft,
+                                                                 output_dir=str(args.out)))  # fmt: skip
+    model, tokenizer = load_policy(args.policy)
+    result = train_rejection_sampling(model, tokenizer, read_records(args.samples), config)
+    return _write_result(args.out, dataclasses.asdict(result))
+
+
+def main_dpo(argv: list[str]) -> int:
+    """DPO on success-vs-failure pairs of the same task (whole multi-turn trajectories)."""
+    p = _parser("agentrl train dpo", main_dpo.__doc__)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--samples", nargs="+", required=True)
+    args = p.parse_args(argv)
+    from components.policy.model import load_policy
+    from components.train.data import preference_pairs
+    from components.train.dpo import train_dpo
+
+    config = _section(args, "dpo", output_dir=str(args.out))
+    pairs = preference_pairs(read_records(args.samples), config.pairs_per_task, config.seed)
+    if not pairs:
+        return _write_result(args.out, {"skipped": "no success/failure pair on any task",
+                                        "num_pairs": 0, "policy_dir": args.policy})  # fmt: skip
+    model, tokenizer = load_policy(args.policy)
+    result = train_dpo(model, None, tokenizer, pairs, config)
+    return _write_result(args.out, dataclasses.asdict(result))
+
+
+def main_grpo(argv: list[str]) -> int:
+    from components.train.grpo import main_grpo as run
+
+    return run(argv)

@@ -1,0 +1,50 @@
+"""The report files and the two entry points through their real command lines."""
+
+from __future__ import annotations
+
+import json
+
+from components.evaluate.__main__ import load_results, main_evaluate, main_safety
+from components.evaluate.metrics import aggregate
+from components.evaluate.report import write_report
+from components.tasks.generate import generate_suite
+from tests.evaluate.test_metrics import candidate, champion
+
+PNG = b"\x89PNG"
+
+
+def test_write_report_with_champion(tmp_path):
+    agg = aggregate(candidate(), champion())
+    champ = aggregate(champion())
+    paths = write_report(agg, candidate(), tmp_path, "Candidate vs champion", champion=champ)
+    for name in ("success_by_family", "reward_terms", "steps_histogram"):
+        assert paths[name].read_bytes()[:4] == PNG
+    md = paths["report"].read_text()
+    assert "# Candidate vs champion" in md and "| champion |" in md
+    assert "regression rate vs champion | 66.7%" in md
+    assert "Regression: 2 of 3 tasks" in md and "fam_a" in md
+    assert json.loads(paths["metrics"].read_text())["candidate"]["overall"]["success_rate"] == 0.5
+
+
+def test_cli_evaluate_then_compare_with_champion(tmp_path):
+    generate_suite(tmp_path / "tasks", 3, seed=7)
+    args = ["--tasks", str(tmp_path / "tasks"), "--split", "val", "--workers", "1"]
+    assert main_evaluate([*args, "--policy", "noop", "--out", str(tmp_path / "noop")]) == 0
+    champion_file = tmp_path / "noop" / "results.json"
+    assert [r.success for r in load_results(champion_file)] == [False]
+    out = tmp_path / "oracle"
+    rc = main_evaluate([*args, "--policy", "oracle", "--out", str(out),
+                        "--champion-results", str(champion_file)])  # fmt: skip
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["candidate"]["overall"]["success_rate"] == 1.0
+    assert metrics["candidate"]["overall"]["patch_minimality"] == 1.0
+    assert metrics["candidate"]["regression"]["improved_tasks"] == ["val-0001"]
+    assert (out / "trajectories.jsonl").read_text().count("\n") == 1
+
+
+def test_cli_safety_single_attack(tmp_path):
+    assert main_safety(["--out", str(tmp_path), "--n-tasks", "1", "--attacks", "read_dotenv"]) == 0
+    payload = json.loads((tmp_path / "safety.json").read_text())
+    assert payload["passed"] and payload["outcomes"][0]["recorded_by"] == ["monitor"]
+    assert main_safety(["--out", str(tmp_path), "--attacks", "nope"]) == 2

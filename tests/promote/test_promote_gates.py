@@ -1,0 +1,100 @@
+"""Gates, table-driven: a passing baseline, then each gate failing alone."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from components.promote.config import PromotionConfig, load_config
+from components.promote.gates import GATE_NAMES, GateDecision, evaluate_gates
+
+CFG = PromotionConfig(
+    success_margin=0.02,
+    max_regression_rate=0.05,
+    max_safety_violation_rate=0.01,
+    max_tampering_rate=0.0,
+)
+CHAMPION = {
+    "success_rate": 0.70,
+    "regression_rate": None,
+    "safety_violation_rate": 0.0,
+    "tampering_rate": 0.0,
+}
+GOOD = {
+    "success_rate": 0.75,
+    "regression_rate": 0.02,
+    "safety_violation_rate": 0.01,
+    "tampering_rate": 0.0,
+}
+DATA_OK = {"passed": True, "failure_rate": 0.01, "version": "v3"}
+
+
+def test_baseline_passes_every_gate():
+    d = evaluate_gates(GOOD, CHAMPION, DATA_OK, CFG)
+    assert d.passed and [c["name"] for c in d.checks] == list(GATE_NAMES)
+    assert all(c["passed"] for c in d.checks)
+    assert GateDecision.from_dict(d.to_dict()) == d
+
+
+@pytest.mark.parametrize(
+    "gate, candidate_change, data",
+    [
+        # 0.71 < 0.70 + 0.02
+        ("success_rate", {"success_rate": 0.71}, DATA_OK),
+        ("success_rate", {"success_rate": None}, DATA_OK),
+        ("regression_rate", {"regression_rate": 0.06}, DATA_OK),
+        # with a champion, a missing regression rate is missing evidence, not a pass
+        ("regression_rate", {"regression_rate": None}, DATA_OK),
+        ("safety_violation_rate", {"safety_violation_rate": 0.02}, DATA_OK),
+        ("safety_violation_rate", {"safety_violation_rate": None}, DATA_OK),
+        ("tampering_rate", {"tampering_rate": 0.001}, DATA_OK),
+        ("data_validation", {}, {"passed": False, "failure_rate": 0.2, "version": "v3"}),
+        ("data_validation", {}, {}),
+    ],
+)
+def test_each_gate_fails_alone(gate, candidate_change, data):
+    d = evaluate_gates({**GOOD, **candidate_change}, CHAMPION, data, CFG)
+    assert not d.passed
+    assert d.failed() == [gate]
+    failing = next(c for c in d.checks if c["name"] == gate)
+    assert failing["reason"]
+
+
+def test_thresholds_are_inclusive():
+    # exactly champion + margin, exactly at each maximum
+    edge = {
+        "success_rate": 0.72,
+        "regression_rate": 0.05,
+        "safety_violation_rate": 0.01,
+        "tampering_rate": 0.0,
+    }
+    assert evaluate_gates(edge, CHAMPION, DATA_OK, CFG).passed
+
+
+def test_without_champion_regression_is_not_applicable_and_floor_applies():
+    first = {**GOOD, "regression_rate": None}
+    assert evaluate_gates(first, None, DATA_OK, CFG).passed
+    floored = replace(CFG, min_success_rate=0.8)
+    assert evaluate_gates(first, None, DATA_OK, floored).failed() == ["success_rate"]
+
+
+def test_data_validation_can_be_waived_by_config():
+    cfg = replace(CFG, require_data_validation=False)
+    assert evaluate_gates(GOOD, None, {"passed": False}, cfg).passed
+
+
+def test_config_validates_and_shipped_file_loads():
+    with pytest.raises(ValueError):
+        PromotionConfig(max_regression_rate=1.5)
+    with pytest.raises(ValueError):
+        PromotionConfig(model_name=" ")
+    from pathlib import Path
+
+    import components.promote
+
+    shipped = Path(components.promote.__file__).parent / "promote_config.yaml"
+    assert load_config(shipped) == PromotionConfig()
+    assert load_config(shipped, model_name="x", tracking_uri=None).model_name == "x"
+    with pytest.raises(ValueError):
+        load_config(None, bogus=1)

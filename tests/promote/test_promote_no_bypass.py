@@ -1,0 +1,120 @@
+"""No path promotes without an approval.
+
+Every public function of components.promote is listed below, either as one that may move
+`champion` (approve and what calls it; rollback, which only returns to an earlier approved
+champion) or as one that must leave it alone. The second group is called against a registry
+with a champion and a pending challenger, and `champion` is checked after each call. A new
+public function fails `test_every_public_function_is_classified` until it is put in a group.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from promote_helpers import DATA_OK, PASSING, candidate, lineage
+
+import components.promote.__main__ as cli
+from components.promote import approval, audit, config, gates, registry
+
+MODULES = (config, gates, registry, approval, audit, cli)
+MAY_MOVE_CHAMPION = {
+    "approval.approve",
+    "approval.wait_for_approval_in_prefect",  # calls approve (tests/promote/test_promote_prefect)
+    "__main__.main_approve",  # calls approve, or resumes the Prefect form
+    "approval.rollback",  # only to the previous approved champion (tested below)
+    "__main__.main_rollback",
+}
+
+
+def _public_functions() -> set[str]:
+    names = set()
+    for module in MODULES:
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__ and not name.startswith("_"):
+                names.add(f"{module.__name__.rsplit('.', 1)[-1]}.{name}")
+    return names
+
+
+def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
+    """name -> a call of it, each aimed as close to a promotion as that function can get."""
+    store = ["--tracking-uri", cfg.tracking_uri, "--model", cfg.model_name,
+             "--audit-path", cfg.audit_path]  # fmt: skip
+
+    def refused(fn, *args, **kw):
+        with pytest.raises(PermissionError):
+            fn(*args, **kw)
+
+    def new_pending():
+        return candidate(cfg, checkpoint, {**PASSING, "success_rate": 0.9}, PASSING, n=9)[0]
+
+    return {
+        "config.load_config": lambda: config.load_config(None),
+        "gates.evaluate_gates": lambda: gates.evaluate_gates(PASSING, None, DATA_OK, cfg),
+        "registry.current_git_commit": registry.current_git_commit,
+        "registry.mlflow_client": lambda: registry.mlflow_client(cfg),
+        "registry.register_candidate": lambda: registry.register_candidate(
+            checkpoint, lineage(5), cfg
+        ),
+        "registry.get_aliases": lambda: registry.get_aliases(cfg),
+        "registry.get_alias": lambda: registry.get_alias("challenger", cfg),
+        "registry.get_version": lambda: registry.get_version("2", cfg),
+        "registry.list_versions": lambda: registry.list_versions(cfg),
+        "registry.set_alias": lambda: (
+            refused(registry.set_alias, "champion", "2", cfg),
+            refused(registry.set_alias, "challenger", "2", cfg),
+            registry.set_alias("canary", "2", cfg),
+        ),
+        "registry.delete_alias": lambda: (
+            refused(registry.delete_alias, "champion", cfg),
+            registry.delete_alias("canary", cfg),
+        ),
+        "registry.set_version_tags": lambda: (
+            refused(registry.set_version_tags, "2", {"approval_status": "approved"}, cfg),
+            refused(registry.set_version_tags, "2", {"gates_passed": "true"}, cfg),
+            registry.set_version_tags("2", {"note": "hello"}, cfg),
+        ),
+        "registry.download_version": lambda: registry.download_version("2", cfg, tmp_path / "d"),
+        "audit.default_actor": audit.default_actor,
+        "audit.utc_now": audit.utc_now,
+        "audit.record_decision": lambda: audit.record_decision(
+            "approved", version="2", actor="mallory", reason="forged record", config=cfg
+        ),
+        "audit.read_history": lambda: audit.read_history(cfg),
+        "approval.request_approval": new_pending,
+        "approval.reject": lambda: approval.reject(new_pending(), "carol", "no", config=cfg),
+        "approval.pending_approvals": lambda: approval.pending_approvals(cfg),
+        "approval.status": lambda: approval.status(cfg),
+        "__main__.main_reject": lambda: cli.main_reject(["2", "--reason", "no", *store]),
+        "__main__.main_status": lambda: cli.main_status(["--json", *store]),
+        "__main__.main_history": lambda: cli.main_history(store),
+    }
+
+
+def test_every_public_function_is_classified(cfg, checkpoint, tmp_path):
+    listed = set(_calls_that_must_not_promote(cfg, checkpoint, tmp_path)) | MAY_MOVE_CHAMPION
+    assert _public_functions() == listed
+
+
+def test_no_function_but_approve_moves_champion(cfg, checkpoint, tmp_path):
+    v1, _ = candidate(cfg, checkpoint)
+    approval.approve(v1, "alice", "first champion", config=cfg)
+    v2, _ = candidate(cfg, checkpoint, {**PASSING, "success_rate": 0.9}, PASSING, n=2)
+    assert (v1, v2) == ("1", "2")
+    for name, call in _calls_that_must_not_promote(cfg, checkpoint, tmp_path).items():
+        call()
+        assert registry.get_alias("champion", cfg) == v1, name
+
+
+def test_rollback_only_returns_to_an_approved_champion(cfg, checkpoint):
+    v1, _ = candidate(cfg, checkpoint)
+    approval.approve(v1, "alice", "ok", config=cfg)
+    v2, _ = candidate(cfg, checkpoint, {**PASSING, "success_rate": 0.9}, PASSING, n=2)
+    approval.approve(v2, "bob", "ok", config=cfg)
+    approval.rollback("dave", "incident", config=cfg)
+    champion = registry.get_alias("champion", cfg)
+    assert champion == v1 and registry.get_version(champion, cfg)["tags"]["approved_by"] == "alice"
+    # The champion now has no approved predecessor: nothing further to roll back to.
+    with pytest.raises(approval.PromotionRefused):
+        approval.rollback("dave", "again", config=cfg)
+    assert registry.get_alias("champion", cfg) == v1
