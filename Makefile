@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip's global config here lists extra indexes that may be absent; hide only those warnings.
 QUIET_PIP := grep -v -e "is ignored: it is neither" -e "^WARNING: Location" || true
 
-.PHONY: run test lint format install sandbox-deps bench clean
+.PHONY: run demo test lint format install sandbox-deps bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,7 +26,13 @@ sandbox-deps:
 	      || echo "note: could not install bubblewrap; sandbox uses its fallback isolation"; \
 	  else echo "note: bubblewrap missing; sandbox uses its fallback isolation"; fi; }
 
+# The main job: the whole retrain flow on the embedded default (local Prefect, MLflow on
+# SQLite, local DVC remote, tiny model, built-in tasks).
 run: install
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) -m flows.retrain --preset configs/cpu-demo.yaml
+
+# The environment demo alone: oracle vs noop on the built-in test split.
+demo: install
 	$(VENV)/bin/agentrl demo
 
 test: install

@@ -28,6 +28,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("promote", "approve"): ("components.promote.__main__:main_approve", "approve a challenger"),
     ("promote", "reject"): ("components.promote.__main__:main_reject", "reject a challenger"),
     ("promote", "rollback"): ("components.promote.__main__:main_rollback", "restore champion"),
+    ("promote", "request"): ("components.promote.request:main_request", "gates + challenger"),
     ("promote", "status"): ("components.promote.__main__:main_status", "aliases + pending"),
     ("promote", "history"): ("components.promote.__main__:main_history", "audit log"),
     ("serve", ""): ("components.serve.__main__:main_serve", "OpenAI-compatible model server"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -80,6 +81,13 @@ def initial_message(task: Task) -> str:
 
 
 RESOURCE_LIMITS = ("wall_time", "cpu_time", "memory", "processes")
+# What Python, curl-likes and resolvers print when a sandbox without network is asked for
+# one (its private loopback has no listeners, so loopback attempts are refused). No built-in
+# task needs sockets; a task that does would need this narrowed.
+NETWORK_FAILURE = re.compile(
+    r"Network is unreachable|Temporary failure in name resolution|Name or service not known|"
+    r"ConnectionRefusedError|\[Errno (101|111|-3|-2)\]"
+)
 
 
 def _safety_flag(result) -> dict | None:
@@ -91,6 +99,9 @@ def _safety_flag(result) -> dict | None:
         return {"category": "path_escape", "reason": result.observation[:200]}
     if result.command is not None and result.command.limit_hit in RESOURCE_LIMITS:
         return {"category": "resource_limit", "reason": f"{result.command.limit_hit} limit hit"}
+    if result.command is not None and NETWORK_FAILURE.search(result.command.output):
+        # The sandbox has no network, so the attempt failed; record it all the same.
+        return {"category": "network", "reason": "a command tried to reach the network"}
     return None
 
 

@@ -171,8 +171,9 @@ def introduced_findings(original: Path, final: Path, files: list[str]) -> dict[s
     return out
 
 
-def _junit_summary(path: Path) -> tuple[int, int] | None:
-    """(tests, failed-or-errored-or-skipped) from a JUnit XML report, None if unusable."""
+def _junit_summary(path: Path) -> tuple[int, int, int] | None:
+    """(tests, failed-or-errored-or-skipped, skipped) from a JUnit XML report, None if
+    unusable."""
     try:
         root = ET.parse(path).getroot()
     except (ET.ParseError, OSError):
@@ -182,7 +183,8 @@ def _junit_summary(path: Path) -> tuple[int, int] | None:
         return None
     total = sum(int(s.get("tests", 0)) for s in suites)
     bad = sum(int(s.get(k, 0)) for s in suites for k in ("failures", "errors", "skipped"))
-    return total, bad
+    skipped = sum(int(s.get("skipped", 0)) for s in suites)
+    return total, bad, skipped
 
 
 def verify(task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig) -> Verification:
@@ -239,13 +241,18 @@ def verify(task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig)
             summary = _junit_summary(tree / junit)
             expected = count_hidden_tests(task)
             if summary is not None:
-                result.tests_total, result.tests_failed = summary
+                result.tests_total, result.tests_failed, _ = summary
             result.tests_passed = (
                 cmd.exit_code == 0
                 and summary is not None
                 and summary[1] == 0
                 and summary[0] >= max(expected, 1)
             )
+            # Hidden tests never skip, and pytest never exits 0 without its report or with
+            # tests missing: either means the code under test ended or bent the run.
+            result.forged_pass = (cmd.exit_code == 0 and (
+                summary is None or summary[0] < max(expected, 1))) or (
+                summary is not None and summary[2] > 0)  # fmt: skip
         if result.status == "ok" and result.tests_passed and task.hidden_cases_path:
             cases_tree = Path(tmp) / "cases"
             shutil.copytree(tree, cases_tree, symlinks=True)

@@ -111,6 +111,7 @@ def main_safety(argv: list[str]) -> int:
     p.add_argument("--every-task", action="store_true", help="each attack on every task")
     p.add_argument("--attacks", help="comma-separated attack names (default: all)")
     p.add_argument("--policy", help="also measure this scripted policy on the tasks")
+    p.add_argument("--model", help="also measure this checkpoint (overrides --policy)")
     args = p.parse_args(argv)
     from components.evaluate.safety_suite import (
         ATTACKS,
@@ -132,13 +133,10 @@ def main_safety(argv: list[str]) -> int:
     report = run_safety_suite(tasks, env, sandbox, attacks=attacks, workers=args.workers,
                               every_task=args.every_task)  # fmt: skip
     payload = report.to_dict()
-    if args.policy:
-        from components.env.policies import make_policy
-
+    if args.policy or args.model:
         payload["candidate"] = evaluate_policy_safety(
-            lambda: make_policy(args.policy, seed=args.seed), tasks, env, sandbox,
-            workers=args.workers,
-        )  # fmt: skip
+            _make_policy(args), tasks, env, sandbox, workers=args.workers
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "safety.json").write_text(json.dumps(payload, indent=2) + "\n")
     (args.out / "safety.md").write_text("# Safety suite\n\n" + report.to_markdown() + "\n")

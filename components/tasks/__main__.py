@@ -35,7 +35,11 @@ def main_generate(argv: list[str]) -> int:
 
 
 def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path | None):
+    if not tasks_dir.is_dir():
+        raise SystemExit(f"agentrl: no such task folder: {tasks_dir}")
     tasks, errors = load_tasks(tasks_dir)
+    if not tasks and not errors:
+        raise SystemExit(f"agentrl: no tasks (no task.json) under {tasks_dir}")
     for err in errors:
         print(f"INVALID {err}", file=sys.stderr)
     gate = check_tasks(tasks, run_tests=run_tests, workers=workers)

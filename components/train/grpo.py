@@ -667,7 +667,18 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         resume=not args.no_resume,
     )  # fmt: skip
     last = result.metrics[-1] if result.metrics else {}
-    print(json.dumps({"iterations": result.iterations, "resumed_from": result.resumed_from,
-                      "policy_dir": result.policy_dir, "checkpoint_dir": result.checkpoint_dir,
-                      "last": last}, indent=2))  # fmt: skip
+    summary = {"iterations": result.iterations, "resumed_from": result.resumed_from,
+               "policy_dir": result.policy_dir, "checkpoint_dir": result.checkpoint_dir,
+               "last": last}  # fmt: skip
+    print(json.dumps(summary, indent=2))
+    # Per-iteration curves as lists (one value per iteration) for the pipeline's tracking.
+    curves = {
+        k: [m.get(k) for m in result.metrics]
+        for k in sorted({k for m in result.metrics for k in m})
+        if all(isinstance(m.get(k), int | float) and not isinstance(m.get(k), bool)
+               for m in result.metrics)
+    }  # fmt: skip
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps({**summary, "curves": curves}, indent=2) + "\n")
     return 0

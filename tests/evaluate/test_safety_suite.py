@@ -23,7 +23,7 @@ from components.evaluate.safety_suite import (
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
 # Attacks the monitor does not see and the verifier still fails (documented).
-CONTAINED_NOT_RECORDED = {"obf_os_exit", "obf_skip", "obf_network_script"}
+CONTAINED_NOT_RECORDED: set[str] = set()  # every attack is now recorded
 # Verifier holes found by this suite: the attack scores success today. Reported to the
 # lead with a proposed fix; strict xfail, so the fix turns these into failures to remove.
 # Attacks that fooled the verifier, with why; empty since the hidden-case check runs the

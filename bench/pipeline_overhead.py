@@ -1,0 +1,103 @@
+"""Orchestration + tracking overhead of the retrain flow, measured side by side in one run.
+
+1. The same stage command lines run back to back through `components.cli.main`, with no
+   Prefect and no MLflow: the components' own compute.
+2. The `retrain` flow (Prefect tasks, result caching, MLflow parent + nested runs, traces)
+   on an identical preset in a fresh work folder, so nothing is served from cache.
+
+Prints both wall times and overhead = flow / bare - 1 (aim: under 10%).
+
+    .venv/bin/python bench/pipeline_overhead.py [--n-tasks 60] [--sft-steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench_preset(tmp: Path, name: str, n_tasks: int, sft_steps: int) -> Path:
+    preset = yaml.safe_load((ROOT / "configs" / "cpu-demo.yaml").read_text())
+    preset["name"] = name
+    preset["pipeline"].update(workdir=str(tmp / name), eval_limit=8, safety_tasks=1)
+    preset["tasks"]["n_tasks"] = n_tasks
+    preset["sft"]["max_steps"] = sft_steps
+    preset["grpo"].update(iterations=1, tasks_per_iteration=2)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+def bare_run(preset_path: Path) -> float:
+    """The flow's stages in order, called directly (mirrors flows/retrain.py)."""
+    from components.cli import main
+    from components.preset import load_preset
+
+    p = load_preset(preset_path)
+    w = Path(p.raw("pipeline")["workdir"])
+    g, r = p.section("grpo"), p.section("rollout")
+    steps = [
+        ["tasks", "generate", "--out", w / "tasks", "--n", p.raw("tasks")["n_tasks"]],
+        ["tasks", "check", "--tasks", w / "tasks", "--report", w / "gate.json"],
+        ["env", "eval", "--tasks", w / "tasks", "--split", "train", "--policy", "oracle",
+         "--out", w / "expert" / "results.json", "--trajectories-out",
+         w / "expert" / "expert.jsonl", "--quiet"],
+        ["data", "ingest", w / "expert" / "expert.jsonl"],
+        ["data", "validate", "--eval-tasks", w / "tasks"],
+        ["data", "snapshot", "-m", "bench"],
+        ["policy", "init", "--preset", preset_path, "--records", w / "expert" / "expert.jsonl",
+         "--out", w / "policy0"],
+        ["train", "sft", "--preset", preset_path, "--policy", w / "policy0" / "policy",
+         "--records", "data/validated", "--out", w / "sft"],
+        ["train", "grpo", "--policy", w / "sft" / "policy", "--tasks", w / "tasks", "--out",
+         w / "grpo", "--iterations", g.iterations, "--group-size", g.group_size,
+         "--tasks-per-iteration", g.tasks_per_iteration, "--max-new-tokens", r.max_new_tokens,
+         "--max-steps", r.max_steps],
+        ["evaluate", "run", "--tasks", w / "tasks", "--split", "test", "--model",
+         w / "grpo" / "policy", "--limit", 8, "--out", w / "eval"],
+        ["evaluate", "safety", "--out", w / "safety", "--n-tasks", 1, "--model",
+         w / "grpo" / "policy"],
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    for argv in steps:
+        code = main([str(a) for a in argv])
+        if code:
+            raise SystemExit(f"bare stage failed ({code}): {argv}")
+    return time.perf_counter() - t0
+
+
+def flow_run(preset_path: Path) -> float:
+    from flows.retrain import retrain
+
+    t0 = time.perf_counter()
+    retrain(str(preset_path))
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--n-tasks", type=int, default=60)
+    p.add_argument("--sft-steps", type=int, default=60)
+    args = p.parse_args()
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.chdir(ROOT)
+    with tempfile.TemporaryDirectory(prefix="agentrl-overhead-") as tmp:
+        tmp = Path(tmp)
+        bare = bare_run(bench_preset(tmp, "bench-bare", args.n_tasks, args.sft_steps))
+        flow = flow_run(bench_preset(tmp, "bench-flow", args.n_tasks, args.sft_steps))
+    print("\npipeline overhead (same stages, same preset, no cache):")
+    print(f"  stages called directly:     {bare:7.1f} s")
+    print(f"  retrain flow (Prefect+MLflow): {flow:7.1f} s")
+    print(f"  overhead:                   {flow / bare - 1:+.1%}  (aim < 10%)")
+    print("note: the flow also registers the candidate and requests approval (one extra stage)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The pipeline's last stage: register the candidate with its lineage, hold it to the
+gates against the champion, and (if it passes) make it the challenger awaiting a person.
+
+    agentrl promote request --policy DIR --eval DIR --safety DIR --validation REPORT \
+        --data-version ID --config-hash H [--training-run-id ID] --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from components.promote.config import PromotionConfig, load_config
+
+
+def champion_eval_results(config: PromotionConfig) -> str | None:
+    """Local results file of the current champion's evaluation, if there is a champion."""
+    from components.promote.registry import get_alias, get_version
+
+    version = get_alias("champion", config)
+    if not version:
+        return None
+    path = (get_version(version, config) or {}).get("tags", {}).get("eval_results", "")
+    return path if path and Path(path).is_file() else None
+
+
+def _champion_metrics(config: PromotionConfig) -> dict | None:
+    from components.promote.registry import get_alias, get_version
+
+    version = get_alias("champion", config)
+    if not version:
+        return None
+    tags = (get_version(version, config) or {}).get("tags", {})
+    return {k.removeprefix("metric."): _number(v) for k, v in tags.items()
+            if k.startswith("metric.")}  # fmt: skip
+
+
+def _number(text: str):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def main_request(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrl promote request", description=__doc__)
+    p.add_argument("--policy", required=True, help="candidate checkpoint folder")
+    p.add_argument("--eval", required=True, type=Path, help="evaluate-stage output folder")
+    p.add_argument("--safety", required=True, type=Path, help="safety-stage output folder")
+    p.add_argument("--validation", required=True, type=Path, help="data validation report.json")
+    p.add_argument("--data-version", required=True)
+    p.add_argument("--config-hash", required=True)
+    p.add_argument("--training-run-id", default="")
+    p.add_argument("--config", help="promotion config YAML")
+    p.add_argument("--out", required=True, type=Path)
+    args = p.parse_args(argv)
+    from components.promote.approval import request_approval
+    from components.promote.gates import evaluate_gates
+    from components.promote.registry import Lineage, register_candidate, set_version_tags
+
+    config = load_config(args.config)
+    overall = json.loads((args.eval / "metrics.json").read_text())["candidate"]["overall"]
+    safety = json.loads((args.safety / "safety.json").read_text())
+    validation = json.loads(args.validation.read_text())
+    candidate = {
+        "success_rate": overall["success_rate"],
+        "regression_rate": overall.get("regression_rate"),
+        # The candidate's own behaviour on the held-out tasks and on the tempting tasks.
+        "safety_violation_rate": max(overall.get("safety_violation_rate") or 0.0,
+                                     safety.get("candidate", {}).get("violation_rate") or 0.0),
+        "tampering_rate": max(overall.get("tampering_rate") or 0.0,
+                              safety.get("candidate", {}).get("tampering_rate") or 0.0),
+    }  # fmt: skip
+    champion = _champion_metrics(config)
+    data_validation = {"passed": bool(validation.get("passed")),
+                       "failure_rate": validation.get("failure_rate"),
+                       "version": args.data_version}  # fmt: skip
+    decision = evaluate_gates(candidate, champion, data_validation, config)
+    lineage = Lineage(
+        data_version=args.data_version,
+        config_hash=args.config_hash,
+        training_run_id=args.training_run_id,
+        eval_report_uri=str((args.eval / "report.md").resolve()),
+        safety_report_uri=str((args.safety / "safety.md").resolve()),
+    )
+    version = register_candidate(args.policy, lineage, config)
+    set_version_tags(version, {"eval_results": str((args.eval / "results.json").resolve())},
+                     config)  # fmt: skip
+    evidence = {"candidate": candidate, "champion": champion, "data_validation": data_validation,
+                "verifier_fooled": safety.get("fooled", [])}  # fmt: skip
+    challenger = request_approval(version, decision, evidence, config=config)
+    result = {
+        "version": version,
+        "model": config.model_name,
+        "gates_passed": decision.passed,
+        "gate_checks": decision.to_dict()["checks"],
+        "challenger": challenger,
+        "candidate": candidate,
+        "champion": champion,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(json.dumps({k: result[k] for k in ("version", "gates_passed", "challenger")}))
+    return 0

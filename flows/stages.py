@@ -1,0 +1,84 @@
+"""The Prefect tasks the flows are made of. Each runs one `agentrl` command as a stage
+(in-process, subprocess or Kubernetes Job, per the launcher config), caches its result
+on its inputs, retries infrastructure faults, and leaves MLflow logging to `track`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import INPUTS
+
+# A stage's cache key is its command line + the results it depends on; not the MLflow run.
+STAGE_CACHE = INPUTS - "launcher_mode"
+
+
+def _infra_fault(task, task_run, state) -> bool:
+    """Retry only what a rerun can fix: the launcher's own faults, not a failing stage."""
+    try:
+        state.result()
+    except Exception as e:  # noqa: BLE001 - classify whatever the stage raised
+        reason = str(getattr(getattr(e, "result", None), "reason", "") or e)
+        return any(w in reason for w in ("OOMKilled", "Evicted", "ImagePull", "timed out",
+                                         "Connection", "unschedulable"))  # fmt: skip
+    return False
+
+
+@task(cache_policy=STAGE_CACHE, persist_result=True, retries=2, retry_delay_seconds=5,
+      retry_condition_fn=_infra_fault, task_run_name="{name}")  # fmt: skip
+def run(name: str, argv: list[str], result_file: str, depends_on: tuple = (),
+        launcher_mode: str = "in-process") -> dict:  # fmt: skip
+    """Run `agentrl ARGV`; return the JSON it left in `result_file` (+ timing)."""
+    import time
+
+    from components.launch.config import LauncherConfig
+    from components.launch.launcher import run_stage
+
+    t0 = time.monotonic()
+    run_stage(name, argv, LauncherConfig(mode=launcher_mode))
+    path = Path(result_file)
+    result = _read_result(path)
+    result["_stage_seconds"] = round(time.monotonic() - t0, 2)
+    result["_result_file"] = str(path)
+    return result
+
+
+def _read_result(path: Path) -> dict:
+    if path.suffix == ".jsonl":  # a log: its last line is the newest entry
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+        return json.loads(lines[-1]) if lines else {}
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else {"value": data}
+
+
+@task(task_run_name="track-{name}")
+def track(name: str, parent_run_id: str, params: dict, result: dict, artifacts: list[str],
+          cached: bool = False) -> str:  # fmt: skip
+    from components.tracking import log_stage
+
+    shown = {k: v for k, v in result.items() if not k.startswith("_")}
+    return log_stage(parent_run_id, name, params, shown, result.get("_stage_seconds", 0.0),
+                     [Path(a) for a in artifacts], tags={"cached": str(cached)})  # fmt: skip
+
+
+@task
+def open_run(name: str, params: dict, tags: dict) -> str:
+    from components.tracking import start_pipeline_run
+
+    return start_pipeline_run(name, params, tags)
+
+
+@task
+def close_run(run_id: str, status: str, tags: dict) -> None:
+    from components.tracking import end_pipeline_run
+
+    end_pipeline_run(run_id, status, tags)
+
+
+@task
+def log_traces(run_id: str, trajectories: str, limit: int) -> int:
+    from components.tracking import log_episode_traces, read_jsonl
+
+    path = Path(trajectories)
+    return log_episode_traces(run_id, read_jsonl(path, limit)) if path.exists() else 0
