@@ -30,7 +30,7 @@ def _mlflow():
     uri = tracking_uri()
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(EXPERIMENT) is None and uri.startswith("sqlite:"):
-        artifacts = REPO_ROOT / "mlruns" / "artifacts"
+        artifacts = REPO_ROOT / "mlruns" / "artifacts" / EXPERIMENT
         artifacts.mkdir(parents=True, exist_ok=True)
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
     mlflow.set_experiment(EXPERIMENT)
@@ -62,12 +62,23 @@ def flatten(prefix: str, value, out: dict) -> dict:
 
 
 def start_pipeline_run(name: str, params: dict, tags: dict) -> str:
+    """Create the parent run; it stays RUNNING until `end_pipeline_run`."""
     mlflow = _mlflow()
-    with mlflow.start_run(run_name=name) as run:
-        mlflow.set_tags({**tags, "git_commit": git_commit(), "agentrl.kind": "pipeline"})
-        flat = flatten("", params, {})
-        mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
-        return run.info.run_id
+    client = mlflow.MlflowClient()
+    experiment = mlflow.get_experiment_by_name(EXPERIMENT).experiment_id
+    run = client.create_run(experiment, run_name=name, tags={
+        **{k: str(v) for k, v in tags.items()}, "git_commit": git_commit(),
+        "agentrl.kind": "pipeline"})  # fmt: skip
+    _log_params(client, run.info.run_id, params)
+    return run.info.run_id
+
+
+def _log_params(client, run_id: str, params: dict) -> None:
+    from mlflow.entities import Param
+
+    flat = [Param(k, str(v)[:500]) for k, v in flatten("", params, {}).items()]
+    for i in range(0, len(flat), 100):  # the tracking API takes at most 100 params a call
+        client.log_batch(run_id, params=flat[i : i + 100])
 
 
 def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = None) -> None:
@@ -81,40 +92,39 @@ def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = 
 def log_stage(parent_run_id: str, stage: str, params: dict, result: dict, seconds: float,
               artifacts: list[Path] = (), tags: dict | None = None) -> str:  # fmt: skip
     """A nested run for one stage: its config as params, its numbers as metrics (lists of
-    numbers become per-step metrics, e.g. the SFT loss curve), its files as artifacts."""
+    numbers become per-step metrics, e.g. the SFT loss curve), its files as artifacts.
+    Uses the client API so the parent run stays RUNNING while the pipeline goes on."""
     mlflow = _mlflow()
-    with (
-        mlflow.start_run(run_id=parent_run_id),
-        mlflow.start_run(run_name=stage, nested=True) as run,
-    ):
-        mlflow.set_tags({"agentrl.stage": stage, **(tags or {})})
-        flat = flatten("", params, {})
-        if flat:
-            mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
-        metrics = {"stage_seconds": seconds}
-        for key, value in flatten("", result, {}).items():
-            if isinstance(value, int | float) and value == value:  # bools too; not NaN
-                metrics[key] = float(value)
-            elif (
-                isinstance(value, list)
-                and value
-                and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
-            ):
-                ts = int(time.time() * 1000)
-                client = mlflow.MlflowClient()
-                from mlflow.entities import Metric
+    from mlflow.entities import Metric
 
-                client.log_batch(run.info.run_id, metrics=[
-                    Metric(_metric_key(key), float(x), ts, step) for step, x in enumerate(value)
-                ])  # fmt: skip
-        mlflow.log_metrics({_metric_key(k): v for k, v in metrics.items()})
-        for path in artifacts:
-            path = Path(path)
-            if path.is_dir():
-                mlflow.log_artifacts(str(path), artifact_path=path.name)
-            elif path.is_file():
-                mlflow.log_artifact(str(path))
-        return run.info.run_id
+    client = mlflow.MlflowClient()
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    run_id = client.create_run(experiment, run_name=stage, tags={
+        "mlflow.parentRunId": parent_run_id, "agentrl.stage": stage,
+        **{k: str(v) for k, v in (tags or {}).items()}}).info.run_id  # fmt: skip
+    _log_params(client, run_id, params)
+    ts = int(time.time() * 1000)
+    metrics = [Metric("stage_seconds", float(seconds), ts, 0)]
+    for key, value in flatten("", result, {}).items():
+        if isinstance(value, int | float) and value == value:  # bools too; not NaN
+            metrics.append(Metric(_metric_key(key), float(value), ts, 0))
+        elif (
+            isinstance(value, list)
+            and value
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+        ):
+            metrics += [
+                Metric(_metric_key(key), float(x), ts, step) for step, x in enumerate(value)
+            ]
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i : i + 1000])
+    for path in map(Path, artifacts):
+        if path.is_dir():
+            client.log_artifacts(run_id, str(path), artifact_path=path.name)
+        elif path.is_file():
+            client.log_artifact(run_id, str(path))
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
 
 
 def log_episode_traces(run_id: str, records: list[dict], limit: int = 8) -> int:
@@ -164,6 +174,8 @@ def log_episode_traces(run_id: str, records: list[dict], limit: int = 8) -> int:
             root.end(end_time_ns=t)
             n += 1
     mlflow.flush_trace_async_logging()
+    # start_run(run_id=...) above ended the parent run on exit; the pipeline is still going.
+    mlflow.MlflowClient().update_run(run_id, status="RUNNING")
     return n
 
 

@@ -23,7 +23,8 @@ def _stage(name, argv, result_file, parent_run_id, params=None, artifacts=(), de
            launcher_mode="in-process") -> dict:  # fmt: skip
     print(f"==> {name}: agentrl {' '.join(map(str, argv))}", flush=True)
     state = stages.run(name, [str(a) for a in argv], str(result_file), depends_on=depends_on,
-                       launcher_mode=launcher_mode, return_state=True)  # fmt: skip
+                       config=params or {}, launcher_mode=launcher_mode,
+                       return_state=True)  # fmt: skip
     result = state.result()
     cached = state.name == "Cached"
     print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",
@@ -56,8 +57,9 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
                              {"preset": p.name, "config_hash": p.config_hash()})  # fmt: skip
     status = "FAILED"
     try:
+        # Generation is deterministic for (n, seed): regenerating yields the same bytes.
         suite = _stage("generate", ["tasks", "generate", "--out", w / "tasks", "--n",
-                       gen.get("n_tasks", 300), "--seed", gen.get("seed", 0)],
+                       gen.get("n_tasks", 300), "--seed", gen.get("seed", 0), "--overwrite"],
                        w / "tasks" / "suite.json", parent, gen, **kw)  # fmt: skip
         gate = _stage("gate", ["tasks", "check", "--tasks", w / "tasks", "--report",
                       w / "gate.json"], w / "gate.json", parent, depends_on=(suite,),
@@ -155,6 +157,16 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
     return summary
 
 
+def _live_status(version) -> dict:
+    from components.promote.registry import get_version
+
+    try:
+        v = get_version(str(version), _promotion_config())
+    except Exception:  # noqa: BLE001 - a summary line must not fail the run
+        return {"status": "unknown", "aliases": []}
+    return {"status": v["tags"].get("approval_status", "unknown"), "aliases": v["aliases"]}
+
+
 def _promotion_config():
     from components.promote.config import load_config
 
@@ -184,8 +196,12 @@ def print_summary(summary: dict) -> None:
     for c in pr.get("gate_checks", []):
         print(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['name']}: {c.get('reason', '')}")
     version, model = pr.get("version"), pr.get("model", "agentrl-coder")
-    print(f"\nmodel {model} version {version}: data version {summary['data_version']}")
-    if pr.get("challenger"):
+    live = _live_status(version)  # the stage may be cached; the registry is the truth now
+    print(f"\nmodel {model} version {version}: data version {summary['data_version']}; "
+          f"status {live['status']}, aliases {live['aliases'] or '-'}")  # fmt: skip
+    if live["status"] not in ("pending", "unknown"):
+        print(f"Version {version} is already decided ({live['status']}); nothing awaits approval.")
+    elif pr.get("challenger"):
         print(f"PENDING APPROVAL: version {version} is the challenger. A person decides:")
         print(f"  .venv/bin/agentrl promote approve {version} --reason '...'")
         print(f"  .venv/bin/agentrl promote reject {version} --reason '...'")
