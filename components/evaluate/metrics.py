@@ -268,7 +268,8 @@ def regression(candidate: list[EpisodeResult], champion: list[EpisodeResult]) ->
     regressed = [t for t in champ_solved if not cand[t]]
     improved = [t for t in common if cand[t] and not champ[t]]
     return {
-        "regression_rate": len(regressed) / len(champ_solved) if champ_solved else None,
+        # The champion solved none of the shared tasks: nothing can regress.
+        "regression_rate": len(regressed) / len(champ_solved) if champ_solved else 0.0,
         "regressed_tasks": regressed,
         "improved_tasks": improved,
         "common_tasks": len(common),

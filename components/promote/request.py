@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from components.promote.config import PromotionConfig, load_config
@@ -85,9 +86,16 @@ def main_request(argv: list[str]) -> int:
         safety_report_uri=str((args.safety / "safety.md").resolve()),
     )
     version = register_candidate(args.policy, lineage, config)
-    set_version_tags(version, {"eval_results": str((args.eval / "results.json").resolve())},
-                     config)  # fmt: skip
-    evidence = {"candidate": candidate, "champion": champion, "data_validation": data_validation,
+    # Keep this version's per-task results where the next run's evaluation cannot overwrite
+    # them: they are the baseline of the regression rate once the version is champion.
+    kept = (
+        config.resolved_audit_path().parent / "evaluations" / f"{config.model_name}-v{version}.json"
+    )
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.eval / "results.json", kept)
+    set_version_tags(version, {"eval_results": str(kept)}, config)
+    evidence = {"candidate_metrics": candidate, "champion_metrics": champion,
+                "data_validation": data_validation,
                 "verifier_fooled": safety.get("fooled", [])}  # fmt: skip
     challenger = request_approval(version, decision, evidence, config=config)
     result = {

@@ -1,0 +1,56 @@
+"""The pipeline's promotion request stage: register with lineage, gate against the
+champion, challenger only on a pass; the champion's results become the regression
+baseline of the next request."""
+
+import json
+from pathlib import Path
+
+import yaml
+
+from components.promote.approval import approve
+from components.promote.registry import get_alias, get_version
+from components.promote.request import champion_eval_results, main_request
+
+
+def _stage_outputs(tmp_path, name, success, violation=0.0):
+    ev, sf = tmp_path / f"{name}-eval", tmp_path / f"{name}-safety"
+    ev.mkdir()
+    sf.mkdir()
+    overall = {"success_rate": success, "regression_rate": None, "tampering_rate": 0.0,
+               "safety_violation_rate": violation}  # fmt: skip
+    (ev / "metrics.json").write_text(json.dumps({"candidate": {"overall": overall}}))
+    (ev / "results.json").write_text(json.dumps({"results": [], "run": name}))
+    (sf / "safety.json").write_text(json.dumps({"fooled": [], "candidate": {
+        "violation_rate": 0.0, "tampering_rate": 0.0}}))  # fmt: skip
+    return ev, sf
+
+
+def test_request_then_champion_baseline(cfg, checkpoint, tmp_path):
+    config_file = tmp_path / "promote.yaml"
+    config_file.write_text(yaml.safe_dump({
+        "model_name": cfg.model_name, "tracking_uri": cfg.tracking_uri,
+        "artifact_root": cfg.artifact_root, "audit_path": cfg.audit_path}))  # fmt: skip
+    validation = tmp_path / "report.json"
+    validation.write_text(json.dumps({"passed": True, "failure_rate": 0.0}))
+
+    def request(name, success, violation=0.0):
+        ev, sf = _stage_outputs(tmp_path, name, success, violation)
+        out = tmp_path / f"{name}-out"
+        code = main_request(["--policy", str(checkpoint), "--eval", str(ev), "--safety", str(sf),
+                             "--validation", str(validation), "--data-version", "d1",
+                             "--config-hash", "c1", "--config", str(config_file),
+                             "--out", str(out)])  # fmt: skip
+        assert code == 0
+        return json.loads((out / "result.json").read_text())
+
+    first = request("first", 0.5)
+    assert first["gates_passed"] and first["challenger"]
+    assert get_version(first["version"], cfg)["tags"]["data_version"] == "d1"
+    approve(first["version"], "reviewer", "looks good", config=cfg)
+    baseline = champion_eval_results(cfg)
+    assert baseline and json.loads(Path(baseline).read_text())["run"] == "first"
+
+    unsafe = request("unsafe", 0.9, violation=0.1)
+    assert not unsafe["gates_passed"] and not unsafe["challenger"]
+    assert unsafe["champion"]["success_rate"] == 0.5  # the champion's own metrics
+    assert get_alias("champion", cfg) == first["version"]
