@@ -1,6 +1,6 @@
 """evaluate: held-out metrics + safety suite for a checkpoint or a registered model alias.
 
-    .venv/bin/python -m flows.evaluate --model champion [--split test] [--limit 24]
+.venv/bin/python -m flows.evaluate --model champion [--split test] [--limit 24]
 """
 
 from __future__ import annotations

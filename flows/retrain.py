@@ -8,6 +8,7 @@ this file only wires their inputs and outputs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -31,6 +32,12 @@ def _stage(name, argv, result_file, parent_run_id, params=None, artifacts=(), de
           flush=True)  # fmt: skip
     stages.track(name, parent_run_id, params or {}, result, [str(a) for a in artifacts], cached)
     return result
+
+
+def _fingerprint(result: dict) -> str:
+    """Short id of an upstream result: a training stage writes to `<algo>-<id>`, so it
+    resumes its own checkpoints after a kill but never one trained from another policy."""
+    return hashlib.sha256(json.dumps(result, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def _policy_dir(result: dict) -> str:
@@ -94,6 +101,7 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
                      **kw)  # fmt: skip
         candidate, training = _policy_dir(sft), sft
         algorithms = pipe.get("algorithms", ["grpo"])
+        start = _fingerprint(sft)
         if {"dpo", "rs"} & set(algorithms):
             samples = _stage("sample", ["rollout", "sample", "--preset", preset, "--policy",
                              candidate, "--tasks", w / "tasks", "--split", "train", "--limit",
@@ -106,18 +114,19 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
                 r = p.section("rollout")
                 training = _stage("grpo", ["train", "grpo", "--policy", _policy_dir(sft),
                                   "--tasks", w / "tasks", "--split", "train", "--out",
-                                  w / "grpo", "--iterations", g.iterations, "--group-size",
+                                  w / f"grpo-{start}", "--iterations", g.iterations, "--group-size",
                                   g.group_size, "--tasks-per-iteration",
                                   g.tasks_per_iteration, "--lr", g.learning_rate, "--beta",
                                   g.beta, "--max-new-tokens", r.max_new_tokens, "--max-steps",
                                   r.max_steps, "--max-episode-tokens", r.max_episode_tokens,
                                   "--temperature", r.temperature],
-                                  w / "grpo" / "result.json", parent, p.raw("grpo"),
+                                  w / f"grpo-{start}" / "result.json", parent, p.raw("grpo"),
                                   depends_on=(sft,), **kw)  # fmt: skip
             elif algo in ("dpo", "rs"):
                 training = _stage(algo, ["train", algo, "--preset", preset, "--policy",
                                   _policy_dir(sft), "--samples", w / "samples", "--out",
-                                  w / algo], w / algo / "result.json", parent,
+                                  w / f"{algo}-{start}"], w / f"{algo}-{start}" / "result.json",
+                                  parent,
                                   p.raw("dpo" if algo == "dpo" else "rejection_sampling"),
                                   depends_on=(samples,), **kw)  # fmt: skip
             else:
