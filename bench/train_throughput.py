@@ -1,0 +1,284 @@
+"""Training and sampling throughput of our stages vs bare torch, side by side in one run.
+
+Same tiny model (configs/cpu-demo.yaml's policy section, tokenizer trained on the oracle
+transcripts), same data, same batch, same optimizer (AdamW, same learning rate), each run
+starting from the same initial weights:
+
+- SFT: `train.sft.train_sft` (TRL SFTTrainer) vs a bare loop over the same examples
+  (right padding to the same multiple, HF loss on labels, AdamW step);
+- DPO: `train.dpo.train_dpo` vs a bare loop (chosen + rejected in one forward, summed
+  assistant-token log-probs, the sigmoid DPO loss against precomputed reference log-probs);
+- GRPO update: `train.grpo._update` (one iteration's update on stored rollouts) vs a bare
+  clipped-ratio loop on the same rollouts, advantages and micro-batches;
+- sampling: the rollout engine's generate calls vs the same calls replayed through bare
+  batched `model.generate` (bench/rollout_throughput.py's `bare_generate`).
+
+Tokens counted the same way on both sides: non-padding tokens of the sequences a step
+processed (the forward pass), per wall second of the training steps only (reference
+scoring and data preparation are outside the clock on both sides).
+
+    .venv/bin/python bench/train_throughput.py [--tasks 4 --k 4 --sft-steps 8 --dpo-steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.rollout_throughput import bare_generate  # noqa: E402
+from components.env.config import EnvConfig  # noqa: E402
+from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
+from components.env.policies import make_policy  # noqa: E402
+from components.env.sandbox import SandboxConfig  # noqa: E402
+from components.policy.model import build_policy  # noqa: E402
+from components.preset import load_preset  # noqa: E402
+from components.rollout.engine import generate_transformers, sample_episodes  # noqa: E402
+from components.tasks.generate import generate_suite  # noqa: E402
+from components.tasks.task import load_tasks  # noqa: E402
+from components.train.data import collate, sft_examples, trajectory_tokens  # noqa: E402
+from components.train.grpo import GRPOConfig, _update, collate_rollouts  # noqa: E402
+from components.train.losses import token_logprobs  # noqa: E402
+
+
+def _timed(fn) -> tuple[object, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------ SFT
+
+
+def bare_sft(model, examples: list[dict], steps: int, batch: int, lr: float, pad_id: int,
+             multiple: int, seed: int) -> tuple[int, float]:  # fmt: skip
+    """(non-padding tokens, seconds) of `steps` plain AdamW steps on the examples."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng, order, tokens = random.Random(seed), [], 0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        chunk = []
+        while len(chunk) < batch:
+            if not order:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            chunk.append(examples[order.pop()])
+        b = collate(chunk, pad_id, multiple)
+        tokens += int(b["attention_mask"].sum())
+        loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                     labels=b["labels"]).loss  # fmt: skip
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return tokens, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------ DPO
+
+
+def _seq_logps(model, seqs: list[dict], pad_id: int) -> torch.Tensor:
+    b = collate(seqs, pad_id)
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    logp = torch.log_softmax(logits[:, :-1].float(), -1)
+    picked = logp.gather(-1, b["input_ids"][:, 1:, None]).squeeze(-1)
+    return (picked * b["assistant_mask"][:, 1:]).sum(-1)
+
+
+def bare_dpo(model, pairs: list[dict], steps: int, batch: int, lr: float, beta: float,
+             pad_id: int, seed: int) -> tuple[int, float]:  # fmt: skip
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    with torch.no_grad():  # outside the clock, as in train_dpo
+        for p in pairs:
+            ref = _seq_logps(reference, [p["chosen"], p["rejected"]], pad_id)
+            p["ref"] = ref
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng, order, tokens = random.Random(seed), [], 0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        chunk = []
+        while len(chunk) < batch:
+            if not order:
+                order = list(range(len(pairs)))
+                rng.shuffle(order)
+            chunk.append(pairs[order.pop()])
+        seqs = [p["chosen"] for p in chunk] + [p["rejected"] for p in chunk]
+        tokens += sum(len(s["input_ids"]) for s in seqs)
+        logps = _seq_logps(model, seqs, pad_id)
+        n = len(chunk)
+        ref = torch.stack([p["ref"] for p in chunk])  # [n, 2]
+        margin = (logps[:n] - ref[:, 0]) - (logps[n:] - ref[:, 1])
+        loss = -torch.nn.functional.logsigmoid(beta * margin).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return tokens, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------ GRPO
+
+
+def bare_grpo(model, rollouts, advantages: torch.Tensor, lr: float, micro: int, pad_id: int,
+              eps: float = 0.2) -> tuple[int, float]:  # fmt: skip
+    """One optimizer step over all rollouts (micro-batched), the clipped-ratio loss."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    t0 = time.perf_counter()
+    n = len(rollouts)
+    for start in range(0, n, micro):
+        chunk = rollouts[start : start + micro]
+        b = collate_rollouts(chunk, pad_id)
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        logps = token_logprobs(logits, b["input_ids"])  # [b, T-1]
+        mask = b["assistant_mask"][:, 1:].float()
+        ratio = torch.exp(logps - b["sampling_logprobs"][:, 1:])
+        adv = advantages[start : start + micro, None]
+        per_token = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+        per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        (per_seq.sum() / n).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return sum(len(r.input_ids) for r in rollouts), time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def _row(name: str, ours: tuple[int, float], bare: tuple[int, float]) -> str:
+    o, b = ours[0] / ours[1], bare[0] / bare[1]
+    return f"| {name} | {o:,.0f} | {b:,.0f} | {o / b:.2f} | {ours[0]:,} / {bare[0]:,} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="configs/cpu-demo.yaml", help="policy section source")
+    p.add_argument("--tasks", type=int, default=4, help="train tasks (oracle data, rollouts)")
+    p.add_argument("--k", type=int, default=4, help="rollouts per task")
+    p.add_argument("--steps", type=int, default=4, help="assistant turns per rollout")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--sft-tasks", type=int, default=12, help="oracle transcripts for SFT")
+    p.add_argument("--sft-steps", type=int, default=16)
+    p.add_argument("--dpo-steps", type=int, default=8)
+    p.add_argument("--batch", type=int, default=4, help="SFT sequences / DPO pairs per step")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    preset = load_preset(args.preset)
+    lines = []
+
+    with tempfile.TemporaryDirectory(prefix="agentrl-train-bench-") as tmp:
+        root = Path(tmp)
+        generate_suite(root / "tasks", 30, args.seed)
+        train = load_tasks(root / "tasks", split="train")[0]
+        tasks = train[: args.tasks]
+        # SFT data: enough transcripts that every SFT batch is full on both sides.
+        expert = evaluate_policy(train[: max(args.tasks, args.sft_tasks)], lambda: make_policy("oracle", seed=args.seed),
+                                 EnvConfig(), SandboxConfig(), EvalConfig(workers=2))  # fmt: skip
+        records = [r.record for r in expert]
+        model, tokenizer = build_policy(preset.section("policy"), records=records)
+        initial = copy.deepcopy(model.state_dict())
+        pad_id = tokenizer.pad_token_id
+
+        def fresh():
+            model.load_state_dict(initial)
+            return model
+
+        # Sampling: the engine, its generate calls recorded, then replayed bare.
+        rollout_cfg = dataclasses.replace(preset.section("rollout"), temperature=1.0,
+                                          max_new_tokens=args.max_new_tokens,
+                                          max_steps=args.steps, samples_per_task=args.k,
+                                          batch_size=args.tasks * args.k, workers=2,
+                                          seed=args.seed)  # fmt: skip
+        calls, gen_time = [], [0.0]
+
+        def recorded(prompts, caps, seed):
+            out, dt = _timed(lambda: generate_transformers(
+                model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed))  # fmt: skip
+            gen_time[0] += dt
+            calls.append((prompts, caps, seed))
+            return out
+
+        fresh().eval()
+        rollouts, wall = _timed(lambda: sample_episodes(
+            tasks, model, tokenizer, rollout_cfg, EnvConfig(), SandboxConfig(),
+            generate_fn=recorded))  # fmt: skip
+        engine_tokens = sum(r.num_generated_tokens for r in rollouts)
+        bare_tokens, bare_time = _timed(
+            lambda: sum(bare_generate(model, tokenizer, *c, 1.0) for c in calls)
+        )
+        lines.append(_row("sampling: engine generate calls vs bare model.generate",
+                          (engine_tokens, gen_time[0]), (bare_tokens, bare_time)))  # fmt: skip
+        lines.append(_row("sampling: engine end to end (+tools, verify) vs bare generate",
+                          (engine_tokens, wall), (bare_tokens, bare_time)))  # fmt: skip
+
+        # SFT: TRL SFTTrainer path vs bare loop.
+        from components.train.sft import train_sft
+
+        sft_cfg = dataclasses.replace(preset.section("sft"), max_steps=args.sft_steps,
+                                      batch_size=args.batch, warmup_steps=0,
+                                      output_dir=str(root / "sft"), seed=args.seed)  # fmt: skip
+        result = train_sft(fresh(), tokenizer, records, sft_cfg)
+        ours = (result.tokens, result.train_seconds)
+        examples = sft_examples(records, tokenizer, sft_cfg.max_seq_len)
+        bare = bare_sft(fresh(), examples, args.sft_steps, args.batch, sft_cfg.learning_rate,
+                        pad_id, sft_cfg.pad_to_multiple_of, args.seed)  # fmt: skip
+        lines.append(_row("SFT step: train_sft (TRL SFTTrainer) vs bare loop", ours, bare))
+
+        # DPO: oracle success (chosen) vs the untrained model's failed rollout (rejected).
+        from components.train.dpo import train_dpo
+
+        failed = {r.group_id: r.result.record for r in rollouts if not r.result.success}
+        pairs = [{"task_id": r["task_id"], "chosen": r, "rejected": failed[r["task_id"]]}
+                 for r in records if r["task_id"] in failed]  # fmt: skip
+        dpo_cfg = dataclasses.replace(preset.section("dpo"), max_steps=args.dpo_steps,
+                                      batch_size=args.batch, warmup_steps=0,
+                                      output_dir=str(root / "dpo"), seed=args.seed)  # fmt: skip
+        result = train_dpo(fresh(), None, tokenizer, pairs, dpo_cfg)
+        ours_tokens = int(result.tokens_per_second * result.train_seconds)
+        tok = [{side: {k: v[: dpo_cfg.max_seq_len] for k, v in
+                       trajectory_tokens(tokenizer, pr[side]).items()}
+                for side in ("chosen", "rejected")} for pr in pairs]  # fmt: skip
+        bare = bare_dpo(fresh(), tok, args.dpo_steps, args.batch, dpo_cfg.learning_rate,
+                        dpo_cfg.beta, pad_id, args.seed)  # fmt: skip
+        lines.append(_row("DPO step: train_dpo vs bare loop",
+                          (ours_tokens, result.train_seconds), bare))  # fmt: skip
+
+        # GRPO: one update on the sampled rollouts; fixed +-1 advantages so gradients flow.
+        grpo_cfg = GRPOConfig(learning_rate=2e-5, micro_batch_size=4, output_dir=str(root))
+        advantages = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(rollouts))])
+        m = fresh().train()
+        optimizer = torch.optim.AdamW(m.parameters(), lr=grpo_cfg.learning_rate, weight_decay=0)
+        out, dt = _timed(lambda: _update(m, None, optimizer, rollouts, advantages, grpo_cfg,
+                                         rollout_cfg, pad_id, torch.device("cpu"), 1))  # fmt: skip
+        bare = bare_grpo(fresh(), rollouts, advantages, grpo_cfg.learning_rate,
+                         grpo_cfg.micro_batch_size, pad_id)  # fmt: skip
+        lines.append(_row("GRPO update: grpo._update vs bare loop",
+                          (out["update_tokens"], dt), bare))  # fmt: skip
+
+    params = sum(t.numel() for t in model.parameters())
+    print(f"\nmodel: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch threads; "
+          f"{len(rollouts)} rollouts ({args.tasks} tasks x {args.k}), {len(records)} oracle "
+          f"transcripts, {len(pairs)} DPO pairs\n")  # fmt: skip
+    print("| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |")
+    print("|---|---|---|---|---|")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

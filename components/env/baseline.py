@@ -1,0 +1,201 @@
+"""A scripted baseline that needs no learning: one random single-operator edit on the line
+the failing test points at.
+
+The plan, through the same tools a model uses (so its transcript is a valid trajectory):
+1. run the tests;
+2. read the module under test (a non-test .py file: the one the traceback names, else the
+   one the failing test imports from, else the first listed);
+3. pick the line: the deepest traceback frame inside the module if there is one (a crash
+   points at its line), else a random line of the failing function's body that has an
+   operator or an integer constant to change;
+4. apply ONE random token mutation on that line (comparison / arithmetic / boolean swap,
+   +-1 on an integer constant) with `edit_file`;
+5. rerun the tests, finish.
+One attempt per episode (pass@1); the choices come from an RNG seeded by (seed, task id),
+so a seed replays exactly. It is the floor a learned policy has to beat: it knows the
+fault localisation heuristics an engineer would use, but not which edit is right.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import zlib
+from dataclasses import dataclass, field
+
+from components.env.episode import Action
+from components.tasks.task import Task
+
+# Token swaps, longest first so "<=" is not read as "<". Each is a bug-class inverse of
+# components/tasks/mutations.py (comparison_swap, arith_swap, boolop_swap, bound_off_by_one).
+_SWAPS: dict[str, tuple[str, ...]] = {
+    "<=": ("<", ">="),
+    ">=": (">", "<="),
+    "==": ("!=",),
+    "!=": ("==",),
+    "//": ("/", "%"),
+    "<": ("<=", ">"),
+    ">": (">=", "<"),
+    "+": ("-",),
+    "-": ("+",),
+    "*": ("+", "//"),
+    "%": ("//",),
+    " and ": (" or ",),
+    " or ": (" and ",),
+    " not in ": (" in ",),
+    " in ": (" not in ",),
+    " is not ": (" is ",),
+    " is ": (" is not ",),
+}
+_TOKEN = re.compile(
+    r"<=|>=|==|!=|//|->|\*\*|[<>+\-*%]| and | or | not in | in | is not | is |(?<![\w.])\d+(?![\w.])"
+)
+_NUMBERED = re.compile(r"^\s*(\d+)\| ?(.*)$")
+
+
+def line_mutations(line: str) -> list[str]:
+    """Every variant of `line` with exactly one token changed (strings and comments kept)."""
+    code_end = _code_end(line)
+    out: list[str] = []
+    for m in _TOKEN.finditer(line):
+        if m.start() >= code_end:
+            break
+        tok = m.group(0)
+        if tok in ("->", "**") or _inside_string(line, m.start()):
+            continue
+        if tok.isdigit():
+            n = int(tok)
+            alts = [str(n + 1)] + ([str(n - 1)] if n > 0 else [])
+        elif tok == "-" and _is_unary(line, m.start()):
+            continue  # a negative literal / unary minus is not a binary operator
+        else:
+            alts = list(_SWAPS.get(tok, ()))
+        out += [line[: m.start()] + alt + line[m.end() :] for alt in alts]
+    return list(dict.fromkeys(v for v in out if v != line))
+
+
+def _code_end(line: str) -> int:
+    i = line.find("#")
+    while i >= 0 and _inside_string(line, i):
+        i = line.find("#", i + 1)
+    return len(line) if i < 0 else i
+
+
+def _inside_string(line: str, pos: int) -> bool:
+    quote = ""
+    for ch in line[:pos]:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+    return bool(quote)
+
+
+def _is_unary(line: str, pos: int) -> bool:
+    before = line[:pos].rstrip()
+    return not before or before[-1] in "([{,=:<>+-*/%" or before.endswith(("return", "in"))
+
+
+def _observations(events: list[dict]) -> list[str]:
+    return [e.get("observation", "") for e in events if e["role"] == "environment"]
+
+
+def _source_files(events: list[dict]) -> list[str]:
+    m = re.search(r"Repository files: (.*)", events[0].get("content", ""))
+    files = [f.strip() for f in m.group(1).split(",")] if m else []
+    return [f for f in files if f.endswith(".py") and not f.startswith("tests/")]
+
+
+def locate(test_output: str, files: list[str]) -> tuple[str | None, int | None, str | None]:
+    """(module, deepest traceback line in it or None, failing function or None)."""
+    module, line = None, None
+    for m in re.finditer(r"^(\S+\.py):(\d+): ", test_output, re.MULTILINE):
+        path = m.group(1)
+        if not path.startswith("tests/") and (not files or path in files):
+            module, line = path, int(m.group(2))  # later frames are deeper
+    function = None
+    assertion = re.search(r"^>\s+assert\s+(?:not\s+)?(\w+)\(", test_output, re.MULTILINE)
+    if assertion:
+        function = assertion.group(1)
+    if module is None:
+        imported = re.search(r"from (\w+) import", test_output)
+        if imported and f"{imported.group(1)}.py" in files:
+            module = f"{imported.group(1)}.py"
+    return module or (files[0] if files else None), line, function
+
+
+def function_body(lines: list[str], function: str | None) -> range:
+    """1-based line numbers of `function`'s body (the whole file if it is not found)."""
+    start = next((i for i, ln in enumerate(lines) if function and
+                  re.match(rf"\s*def {re.escape(function)}\(", ln)), None)  # fmt: skip
+    if start is None:
+        return range(1, len(lines) + 1)
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end = start + 1
+    while end < len(lines) and (
+        not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent
+    ):
+        end += 1
+    return range(start + 2, end + 1)
+
+
+@dataclass
+class ScriptedBaselinePolicy:
+    """Run tests -> read module -> one random single-token edit on the blamed line -> rerun."""
+
+    name: str = "scripted-baseline"
+    seed: int = 0
+    _rng: dict[str, random.Random] = field(default_factory=dict, repr=False)
+
+    def act(self, task: Task, events: list[dict]) -> Action:
+        test_cmd = shlex.join(task.test_command)
+        done = sum(e["role"] == "assistant" for e in events)
+        if done == 0:
+            self._rng[task.id] = random.Random(zlib.crc32(f"{self.seed}:{task.id}".encode()))
+            return Action("run_command", {"cmd": test_cmd}, "Run the tests to see what fails.")
+        obs = _observations(events)
+        files = _source_files(events)
+        module, _, _ = locate(obs[0], files)
+        if done == 1:
+            if module is None:
+                return Action("finish", {"summary": "No module to edit."})
+            return Action("read_file", {"path": module}, "Read the module under test.")
+        if done == 2:
+            edit = self._edit(task, obs[0], obs[1], files)
+            if edit is not None:
+                return edit
+            return Action("finish", {"summary": "Found no single-operator edit to try."})
+        if done == 3 and events[-2].get("action") == "edit_file":
+            return Action("run_command", {"cmd": test_cmd}, "Rerun the tests.")
+        return Action("finish", {"summary": "Tried one single-operator edit."})
+
+    def _edit(self, task: Task, test_output: str, listing: str, files: list[str]) -> Action | None:
+        rng = self._rng.setdefault(
+            task.id, random.Random(zlib.crc32(f"{self.seed}:{task.id}".encode()))
+        )
+        module, blamed, function = locate(test_output, files)
+        numbered = [_NUMBERED.match(ln) for ln in listing.splitlines()]
+        lines = [m.group(2) for m in numbered if m]
+        if module is None or not lines:
+            return None
+        body = function_body(lines, function)
+        candidates = [n for n in body if line_mutations(lines[n - 1])]
+        if blamed is not None and 1 <= blamed <= len(lines) and line_mutations(lines[blamed - 1]):
+            target = blamed
+        elif candidates:
+            target = rng.choice(candidates)
+        else:
+            return None
+        old_line = lines[target - 1]
+        new_line = rng.choice(line_mutations(old_line))
+        # edit_file needs a unique `old`: widen the context one line at a time.
+        # No trailing newline: the module's last line may not have one.
+        text = "\n".join(lines)
+        lo, hi = target - 1, target
+        while text.count("\n".join(lines[lo:hi])) > 1 and (lo > 0 or hi < len(lines)):
+            lo, hi = max(lo - 1, 0), min(hi + 1, len(lines))
+        old = "\n".join(lines[lo:hi])
+        new = "\n".join([*lines[lo : target - 1], new_line, *lines[target:hi]])
+        return Action("edit_file", {"path": module, "old": old, "new": new},
+                      f"Line {target} looks wrong; try `{new_line.strip()}`.")  # fmt: skip
