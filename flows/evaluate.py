@@ -24,12 +24,12 @@ def evaluate(model: str = "champion", tasks: str = "runs/pipeline/tasks", split:
     policy = model if Path(model).is_dir() else str(download_version(model, load_config()))
     w = Path(out)
     parent = stages.open_run(f"evaluate {model}", {"model": model, "split": split}, {})
-    evaluation = stages.run("evaluate", ["evaluate", "run", "--tasks", tasks, "--split", split,
+    evaluation = stages.run.with_options(refresh_cache=True)("evaluate", ["evaluate", "run", "--tasks", tasks, "--split", split,
                             "--model", policy, *(["--limit", str(limit)] if limit else []),
                             "--out", str(w / "eval")], str(w / "eval" / "metrics.json"))  # fmt: skip
     stages.track("evaluate", parent, {"model": model}, evaluation,
                  [str(w / "eval" / "report.md")])  # fmt: skip
-    safety = stages.run("safety", ["evaluate", "safety", "--out", str(w / "safety"),
+    safety = stages.run.with_options(refresh_cache=True)("safety", ["evaluate", "safety", "--out", str(w / "safety"),
                         "--model", policy], str(w / "safety" / "safety.json"))  # fmt: skip
     stages.track("safety", parent, {"model": model}, safety, [str(w / "safety" / "safety.md")])
     stages.close_run(parent, "FINISHED", {})

@@ -23,9 +23,11 @@ DATA_REPORT = "reports/data_validation/report.json"
 def _stage(name, argv, result_file, parent_run_id, params=None, artifacts=(), depends_on=(),
            launcher_mode="in-process") -> dict:  # fmt: skip
     print(f"==> {name}: agentrl {' '.join(map(str, argv))}", flush=True)
-    state = stages.run(name, [str(a) for a in argv], str(result_file), depends_on=depends_on,
-                       config=params or {}, launcher_mode=launcher_mode,
-                       return_state=True)  # fmt: skip
+    # A cached result is only good while the stage's files are still there.
+    task = stages.run.with_options(refresh_cache=not Path(result_file).is_file())
+    state = task(name, [str(a) for a in argv], str(result_file), depends_on=depends_on,
+                 config=params or {}, checkout=str(Path.cwd().resolve()),
+                 launcher_mode=launcher_mode, return_state=True)  # fmt: skip
     result = state.result()
     cached = state.name == "Cached"
     print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",

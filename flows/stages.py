@@ -28,11 +28,13 @@ def _infra_fault(task, task_run, state) -> bool:
 @task(cache_policy=STAGE_CACHE, persist_result=True, retries=2, retry_delay_seconds=5,
       retry_condition_fn=_infra_fault, task_run_name="{name}")  # fmt: skip
 def run(name: str, argv: list[str], result_file: str, depends_on: tuple = (),
-        config: dict | None = None, launcher_mode: str = "in-process") -> dict:  # fmt: skip
+        config: dict | None = None, checkout: str = "",
+        launcher_mode: str = "in-process") -> dict:  # fmt: skip
     """Run `agentrl ARGV`; return the JSON it left in `result_file` (+ timing).
 
-    `config` is the stage's preset section: unused here, but part of the cache key, since
-    the command line names the preset file, not its content."""
+    `config` (the stage's preset section) and `checkout` (the absolute working folder) are
+    unused here but part of the cache key: the command line names the preset file, not its
+    content, and its relative paths mean different files in another checkout."""
     import time
 
     from components.launch.config import LauncherConfig
