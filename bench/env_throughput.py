@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -49,7 +50,12 @@ def sandbox_vs_bare(tasks, repeats: int) -> tuple[float, float]:
             run_sandboxed(argv, repo, cfg)
             sandboxed.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, *argv[1:]], cwd=repo, capture_output=True, check=False)
+            # Same pytest set-up as inside the sandbox (no plugin autoload), so the ratio
+            # measures isolation alone.
+            env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                   "PYTEST_PLUGINS": "pytest_timeout", "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+            subprocess.run([sys.executable, *argv[1:]], cwd=repo, capture_output=True,
+                           check=False, env=env)  # fmt: skip
             bare.append(time.perf_counter() - t0)
     return statistics.median(sandboxed), statistics.median(bare)
 
