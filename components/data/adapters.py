@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
 
-from components.data.schema import SCHEMA_VERSION, canonical_json
+from components.data.schema import META_FIELDS, SCHEMA_VERSION, canonical_json
 
 
 class AdapterError(ValueError):
@@ -263,20 +263,7 @@ def from_openai(obj: dict, *, default_source: str = "") -> dict:
         "num_tool_calls": sum(1 for e in events if e["role"] == "assistant" and e.get("action")),
         "num_tokens": meta_in.get("num_tokens"),
         "split": meta_in.get("split"),
-        **{
-            k: v
-            for k, v in meta_in.items()
-            if k
-            not in {
-                "policy",
-                "model_version",
-                "created_at",
-                "num_tool_calls",
-                "num_tokens",
-                "split",
-                "task_id",
-            }
-        },
+        **{k: v for k, v in meta_in.items() if k not in (*META_FIELDS, "task_id")},
     }
     return {
         "schema_version": SCHEMA_VERSION,

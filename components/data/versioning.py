@@ -22,7 +22,6 @@ All DVC work goes through dvc.repo.Repo (the same code the dvc CLI runs).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from components.data.config import VersioningConfig
+from components.data.ingest import file_md5
 
 DVC_FILE_SUFFIX = ".dvc"
 
@@ -141,14 +141,6 @@ def init_dvc(cfg: VersioningConfig) -> list[str]:
                 f.write(("\n" if lines and lines[-1] else "") + entry + "\n")
             done.append(f"{entry} added to .gitignore")
     return done
-
-
-def file_md5(path: Path) -> str:
-    h = hashlib.md5()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def hash_tree(data: Path) -> dict[str, str]:

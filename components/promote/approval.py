@@ -29,7 +29,7 @@ from typing import NoReturn
 from components.promote.audit import record_decision, utc_now
 from components.promote.config import PromotionConfig
 from components.promote.gates import GateDecision
-from components.promote.registry import CHALLENGER, CHAMPION, mlflow_client
+from components.promote.registry import CHALLENGER, CHAMPION, LINEAGE_KEYS, mlflow_client
 
 DECIDED = ("approved", "rejected", "rolled_back")
 HISTORY_KEEP = 50  # champion_history entries kept in the registered-model tag
@@ -251,17 +251,7 @@ def approve(
         "gate_checks": json.loads(tags.get("gate_checks", "[]")),
         "metrics": {k: v for k, v in tags.items() if k.startswith("metric.")},
         "request": json.loads(tags.get("audit.challenger_set", "{}")),
-        "lineage": {
-            k: tags.get(k)
-            for k in (
-                "data_version",
-                "git_commit",
-                "config_hash",
-                "training_run_id",
-                "eval_report_uri",
-                "safety_report_uri",
-            )
-        },
+        "lineage": {k: tags.get(k) for k in LINEAGE_KEYS},
         "previous_champion": old_champion,
     }
     client.set_registered_model_alias(config.model_name, CHAMPION, version)
