@@ -3,6 +3,10 @@ evaluate -> safety -> promotion request. Each step is one `agentrl` stage (flows
 this file only wires their inputs and outputs.
 
     .venv/bin/python -m flows.retrain [--preset configs/cpu-demo.yaml] [--wait-for-approval]
+                                      [--launcher in-process|subprocess|kubernetes]
+
+Where the stages run is the preset's `launcher` section (components/launch/config.py:
+mode, namespace, image, api_url, resources ...); `--launcher` overrides its mode only.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ DATA_REPORT = "reports/data_validation/report.json"
 
 
 def _stage(name, argv, result_file, parent_run_id, params=None, artifacts=(), depends_on=(),
-           launcher_mode="in-process") -> dict:  # fmt: skip
+           launcher=None) -> dict:  # fmt: skip
     print(f"==> {name}: agentrl {' '.join(map(str, argv))}", flush=True)
     # A cached result is only good while the stage's files are still there.
     task = stages.run.with_options(refresh_cache=not Path(result_file).is_file())
     state = task(name, [str(a) for a in argv], str(result_file), depends_on=depends_on,
                  config=params or {}, checkout=str(Path.cwd().resolve()),
-                 launcher_mode=launcher_mode, return_state=True)  # fmt: skip
+                 launcher=launcher, return_state=True)  # fmt: skip
     result = state.result()
     cached = state.name == "Cached"
     print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",
@@ -36,10 +40,22 @@ def _stage(name, argv, result_file, parent_run_id, params=None, artifacts=(), de
     return result
 
 
+def launcher_settings(preset, mode: str = "") -> dict:
+    """The preset's `launcher` section (LauncherConfig fields), `mode` overriding its mode
+    when given; checked here, so a misspelt setting fails before the first stage runs."""
+    from components.launch.config import launcher_config_from_dict
+
+    settings = {**preset.raw("launcher"), **({"mode": mode} if mode else {})}
+    launcher_config_from_dict(settings)
+    return settings
+
+
 def _fingerprint(result: dict) -> str:
     """Short id of an upstream result: a training stage writes to `<algo>-<id>`, so it
     resumes its own checkpoints after a kill but never one trained from another policy."""
-    return hashlib.sha256(json.dumps(result, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    # Keys starting with "_" are bookkeeping (stage timings): two identical runs differ there.
+    content = {k: v for k, v in result.items() if not k.startswith("_")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def _policy_dir(result: dict) -> str:
@@ -52,7 +68,9 @@ def _policy_dir(result: dict) -> str:
 
 @flow(name="retrain", log_prints=True)
 def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = False,
-            launcher_mode: str = "in-process") -> dict:  # fmt: skip
+            launcher_mode: str = "") -> dict:  # fmt: skip
+    """`launcher_mode` ('' = the preset's `launcher.mode`, else in-process) overrides where
+    the stages run; the rest of the preset's `launcher` section applies in every mode."""
     from components.preset import load_preset, validate_preset
     from components.promote.request import champion_eval_results
 
@@ -61,9 +79,13 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
     pipe = p.raw("pipeline")
     w = Path(pipe.get("workdir", "runs/pipeline"))
     gen = p.raw("tasks")
-    kw = {"launcher_mode": launcher_mode}
+    launcher = launcher_settings(p, launcher_mode)
     parent = stages.open_run(f"retrain {p.name}", p.sections,
                              {"preset": p.name, "config_hash": p.config_hash()})  # fmt: skip
+    # Stage command lines use paths relative to this folder: a stage runs in it (a Job's
+    # workingDir, which must then be on the volume shared with this flow's pod), and its
+    # Job is labelled with this run (agentrl/run-id), unless the preset says otherwise.
+    kw = {"launcher": {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher}}
     status = "FAILED"
     try:
         # Generation is deterministic for (n, seed): regenerating yields the same bytes.
@@ -228,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="configs/cpu-demo.yaml")
     p.add_argument("--wait-for-approval", action="store_true",
                    help="pause the flow for approval in the Prefect UI")  # fmt: skip
-    p.add_argument("--launcher", default="in-process",
-                   choices=["in-process", "subprocess", "kubernetes"])  # fmt: skip
+    p.add_argument("--launcher", default="", choices=["in-process", "subprocess", "kubernetes"],
+                   help="where stages run (default: the preset's launcher.mode, "
+                        "else in-process)")  # fmt: skip
     args = p.parse_args(argv)
     summary = retrain(args.preset, args.wait_for_approval, args.launcher)
     print_summary(summary)

@@ -10,8 +10,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import INPUTS
 
-# A stage's cache key is its command line + the results it depends on; not the MLflow run.
-STAGE_CACHE = INPUTS - "launcher_mode"
+# A stage's cache key is its command line + the results it depends on; not the MLflow run,
+# nor where it ran (the launcher settings).
+STAGE_CACHE = INPUTS - "launcher"
 
 
 def _infra_fault(task, task_run, state) -> bool:
@@ -29,24 +30,39 @@ def _infra_fault(task, task_run, state) -> bool:
       retry_condition_fn=_infra_fault, task_run_name="{name}")  # fmt: skip
 def run(name: str, argv: list[str], result_file: str, depends_on: tuple = (),
         config: dict | None = None, checkout: str = "",
-        launcher_mode: str = "in-process") -> dict:  # fmt: skip
+        launcher: dict | str | None = None) -> dict:  # fmt: skip
     """Run `agentrl ARGV`; return the JSON it left in `result_file` (+ timing).
 
-    `config` (the stage's preset section) and `checkout` (the absolute working folder) are
-    unused here but part of the cache key: the command line names the preset file, not its
-    content, and its relative paths mean different files in another checkout."""
+    `launcher`: LauncherConfig fields (the preset's `launcher` section) or just a mode;
+    None runs in-process. `config` (the stage's preset section) and `checkout` (the absolute
+    working folder) are unused here but part of the cache key: the command line names the
+    preset file, not its content, and its relative paths mean different files in another
+    checkout."""
     import time
 
-    from components.launch.config import LauncherConfig
+    from components.launch.config import launcher_config_from_dict
     from components.launch.launcher import run_stage
 
     t0 = time.monotonic()
-    run_stage(name, argv, LauncherConfig(mode=launcher_mode))
+    run_stage(name, argv, launcher_config_from_dict(launcher), log=_stage_log())
     path = Path(result_file)
     result = _read_result(path)
     result["_stage_seconds"] = round(time.monotonic() - t0, 2)
     result["_result_file"] = str(path)
     return result
+
+
+def _stage_log():
+    """Where the launcher sends a stage's output: the task run's logger. The Kubernetes
+    launcher streams a pod's log from a thread of its own, where Prefect's `log_prints`
+    does not reach (it needs the run context), so `print` would miss the run's log."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    try:
+        return get_run_logger().info
+    except MissingContextError:  # the task's body called outside a run (tests)
+        return print
 
 
 def _read_result(path: Path) -> dict:

@@ -153,7 +153,10 @@ class LauncherConfig:
     kube_context: str = field(default="", metadata=_help("kubeconfig context ('' = current)"))
     cwd: str = field(
         default="",
-        metadata=_help("working directory of subprocess stages ('' = the current one)"),
+        metadata=_help(
+            "working directory of the stage: a subprocess's, or a Job container's workingDir "
+            "(then a path on the shared volume); '' = the current one / the image's WORKDIR"
+        ),
     )
     log_tail_lines: int = field(
         default=50, metadata=_help("lines of stage output kept in StageResult / errors")

@@ -272,6 +272,8 @@ def build_job(
     container = pod["containers"][0]
     container.pop("args", None)
     container["command"] = ["agentrl", *argv]
+    if config.cwd:  # relative paths in argv then mean the files the caller means
+        container["workingDir"] = config.cwd
     resources = config.resources_for(key)
     container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
     env = [e for e in container.get("env") or [] if e["name"] not in config.env]
@@ -291,6 +293,7 @@ def job_summary(job: dict) -> dict:
         "namespace": job["metadata"]["namespace"],
         "image": container["image"],
         "command": container["command"],
+        "working_dir": container.get("workingDir", ""),
         "limits": container["resources"]["limits"],
         "gpu": "nvidia.com/gpu" in container["resources"]["limits"],
         "service_account": pod.get("serviceAccountName", ""),

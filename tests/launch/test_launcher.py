@@ -6,7 +6,7 @@ import sys
 
 import kubernetes_validate
 import pytest
-from kube_fake import FakeCluster
+from kube_fake import FakeCluster, LocalKubelet
 
 from components.launch.config import LauncherConfig, launcher_config_from_dict
 from components.launch.launcher import (
@@ -184,6 +184,61 @@ def test_three_stage_sequence_submits_the_expected_jobs():
     assert sorted(cluster.deletions()) == sorted(
         f"{r.job_name}?propagationPolicy=Background" for r in results
     )
+
+
+# -- kubernetes: a LocalKubelet runs the pods ---------------------------------------------
+
+SETTINGS = {"agentrl-settings": {}}
+SECRETS = {"agentrl-s3": {}}
+
+
+def test_kubelet_runs_the_command_and_the_launcher_streams_its_log(tmp_path):
+    kubelet = LocalKubelet(tmp_path, config_maps=SETTINGS, secrets=SECRETS)
+    lines: list[str] = []
+    with FakeCluster(kubelet=kubelet) as cluster:
+        argv = ["tasks", "generate", "--out", "tasks", "--n", "3"]
+        result = run_stage("generate", argv, kube_config(cluster), log=lines.append)
+    assert (tmp_path / "tasks" / "suite.json").is_file()  # in the kubelet's working folder
+    assert result.returncode == 0 and result.log_tail[0].startswith("wrote 3 tasks to tasks")
+    assert any(line.startswith("[generate] wrote 3 tasks") for line in lines)
+    assert [run.returncode for run in kubelet.runs.values()] == [0]
+    assert cluster.live_jobs() == [] and cluster.live_pods() == []
+
+
+def test_kubelet_reports_the_exit_code_and_output_of_a_failing_command(tmp_path):
+    kubelet = LocalKubelet(tmp_path, config_maps=SETTINGS, secrets=SECRETS)
+    with FakeCluster(kubelet=kubelet) as cluster:
+        with pytest.raises(StageFailed, match=r"terminated: Error \(exit code 2\)") as failed:
+            run_stage("bad", ["tasks", "frobnicate"], kube_config(cluster), log=lambda _: None)
+        assert cluster.live_jobs() == []
+    assert "unknown command" in failed.value.result.log_tail[0]
+
+
+def test_kubelet_needs_the_config_maps_the_pool_template_names(tmp_path):
+    kubelet = LocalKubelet(tmp_path)  # no agentrl-settings: the cpu pool's envFrom fails
+    with FakeCluster(kubelet=kubelet) as cluster:
+        expected = r'CreateContainerConfigError: configmap "agentrl-settings" not found'
+        with pytest.raises(StageFailed, match=expected):
+            run_stage("ingest", ["data", "ingest"], kube_config(cluster), log=lambda _: None)
+        # The sandbox pool mounts no settings and no secrets: it starts without them.
+        argv = ["tasks", "check", "--tasks", "none"]
+        with pytest.raises(StageFailed, match="exit code"):
+            run_stage("gate", argv, kube_config(cluster), log=lambda _: None)
+    assert [run.process is None for run in kubelet.runs.values()] == [True, False]
+
+
+def test_a_stage_that_overruns_is_killed_with_its_job(tmp_path):
+    # The process hangs before the CLI starts (sitecustomize), past timeout_s = the Job's
+    # activeDeadlineSeconds: the launcher gives up, deletes the Job, the process dies.
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")
+    kubelet = LocalKubelet(tmp_path, config_maps=SETTINGS, secrets=SECRETS)
+    config_env = {"PYTHONPATH": str(tmp_path)}
+    with FakeCluster(kubelet=kubelet) as cluster:
+        config = kube_config(cluster, timeout_s=1.0, env=config_env)
+        with pytest.raises(StageFailed, match="timed out|DeadlineExceeded"):
+            run_stage("slow", ["demo", "--help"], config, log=lambda _: None)
+    (run,) = kubelet.runs.values()
+    assert run.finished.wait(10) and run.returncode == 137
 
 
 def test_launcher_does_not_import_kubernetes_at_cli_start():
