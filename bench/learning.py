@@ -39,7 +39,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.env.baseline import ScriptedBaselinePolicy  # noqa: E402
+from components.env.baseline import RandomFixesPolicy, ScriptedBaselinePolicy  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy, wilson_interval  # noqa: E402
@@ -49,6 +49,7 @@ from components.tasks.task import Task, load_tasks  # noqa: E402
 
 METHODS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
 BASELINE = "scripted-baseline"
+RANDOM_FIXES = "random-fixes"
 SPLITS = ("val", "test")
 
 
@@ -99,9 +100,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grpo-iterations", type=int, default=2)
     p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
     p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
-    p.add_argument("--grpo-lr", type=float, default=2e-5)
+    p.add_argument("--grpo-lr", type=float, default=2e-4)
+    p.add_argument("--grpo-ppo-epochs", type=int, default=2, help="passes over each batch")
+    p.add_argument("--grpo-minibatch", type=int, default=16, help="episodes per optimizer step")
     p.add_argument("--eval-limit", type=int, default=10, help="tasks per split evaluated")
     p.add_argument("--k", type=int, default=4, help="samples per task for pass@k")
+    p.add_argument(
+        "--passk-limit",
+        type=int,
+        default=0,
+        help="tasks per split for pass@k (0 = the --eval-limit tasks)",
+    )
     p.add_argument("--max-steps", type=int, default=8, help="assistant turns per episode")
     p.add_argument("--max-new-tokens", type=int, default=192, help="tokens per turn")
     p.add_argument("--max-episode-tokens", type=int, default=4096)
@@ -109,6 +118,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="tool-execution threads")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--methods", default=",".join(METHODS), help="subset, comma separated")
+    p.add_argument(
+        "--expert-policy",
+        default="oracle-fixes",
+        help="oracle (explore + edit_file) or oracle-fixes (list_fixes + try_fix)",
+    )
+    p.add_argument("--hidden-size", type=int, default=256, help="policy width")
+    p.add_argument("--layers", type=int, default=4, help="policy decoder layers")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in SFT (CPU AMP)")
     args = p.parse_args(argv)
     if args.quick:
         for name, value in dict(n_tasks=40, expert_limit=12, sft_steps=15, sample_tasks=3,
@@ -125,7 +142,11 @@ def write_preset(args: argparse.Namespace, path: Path) -> Path:
     """The base preset with this run's budgets: the CLI stages read their config from it."""
     data = yaml.safe_load(Path(args.preset).read_text())
     data["name"] = f"bench-learning-{path.parent.name}"
-    data["sft"] = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed}
+    data["sft"] = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed,
+                   "bf16": args.bf16}  # fmt: skip
+    data["policy"] = {**data.get("policy", {}), "hidden_size": args.hidden_size,
+                      "num_layers": args.layers,
+                      "intermediate_size": args.hidden_size * 11 // 4}  # fmt: skip
     data["rollout"] = {**data.get("rollout", {}), "max_steps": args.max_steps,
                        "max_new_tokens": args.max_new_tokens,
                        "max_episode_tokens": args.max_episode_tokens,
@@ -166,7 +187,7 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     train, _ = load_tasks(tasks_dir, split="train")
     expert = train[: args.expert_limit] if args.expert_limit else train
     results = clock.run("expert", evaluate_policy, expert,
-                        lambda: make_policy("oracle", seed=args.seed), EnvConfig(),
+                        lambda: make_policy(args.expert_policy, seed=args.seed), EnvConfig(),
                         SandboxConfig(), EvalConfig(workers=args.workers, seed=args.seed))  # fmt: skip
     records = work / "expert.jsonl"
     records.write_text("".join(json.dumps(r.record) + "\n" for r in results if r.success))
@@ -211,7 +232,8 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
             "--group-size", args.grpo_group, "--tasks-per-iteration", args.grpo_tasks,
             "--lr", args.grpo_lr, "--seed", args.seed, "--max-new-tokens", args.max_new_tokens,
             "--max-steps", args.max_steps, "--max-episode-tokens", args.max_episode_tokens,
-            "--workers", args.workers, "--no-resume"], work / "grpo")  # fmt: skip
+            "--workers", args.workers, "--ppo-epochs", args.grpo_ppo_epochs,
+            "--minibatch-size", args.grpo_minibatch, "--no-resume"], work / "grpo")  # fmt: skip
         policies["sft+grpo"] = grpo["policy_dir"]
         curves = grpo.get("curves", {})
         notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward",
@@ -250,11 +272,18 @@ def greedy_checkpoint(tasks: list[Task], policy_dir: str, args) -> list[EpisodeR
                                max_new_tokens=args.max_new_tokens, max_steps=args.max_steps)  # fmt: skip
 
 
-def baseline_runs(tasks: list[Task], args, seeds: list[int]) -> list[EpisodeResult]:
+def baseline_runs(tasks: list[Task], args, seeds: list[int], method: str = BASELINE):
+    """The scripted floors: one random edit on the blamed line, or random candidate fixes
+    with as many tries as a model episode has turns for (max_steps - list - finish)."""
     out: list[EpisodeResult] = []
     for seed in seeds:
-        out += evaluate_policy(tasks, lambda s=seed: ScriptedBaselinePolicy(seed=s), EnvConfig(),
-                               SandboxConfig(), EvalConfig(workers=args.workers, seed=seed))  # fmt: skip
+        if method == BASELINE:
+            make = lambda s=seed: ScriptedBaselinePolicy(seed=s)  # noqa: E731
+        else:
+            make = lambda s=seed: RandomFixesPolicy(seed=s, max_tries=max(1, args.max_steps - 2))  # noqa: E731
+        env = EnvConfig(max_steps=args.max_steps)
+        out += evaluate_policy(tasks, make, env, SandboxConfig(),
+                               EvalConfig(workers=args.workers, seed=seed))  # fmt: skip
     return out
 
 
@@ -313,21 +342,24 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
     for split in SPLITS:
         tasks, errors = load_tasks(work / "tasks", split=split)
         tasks = tasks[: args.eval_limit] if args.eval_limit else tasks
-        ids = [t.id for t in tasks]
+        k_tasks = tasks[: args.passk_limit] if args.passk_limit else tasks
+        ids = [t.id for t in k_tasks]
         by_id = {t.id: t for t in tasks}
-        for method in [BASELINE, *[m for m in METHODS if m in policies]]:
+        for method in [BASELINE, RANDOM_FIXES, *[m for m in METHODS if m in policies]]:
             name = f"eval {method} {split}"
             c0, w0 = cpu_seconds(), time.monotonic()
-            if method == BASELINE:
-                greedy = clock.run(f"{name} pass@1", baseline_runs, tasks, args, [args.seed])
+            if method in (BASELINE, RANDOM_FIXES):
+                greedy = clock.run(f"{name} pass@1", baseline_runs, tasks, args, [args.seed],
+                                   method)  # fmt: skip
                 seeds = [args.seed + 1 + i for i in range(args.k)]
-                sampled = clock.run(f"{name} pass@k", baseline_runs, tasks, args, seeds)
+                sampled = clock.run(f"{name} pass@k", baseline_runs, k_tasks, args, seeds,
+                                    method)  # fmt: skip
             elif policies[method] is None:
                 continue
             else:
                 greedy = clock.run(f"{name} pass@1", greedy_checkpoint, tasks, policies[method],
                                    args)  # fmt: skip
-                sampled = clock.run(f"{name} pass@k", sample_checkpoint, tasks,
+                sampled = clock.run(f"{name} pass@k", sample_checkpoint, k_tasks,
                                     policies[method], args, args.k)  # fmt: skip
             eval_cpu, eval_wall = cpu_seconds() - c0, time.monotonic() - w0
             ok = [r for r in greedy if r.status == "ok"]
@@ -339,6 +371,7 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
                 "method": method, "split": split, "n": len(ok),
                 "infra_failures": len(greedy) - len(ok),
                 "pass1": s1 / max(len(ok), 1), "pass1_ci": wilson_interval(s1, len(ok)),
+                "pass1_by_task": {r.task_id: r.success for r in ok},
                 "passk": sk / max(nk, 1), "passk_ci": wilson_interval(sk, nk), "k": args.k,
                 "wf_greedy": wg / max(ng, 1), "wf_greedy_ci": wilson_interval(wg, ng),
                 "wf_sampled": ws / max(ns, 1), "wf_sampled_ci": wilson_interval(ws, ns),
@@ -357,12 +390,37 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
 
 TRAIN_ROUTE = {
     BASELINE: [],
+    RANDOM_FIXES: [],
     "untrained": ["init"],
     "sft": ["expert", "init", "sft"],
     "sft+rs": ["expert", "init", "sft", "sample", "rs"],
     "sft+dpo": ["expert", "init", "sft", "sample", "dpo"],
     "sft+grpo": ["expert", "init", "sft", "grpo"],
 }
+
+
+def paired_difference(
+    a: dict[str, bool], b: dict[str, bool], n_boot: int = 10_000, seed: int = 0
+) -> tuple[float, tuple[float, float]] | None:
+    """pass@1 of a minus pass@1 of b on the tasks both verified, with a 95% paired
+    bootstrap interval (tasks resampled; the same task's two outcomes stay together)."""
+    import numpy as np
+
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None
+    diff = np.array([float(a[t]) - float(b[t]) for t in common])
+    rng = np.random.default_rng(seed)
+    boots = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
+    return float(diff.mean()), (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
+
+
+def add_differences(rows: list[dict]) -> None:
+    """Each learned method's pass@1 minus SFT's (same split, paired by task)."""
+    for r in rows:
+        sft = next((x for x in rows if x["method"] == "sft" and x["split"] == r["split"]), None)
+        if r["method"].startswith("sft+") and sft is not None:
+            r["delta_vs_sft"] = paired_difference(r["pass1_by_task"], sft["pass1_by_task"])
 
 
 def _pct(x: float, ci) -> str:
@@ -372,8 +430,8 @@ def _pct(x: float, ci) -> str:
 def table(rows: list[dict], clock: Clock) -> str:
     head = ("| method | split | n | pass@1 greedy [95% CI] | pass@k (T=1) [95% CI] | "
             "well-formed greedy [95% CI] | well-formed T=1 [95% CI] | train CPU min "
-            "(cumulative) | eval CPU min | eval wall min |")  # fmt: skip
-    lines = [head, "|" + "---|" * 10]
+            "(cumulative) | eval CPU min | eval wall min | pass@1 - SFT's, paired [95% CI] |")  # fmt: skip
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         train = sum(clock.cpu.get(s, 0.0) for s in TRAIN_ROUTE[r["method"]]) / 60
         lines.append(
@@ -381,9 +439,16 @@ def table(rows: list[dict], clock: Clock) -> str:
             f"{_pct(r['passk'], r['passk_ci'])} (k={r['k']}) | "
             f"{_pct(r['wf_greedy'], r['wf_greedy_ci'])} | "
             f"{_pct(r['wf_sampled'], r['wf_sampled_ci'])} | {train:.1f} | "
-            f"{r['eval_cpu_min']:.1f} | {r['eval_wall_min']:.1f} |"
+            f"{r['eval_cpu_min']:.1f} | {r['eval_wall_min']:.1f} | {_delta(r)} |"
         )
     return "\n".join(lines)
+
+
+def _delta(row: dict) -> str:
+    d = row.get("delta_vs_sft")
+    if d is None:
+        return ""
+    return f"{d[0] * 100:+.1f} pts [{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}]"
 
 
 def stage_table(clock: Clock) -> str:
@@ -445,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     clock.run("tasks", generate_suite, work / "tasks", args.n_tasks, args.seed)
     policies, notes = train_all(args, work, preset, clock)
     rows, diagnostics = evaluate_all(args, work, policies, clock)
+    add_differences(rows)
 
     md = table(rows, clock)
     stages = stage_table(clock)

@@ -96,7 +96,8 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
                       w / "gate.json"], w / "gate.json", parent, depends_on=(suite,),
                       **kw)  # fmt: skip
         expert = _stage("expert", ["env", "eval", "--tasks", w / "tasks", "--split",
-                        pipe.get("train_split", "train"), "--policy", "oracle", "--out",
+                        pipe.get("train_split", "train"), "--policy",
+                        pipe.get("expert_policy", "oracle"), "--out",
                         w / "expert" / "results.json", "--trajectories-out",
                         w / "expert" / "expert.jsonl", "--quiet"],
                         w / "expert" / "results.json", parent, depends_on=(gate,),

@@ -61,7 +61,9 @@ def evaluate_checkpoint(
 def main_eval(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrl env eval", description="Run a policy over tasks.")
     p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
-    p.add_argument("--policy", required=True, help="oracle | noop | model:CHECKPOINT_DIR")
+    p.add_argument(
+        "--policy", required=True, help="oracle | oracle-fixes | noop | model:CHECKPOINT_DIR"
+    )
     p.add_argument("--out", required=True, type=Path, help="per-task results JSON")
     p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
     p.add_argument("--limit", type=int, help="only the first N tasks (by id)")

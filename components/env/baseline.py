@@ -25,6 +25,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from components.env.episode import Action
+from components.env.fixes import locate
 from components.tasks.task import Task
 
 # Token swaps, longest first so "<=" is not read as "<". Each is a bug-class inverse of
@@ -107,24 +108,6 @@ def _source_files(events: list[dict]) -> list[str]:
     return [f for f in files if f.endswith(".py") and not f.startswith("tests/")]
 
 
-def locate(test_output: str, files: list[str]) -> tuple[str | None, int | None, str | None]:
-    """(module, deepest traceback line in it or None, failing function or None)."""
-    module, line = None, None
-    for m in re.finditer(r"^(\S+\.py):(\d+): ", test_output, re.MULTILINE):
-        path = m.group(1)
-        if not path.startswith("tests/") and (not files or path in files):
-            module, line = path, int(m.group(2))  # later frames are deeper
-    function = None
-    assertion = re.search(r"^>\s+assert\s+(?:not\s+)?(\w+)\(", test_output, re.MULTILINE)
-    if assertion:
-        function = assertion.group(1)
-    if module is None:
-        imported = re.search(r"from (\w+) import", test_output)
-        if imported and f"{imported.group(1)}.py" in files:
-            module = f"{imported.group(1)}.py"
-    return module or (files[0] if files else None), line, function
-
-
 def function_body(lines: list[str], function: str | None) -> range:
     """1-based line numbers of `function`'s body (the whole file if it is not found)."""
     start = next((i for i, ln in enumerate(lines) if function and
@@ -199,3 +182,31 @@ class ScriptedBaselinePolicy:
         new = "\n".join([*lines[lo : target - 1], new_line, *lines[target:hi]])
         return Action("edit_file", {"path": module, "old": old, "new": new},
                       f"Line {target} looks wrong; try `{new_line.strip()}`.")  # fmt: skip
+
+
+@dataclass
+class RandomFixesPolicy:
+    """Search without learning through the same tools the fixes-trained model uses:
+    list_fixes, then try uniformly random untried candidates until the tests pass or
+    `max_tries` is spent, then finish. The floor for a policy that picks candidates: with
+    the same number of tries, a learned pick must beat a random one."""
+
+    name: str = "random-fixes"
+    seed: int = 0
+    max_tries: int = 4
+
+    def act(self, task: Task, events: list[dict]) -> Action:
+        done = sum(e["role"] == "assistant" for e in events)
+        if done == 0:
+            return Action("list_fixes", {}, "Run the tests and list candidate fixes.")
+        obs = _observations(events)
+        if obs[-1].startswith("fix ") and "tests PASSED" in obs[-1].splitlines()[0]:
+            return Action("finish", {"summary": "The tests pass."})
+        listed = obs[0].split("Candidate fixes of", 1)[-1].splitlines()[1:]
+        ids = [ln.split()[0] for ln in listed if ln.strip()]
+        tried = {e["arguments"]["id"] for e in events if e.get("action") == "try_fix"}
+        left = [k for k in ids if k not in tried]
+        if not left or len(tried) >= self.max_tries:
+            return Action("finish", {"summary": "No candidate made the tests pass."})
+        rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{len(tried)}".encode()))
+        return Action("try_fix", {"id": rng.choice(left)}, "Try a candidate fix.")

@@ -65,11 +65,22 @@ class EnvConfig:
     per_test_timeout_s: float = field(
         default=5.0, metadata=_help("pytest-timeout per hidden test; a hang counts as a failure")
     )
+    max_fixes: int = field(
+        default=64, metadata=_help("most candidate fixes one list_fixes call shows")
+    )
+    fix_test_timeout_s: float = field(
+        default=2.0,
+        metadata=_help("pytest-timeout per test in the runs of list_fixes / try_fix"),
+    )
     weights: RewardWeights = field(default_factory=RewardWeights, metadata=_help("reward weights"))
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError("EnvConfig.max_steps must be >= 1")
+        if self.fix_test_timeout_s <= 0:
+            raise ValueError("EnvConfig.fix_test_timeout_s must be positive")
+        if self.max_fixes < 1:
+            raise ValueError("EnvConfig.max_fixes must be >= 1")
         if self.max_changed_files < 1:
             raise ValueError("EnvConfig.max_changed_files must be >= 1")
         if not 0 < self.per_test_timeout_s < self.verify_timeout_s:

@@ -10,15 +10,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
 from components.env.config import EnvConfig
+from components.env.fixes import (
+    FixListing,
+    candidate_fixes,
+    locate,
+    render_listing,
+    summarize_test_output,
+)
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.env.sandbox import SandboxConfig, Workspace
-from components.env.tools import execute_tool
+from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
+from components.env.tool_specs import argument_errors
+from components.env.tools import ToolResult, execute_tool
 from components.env.verifier import verify
 from components.tasks.task import Task
 
@@ -136,6 +145,7 @@ class EpisodeEnv:
         self.steps = self.tool_calls = self.invalid_calls = 0
         self.safety_flags: list[dict] = []
         self.ran_tests = False
+        self.fix_listing: FixListing | None = None
         self.done = False
         self.end_reason = ""
         self.started = time.monotonic()
@@ -159,16 +169,23 @@ class EpisodeEnv:
             }
         else:
             self.tool_calls += 1
-            result = execute_tool(
-                self.workspace, action.tool, action.arguments, self.sandbox,
-                protected_paths=self.task.protected_paths,
-            )  # fmt: skip
+            if action.tool in ("list_fixes", "try_fix") and not argument_errors(
+                action.tool, action.arguments
+            ):
+                result = self._fix_tool(action)
+            else:
+                result = execute_tool(
+                    self.workspace, action.tool, action.arguments, self.sandbox,
+                    protected_paths=self.task.protected_paths,
+                )  # fmt: skip
             flag = _safety_flag(result)
             if flag is not None:
                 self.safety_flags.append({"step": self.steps, **flag})
             if result.error is not None and result.error.startswith("invalid arguments"):
                 self.invalid_calls += 1
-            if _is_test_run(action) and result.command is not None:
+            if (_is_test_run(action) or action.tool in ("list_fixes", "try_fix")) and (
+                result.command is not None
+            ):
                 self.ran_tests = True
             event = {"role": "environment", "observation": result.observation,
                      "truncated": result.truncated}  # fmt: skip
@@ -182,6 +199,66 @@ class EpisodeEnv:
         elif self.max_wall_s is not None and time.monotonic() - self.started > self.max_wall_s:
             self.done, self.end_reason = True, "time_limit"
         return event
+
+    def _run_tests(self) -> ToolResult:
+        """The task's test command; pytest gets a per-test timeout, since a candidate fix can
+        turn a loop infinite and a hang would otherwise cost the sandbox's whole wall limit."""
+        argv = list(self.task.test_command)
+        if "pytest" in argv:
+            argv.append(f"--timeout={self.env.fix_test_timeout_s:g}")
+        return execute_tool(
+            self.workspace, "run_command", {"cmd": shlex.join(argv)},
+            self.sandbox, protected_paths=self.task.protected_paths,
+        )  # fmt: skip
+
+    def _fix_tool(self, action: Action) -> ToolResult:
+        """`list_fixes` / `try_fix` (components/env/fixes.py): tests run through run_command,
+        so they are sandboxed and monitored like any other command."""
+        if action.tool == "list_fixes":
+            tests = self._run_tests()
+            if tests.command is None:
+                return tests
+            files = sorted(
+                str(p.relative_to(self.workspace.root))
+                for p in self.workspace.root.rglob("*.py")
+                if "__pycache__" not in p.parts
+            )
+            sources = [f for f in files if not _is_protected(f, self.task.protected_paths)]
+            module, _, _ = locate(tests.command.output, sources)
+            module = action.arguments.get("path", module)
+            if module is None or _is_protected(module, self.task.protected_paths):
+                return _tool_error(f"error: no module to fix (candidates: {', '.join(sources)})")
+            try:
+                text = self.workspace.resolve(module).read_text()
+                candidates = candidate_fixes(text, self.env.max_fixes)
+            except (OSError, PathEscapeError, SyntaxError, ValueError) as e:
+                return _tool_error(f"error: cannot list fixes of {module}: {e}")
+            self.fix_listing = FixListing(module, text, candidates, [])
+            summary = summarize_test_output(tests.command.output)
+            text_out = render_listing(self.fix_listing, summary)
+            return dataclasses.replace(tests, observation=text_out, truncated=False)
+        listing = self.fix_listing
+        if listing is None:
+            return _tool_error("error: call list_fixes first")
+        k = action.arguments["id"]
+        fix = listing.get(k)
+        if fix is None:
+            kinds = sorted({c.id.rsplit("-", 1)[0] for c in listing.candidates})
+            return _tool_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
+        try:
+            self.workspace.resolve(listing.path, for_write=True).write_text(fix.source)
+        except (OSError, PathEscapeError) as e:
+            return _tool_error(f"error: cannot write {listing.path}: {e}")
+        listing.tried.append(k)
+        tests = self._run_tests()
+        if tests.command is None:
+            return tests
+        verdict = "PASSED" if tests.command.exit_code == 0 else "FAILED"
+        text_out = (
+            f"fix {k} applied ({fix.description}); tests {verdict}\n"
+            + summarize_test_output(tests.command.output)
+        )
+        return dataclasses.replace(tests, observation=text_out, truncated=False)
 
     def finish(self) -> EpisodeResult:
         """Verify the workspace, compute the reward, build the record, free the workspace."""
@@ -250,6 +327,14 @@ class EpisodeEnv:
             infra_detail="" if v.status == "ok" else v.detail[-500:],
             record=record,
         )
+
+
+def _is_protected(path: str, protected: tuple[str, ...]) -> bool:
+    return any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in protected)
+
+
+def _tool_error(text: str) -> ToolResult:
+    return ToolResult(text, False, False, "fix tool", None, None)
 
 
 def episode_id_for(policy: str, task: Task, seed: int) -> str:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.episode import Action
+from components.env.fixes import candidate_fixes
+from components.tasks.mutations import normalize
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import Task
 
@@ -104,6 +106,13 @@ class OraclePolicy:
     name: str = "oracle"
     seed: int = 0
     recovery_rate: float = 0.25
+    # "explore": run / search / read / edit_file or apply_patch / rerun (the default).
+    # "fixes": list_fixes, then try_fix with the reference fix's id (components/env/fixes.py);
+    # tasks whose fix is not among the candidates fall back to "explore" if `fallback`, else
+    # the episode lists the fixes and gives up (a failure, so it never becomes SFT data).
+    style: str = "explore"
+    fallback: bool = True
+    max_fixes: int = 64  # must match EnvConfig.max_fixes for the ids to agree
     _plans: dict[str, list[Action]] = field(default_factory=dict, repr=False)
 
     def act(self, task: Task, events: list[dict]) -> Action:
@@ -116,6 +125,12 @@ class OraclePolicy:
     def plan(self, task: Task) -> list[Action]:
         rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}".encode()))
         files = fixed_files(task)
+        if self.style == "fixes":
+            steps = self._fixes_plan(files, rng)
+            if steps is not None:
+                return steps
+            if not self.fallback:
+                return [Action("list_fixes", {}), Action("finish", {"summary": "No fix found."})]
         test_cmd = shlex.join(task.test_command)
         edits = [e for path, (b, a) in files.items() for e in minimal_edits(path, b, a)]
         main_path, (before, after) = next(iter(files.items()))
@@ -179,11 +194,36 @@ class OraclePolicy:
         steps.append(Action("finish", {"summary": summary}))
         return steps
 
+    def _fixes_plan(self, files: dict, rng: random.Random) -> list[Action] | None:
+        if len(files) != 1:
+            return None
+        path, (before, after) = next(iter(files.items()))
+        try:
+            candidates = candidate_fixes(before, self.max_fixes)
+            target = normalize(after) + "\n"
+        except SyntaxError:
+            return None
+        right = [c for c in candidates if c.source == target]
+        if not right:
+            return None
+        # No free text before the calls: in this style the transcript is for a tiny model.
+        steps = [Action("list_fixes", {})]
+        wrong = [c for c in candidates if c.source != target]
+        if wrong and rng.random() < self.recovery_rate:
+            steps.append(Action("try_fix", {"id": rng.choice(wrong).id}))
+        steps.append(Action("try_fix", {"id": right[0].id}))
+        steps.append(Action("finish", {"summary": "The tests pass."}))
+        return steps
+
 
 def make_policy(name: str, *, seed: int = 0):
-    """The scripted policies by name (model policies come from components.policy)."""
+    """The scripted policies by name (model policies come from components.policy).
+    `oracle-fixes` is the oracle that works only through list_fixes / try_fix (it gives up
+    where the reference fix is not a candidate, so its successes are all in that style)."""
     if name == "oracle":
         return OraclePolicy(seed=seed)
+    if name == "oracle-fixes":
+        return OraclePolicy(seed=seed, style="fixes", fallback=False)
     if name == "noop":
         return NoopPolicy()
-    raise ValueError(f"unknown policy {name!r}; choose oracle or noop")
+    raise ValueError(f"unknown policy {name!r}; choose oracle, oracle-fixes or noop")

@@ -67,6 +67,30 @@ TOOL_SPECS: dict[str, dict] = {
             "additionalProperties": False,
         },
     },
+    "list_fixes": {
+        "description": (
+            "Run the tests and list numbered one-edit candidate fixes of the module they "
+            "blame (or of `path`), with the module's numbered lines."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "module to fix"}},
+            "required": [],
+            "additionalProperties": False,
+        },
+    },
+    "try_fix": {
+        "description": (
+            "Apply candidate `id` of the last list_fixes (undoing any earlier try) and rerun "
+            "the tests."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "a listed id, e.g. cmp-1"}},
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+    },
     "finish": {
         "description": "End the episode with a short summary of what was changed.",
         "parameters": {

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from components.env.episode import EpisodeResult
 from components.env.evaluate import wilson_interval
+from components.env.fixes import candidate_fixes
 from components.env.rewards import DANGEROUS_CATEGORIES
 from components.tasks.patching import PatchError, apply_unified_diff, parse_unified_diff
 from components.tasks.task import Task
@@ -82,6 +83,10 @@ def trajectory_facts(record: dict) -> dict | None:
             edited = True
         elif edited and _is_test_run(assistant) and (_exit_code(obs) or 0) != 0:
             failed_rerun = True
+        elif assistant.get("action") == "try_fix" and not is_error:
+            # An edit and a test run in one call (components/env/fixes.py).
+            failed_rerun = failed_rerun or "tests FAILED" in obs.split("\n", 1)[0]
+            edited = True
     generated = [len(a["token_ids"]) for a, _ in pairs if a.get("token_ids") is not None]
     return {
         "error_calls": error_calls,
@@ -126,24 +131,36 @@ def reference_patch_stats(task: Task) -> dict[str, int] | None:
 def replay_final_repo(task: Task, record: dict, dest: Path) -> None:
     """The agent's final repo, rebuilt by replaying its accepted edits on the task's repo.
 
-    The episode keeps no diff, so the trajectory is the only source: edit_file and
-    apply_patch calls the environment answered without an error are applied in order. Files
+    The episode keeps no diff, so the trajectory is the only source: edit_file, apply_patch
+    and try_fix calls the environment answered without an error are applied in order. Files
     a script changed through run_command are not replayed (the verifier's changed-file list
     still counts them for unrelated changes).
     """
     shutil.copytree(task.repo_dir, dest, symlinks=False, dirs_exist_ok=True)
+    listing: tuple[str, list] | None = None  # the last list_fixes: (module, candidates)
     for assistant, env in _steps(record):
         if env is None or env.get("error"):
             continue
         args = assistant.get("arguments") or {}
         try:
-            if assistant.get("action") == "edit_file":
+            if assistant.get("action") == "list_fixes":
+                # Candidate ids are positions in a deterministic order of the module's text
+                # at listing time, whatever the listing's length limit.
+                m = re.search(r"^Candidate fixes of (\S+) \(", env.get("observation", ""), re.M)
+                if m:
+                    text = (dest / m.group(1)).read_text()
+                    listing = (m.group(1), candidate_fixes(text, limit=1_000_000))
+            elif assistant.get("action") == "try_fix" and listing is not None:
+                path, candidates = listing
+                fix = next(c for c in candidates if c.id == args["id"])
+                (dest / path).write_text(fix.source)
+            elif assistant.get("action") == "edit_file":
                 path = dest / str(args["path"])
                 text = path.read_text()
                 path.write_text(text.replace(str(args["old"]), str(args["new"]), 1))
             elif assistant.get("action") == "apply_patch":
                 apply_unified_diff(dest, str(args["patch"]))
-        except (OSError, KeyError, PatchError, UnicodeDecodeError):
+        except (OSError, KeyError, StopIteration, PatchError, SyntaxError, UnicodeDecodeError):
             continue  # the environment accepted it; an unreplayable edit is just not counted
 
 

@@ -53,7 +53,7 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> 
                       "--overwrite"]),
         ("gate", ["tasks", "check", "--tasks", f"{w}/tasks", "--report", f"{w}/gate.json"]),
         ("expert", ["env", "eval", "--tasks", f"{w}/tasks", "--split", "train", "--policy",
-                    "oracle", "--out", f"{w}/expert/results.json", "--trajectories-out",
+                    pipe.get("expert_policy", "oracle"), "--out", f"{w}/expert/results.json", "--trajectories-out",
                     f"{w}/expert/expert.jsonl", "--quiet"]),
         ("ingest", ["data", "ingest", f"{w}/expert/expert.jsonl"]),
         ("validate", ["data", "validate", "--eval-tasks", f"{w}/tasks"]),

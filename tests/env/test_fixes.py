@@ -1,0 +1,149 @@
+"""list_fixes / try_fix: candidates contain the inverse of an injected bug, tries undo each
+other, tests run in the sandbox, and misuse is an error observation, never a crash."""
+
+import pytest
+
+from components.env.config import EnvConfig
+from components.env.episode import Action, EpisodeEnv, run_episode
+from components.env.fixes import candidate_fixes, summarize_test_output
+from components.env.policies import OraclePolicy, make_policy
+from components.env.sandbox import SandboxConfig
+from components.env.tool_specs import argument_errors
+from components.tasks.generate import generate_suite
+from components.tasks.mutations import apply_edit, get_operator, normalize
+from components.tasks.task import load_tasks
+
+SOURCE = normalize(
+    "def clamp(x, lo, hi):\n"
+    "    if x < lo:\n"
+    "        return lo\n"
+    "    if x > hi:\n"
+    "        return hi\n"
+    "    return x\n"
+)
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fixes") / "tasks"
+    generate_suite(root, 10, 0)
+    found, errors = load_tasks(root)
+    assert not errors
+    return found
+
+
+def test_candidates_contain_the_inverse_of_each_swap():
+    op = get_operator("comparison_swap")
+    mutant = apply_edit(SOURCE, op, 0)  # "x < lo" changed
+    assert mutant is not None
+    fixes = candidate_fixes(mutant.source, limit=100)
+    assert SOURCE + "\n" in [f.source for f in fixes]
+    ids = [f.id for f in fixes]
+    assert len(set(ids)) == len(ids) and "cmp-1" in ids  # "<kind>-<n>", unique
+    assert [i for i in ids if i.startswith("cmp-")] == [f"cmp-{n}" for n in range(1, 1 + sum(
+        i.startswith("cmp-") for i in ids))]  # fmt: skip
+    assert [f.lineno for f in fixes] == sorted(f.lineno for f in fixes)  # reading order
+    assert len(candidate_fixes(mutant.source, limit=3)) == 3
+    with pytest.raises(SyntaxError):
+        candidate_fixes("def broken(:\n", limit=5)
+
+
+def test_summarize_keeps_failure_lines_and_summary():
+    out = (
+        "F\n=================================== FAILURES ===================================\n"
+        ">       assert clamp(5, 0, 3) == 3\nE       assert 5 == 3\n"
+        "tests/test_c.py:4: AssertionError\nFAILED tests/test_c.py::test_hi - assert 5 == 3\n"
+        "1 failed in 0.01s\n"
+    )
+    text = summarize_test_output(out)
+    assert "E       assert 5 == 3" in text and "FAILED tests/test_c.py::test_hi" in text
+    assert "=====" not in text.splitlines()[0]
+    assert summarize_test_output("") == "(no test output)"
+
+
+def test_tool_specs_validate_fix_arguments():
+    assert argument_errors("try_fix", {"id": "cmp-2"}) == []
+    assert argument_errors("try_fix", {"id": 2})
+    assert argument_errors("try_fix", {})
+    assert argument_errors("list_fixes", {}) == []
+
+
+def test_oracle_through_fixes_succeeds_and_runs_tests(tasks):
+    covered = 0
+    for task in tasks[:6]:
+        result = run_episode(task, OraclePolicy(style="fixes"), EnvConfig(), SandboxConfig())
+        actions = [e["action"] for e in result.record["trajectory"] if e["role"] == "assistant"]
+        assert result.success and result.ran_tests and result.invalid_calls == 0
+        covered += actions[0] == "list_fixes"
+    assert covered >= 4  # a few bug classes (a deleted return) are not one-edit inverses
+    fixes_only = run_episode(tasks[0], make_policy("oracle-fixes"), EnvConfig(), SandboxConfig())
+    assert fixes_only.record["trajectory"][1]["action"] == "list_fixes"
+
+
+def test_wrong_try_is_undone_and_misuse_is_an_error(tasks):
+    task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
+    env = EpisodeEnv(task, EnvConfig(max_steps=10), SandboxConfig(), policy_name="t")
+    early = env.step(Action("try_fix", {"id": "cmp-1"}))
+    assert early.get("error") and "list_fixes first" in early["observation"]
+    listing = env.step(Action("list_fixes", {}))
+    assert "Candidate fixes of" in listing["observation"] and env.ran_tests
+    bad = env.step(Action("try_fix", {"id": "nope-99"}))
+    assert bad.get("error") and "no fix 'nope-99'" in bad["observation"]
+    assert env.step(Action("try_fix", {"id": 3}))["error"]  # schema error, counted invalid
+    assert env.invalid_calls == 1
+    plan = OraclePolicy(style="fixes", recovery_rate=0.0).plan(task)
+    right = next(a.arguments["id"] for a in plan if a.tool == "try_fix")
+    wrong = next(c.id for c in env.fix_listing.candidates if c.id != right)
+    assert "tests FAILED" in env.step(Action("try_fix", {"id": wrong}))["observation"]
+    assert "tests PASSED" in env.step(Action("try_fix", {"id": right}))["observation"]
+    env.step(Action("finish", {}))
+    result = env.finish()
+    assert result.success and result.changed_files == [env.fix_listing.path]
+
+
+def test_random_fixes_policy_searches_until_pass_or_budget(tasks):
+    from components.env.baseline import RandomFixesPolicy
+
+    task = tasks[0]
+    result = run_episode(task, RandomFixesPolicy(seed=1, max_tries=2), EnvConfig(max_steps=6),
+                         SandboxConfig())  # fmt: skip
+    actions = [e["action"] for e in result.record["trajectory"] if e["role"] == "assistant"]
+    assert actions[0] == "list_fixes" and actions[-1] == "finish"
+    tries = [
+        e["arguments"]["id"] for e in result.record["trajectory"] if e.get("action") == "try_fix"
+    ]
+    assert 1 <= len(tries) <= 2 and len(set(tries)) == len(tries)
+    assert result.invalid_calls == 0
+
+
+def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
+    from components.env.policies import fixed_files
+    from components.evaluate.metrics import replay_final_repo, trajectory_facts
+
+    task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
+    policy = OraclePolicy(style="fixes", recovery_rate=1.0)  # a wrong try, then the fix
+    result = run_episode(task, policy, EnvConfig(), SandboxConfig())
+    assert result.success
+    replay_final_repo(task, result.record, tmp_path / "repo")
+    path, (_, after) = next(iter(fixed_files(task).items()))
+    assert normalize((tmp_path / "repo" / path).read_text()) == normalize(after)
+    facts = trajectory_facts(result.record)
+    assert facts["failed_rerun"] and facts["setback"]
+
+
+def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks):
+    import re
+    import time
+
+    task = tasks[0]
+    env = EpisodeEnv(task, EnvConfig(fix_test_timeout_s=1.0), SandboxConfig(), policy_name="t")
+    module = task.metadata.extra["module"]
+    text = (env.workspace.root / module).read_text()
+    head = re.search(r"^def .*:\n", text, re.MULTILINE).group(0)
+    env.step(Action("edit_file", {"path": module, "old": head,
+                                  "new": head + "    while True:\n        pass\n"}))  # fmt: skip
+    t0 = time.monotonic()
+    listing = env.step(Action("list_fixes", {}))["observation"]
+    assert time.monotonic() - t0 < 20  # the sandbox's wall limit is 60 s
+    assert "Timeout" in listing and "Candidate fixes of" in listing
+    env.finish()

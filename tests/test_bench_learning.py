@@ -1,0 +1,36 @@
+"""bench/learning.py's paired comparison: hand-checked differences and interval sanity."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "bench_learning", Path(__file__).resolve().parents[1] / "bench" / "learning.py"
+)
+learning = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(learning)
+
+
+def test_paired_difference_is_the_mean_of_per_task_differences():
+    a = {"t1": True, "t2": True, "t3": False, "t4": True}
+    b = {"t1": False, "t2": True, "t3": False, "t4": False, "t5": True}  # t5 not shared
+    mean, (lo, hi) = learning.paired_difference(a, b)
+    assert mean == pytest.approx(0.5)  # (+1 + 0 + 0 + 1) / 4
+    assert -1.0 <= lo <= mean <= hi <= 1.0
+    same, (lo, hi) = learning.paired_difference(a, a)
+    assert same == 0.0 and lo == hi == 0.0
+    assert learning.paired_difference(a, {"x": True}) is None
+
+
+def test_interval_excludes_zero_only_for_a_consistent_gain():
+    n = 60
+    better = {f"t{i}": i % 2 == 0 for i in range(n)}  # 50%
+    worse = {f"t{i}": i % 6 == 0 for i in range(n)}  # 17%, a subset of better's wins
+    _, (lo, _) = learning.paired_difference(better, worse)
+    assert lo > 0
+    _, (_, hi) = learning.paired_difference(worse, better)
+    assert hi < 0
+    shifted = {f"t{i}": i % 2 == 1 for i in range(n)}  # 50% too, on the other tasks
+    _, (lo, hi) = learning.paired_difference(shifted, better)
+    assert lo < 0 < hi
