@@ -204,6 +204,9 @@ def launcher_config_from_dict(values: dict | str | None) -> LauncherConfig:
     """From a flow parameter or YAML: `"kubernetes"` (just the mode) or a dict of fields.
 
     Unknown keys are an error, so a misspelt `namspace` does not silently run elsewhere.
+    `resources` entries replace the default entry of the same pool or stage key; pools not
+    named keep their default requests and limits (a partial override must not leave them
+    unbounded).
     """
     if values is None:
         return LauncherConfig()
@@ -213,4 +216,6 @@ def launcher_config_from_dict(values: dict | str | None) -> LauncherConfig:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown launcher settings: {unknown}")
+    if "resources" in values:
+        values = {**values, "resources": {**_default_resources(), **values["resources"]}}
     return LauncherConfig(**values)

@@ -250,3 +250,12 @@ def test_launcher_does_not_import_kubernetes_at_cli_start():
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert probe.stdout.strip() == "[]"
+
+
+def test_partial_resources_keep_the_other_pools_defaults():
+    from components.launch.config import launcher_config_from_dict
+
+    config = launcher_config_from_dict({"resources": {"gpu": {"nvidia.com/gpu": "4"}}})
+    assert config.resources_for("train grpo") == {"nvidia.com/gpu": "4"}  # the entry replaced
+    assert config.resources_for("env eval") == {"cpu": "2", "memory": "4Gi"}  # sandbox kept
+    assert config.resources_for("data validate") == {"cpu": "2", "memory": "4Gi"}  # cpu kept
