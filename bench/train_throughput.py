@@ -56,6 +56,19 @@ def _timed(fn) -> tuple[object, float]:
     return out, time.perf_counter() - t0
 
 
+def shuffled_batches(items: list, batch: int, seed: int):
+    """Endless batches of `batch` items: epochs of a seeded shuffle, batches may straddle two."""
+    rng, order = random.Random(seed), []
+    while True:
+        chunk = []
+        while len(chunk) < batch:
+            if not order:
+                order = list(range(len(items)))
+                rng.shuffle(order)
+            chunk.append(items[order.pop()])
+        yield chunk
+
+
 # ------------------------------------------------------------------------------ SFT
 
 
@@ -64,15 +77,10 @@ def bare_sft(model, examples: list[dict], steps: int, batch: int, lr: float, pad
     """(non-padding tokens, seconds) of `steps` plain AdamW steps on the examples."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    rng, order, tokens = random.Random(seed), [], 0
+    draw, tokens = shuffled_batches(examples, batch, seed), 0
     t0 = time.perf_counter()
     for _ in range(steps):
-        chunk = []
-        while len(chunk) < batch:
-            if not order:
-                order = list(range(len(examples)))
-                rng.shuffle(order)
-            chunk.append(examples[order.pop()])
+        chunk = next(draw)
         b = collate(chunk, pad_id, multiple)
         tokens += int(b["attention_mask"].sum())
         loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
@@ -104,15 +112,10 @@ def bare_dpo(model, pairs: list[dict], steps: int, batch: int, lr: float, beta: 
             p["ref"] = ref
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    rng, order, tokens = random.Random(seed), [], 0
+    draw, tokens = shuffled_batches(pairs, batch, seed), 0
     t0 = time.perf_counter()
     for _ in range(steps):
-        chunk = []
-        while len(chunk) < batch:
-            if not order:
-                order = list(range(len(pairs)))
-                rng.shuffle(order)
-            chunk.append(pairs[order.pop()])
+        chunk = next(draw)
         seqs = [p["chosen"] for p in chunk] + [p["rejected"] for p in chunk]
         tokens += sum(len(s["input_ids"]) for s in seqs)
         logps = _seq_logps(model, seqs, pad_id)

@@ -27,7 +27,7 @@ from components.env.fixes import (
 from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
 from components.env.tool_specs import argument_errors
-from components.env.tools import ToolResult, execute_tool
+from components.env.tools import ToolResult, execute_tool, failed_result
 from components.env.verifier import verify
 from components.tasks.task import Task
 
@@ -211,6 +211,9 @@ class EpisodeEnv:
             self.sandbox, protected_paths=self.task.protected_paths,
         )  # fmt: skip
 
+    def _fix_error(self, text: str) -> ToolResult:
+        return failed_result(self.sandbox, text, "fix tool")
+
     def _fix_tool(self, action: Action) -> ToolResult:
         """`list_fixes` / `try_fix` (components/env/fixes.py): tests run through run_command,
         so they are sandboxed and monitored like any other command."""
@@ -223,32 +226,34 @@ class EpisodeEnv:
                 for p in self.workspace.root.rglob("*.py")
                 if "__pycache__" not in p.parts
             )
-            sources = [f for f in files if not _is_protected(f, self.task.protected_paths)]
+            sources = [f for f in files if not self.task.is_protected(f)]
             module, _, _ = locate(tests.command.output, sources)
             module = action.arguments.get("path", module)
-            if module is None or _is_protected(module, self.task.protected_paths):
-                return _tool_error(f"error: no module to fix (candidates: {', '.join(sources)})")
+            if module is None or self.task.is_protected(module):
+                return self._fix_error(
+                    f"error: no module to fix (candidates: {', '.join(sources)})"
+                )
             try:
                 text = self.workspace.resolve(module).read_text()
                 candidates = candidate_fixes(text, self.env.max_fixes)
             except (OSError, PathEscapeError, SyntaxError, ValueError) as e:
-                return _tool_error(f"error: cannot list fixes of {module}: {e}")
+                return self._fix_error(f"error: cannot list fixes of {module}: {e}")
             self.fix_listing = FixListing(module, text, candidates, [])
             summary = summarize_test_output(tests.command.output)
             text_out = render_listing(self.fix_listing, summary)
             return dataclasses.replace(tests, observation=text_out, truncated=False)
         listing = self.fix_listing
         if listing is None:
-            return _tool_error("error: call list_fixes first")
+            return self._fix_error("error: call list_fixes first")
         k = action.arguments["id"]
         fix = listing.get(k)
         if fix is None:
             kinds = sorted({c.id.rsplit("-", 1)[0] for c in listing.candidates})
-            return _tool_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
+            return self._fix_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
         try:
             self.workspace.resolve(listing.path, for_write=True).write_text(fix.source)
         except (OSError, PathEscapeError) as e:
-            return _tool_error(f"error: cannot write {listing.path}: {e}")
+            return self._fix_error(f"error: cannot write {listing.path}: {e}")
         listing.tried.append(k)
         tests = self._run_tests()
         if tests.command is None:
@@ -327,14 +332,6 @@ class EpisodeEnv:
             infra_detail="" if v.status == "ok" else v.detail[-500:],
             record=record,
         )
-
-
-def _is_protected(path: str, protected: tuple[str, ...]) -> bool:
-    return any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in protected)
-
-
-def _tool_error(text: str) -> ToolResult:
-    return ToolResult(text, False, False, "fix tool", None, None)
 
 
 def episode_id_for(policy: str, task: Task, seed: int) -> str:

@@ -60,7 +60,7 @@ def execute_tool(
     """Run one tool call; see the module docstring for the result's meaning."""
     errors = argument_errors(tool, arguments)
     if errors:
-        return _fail(config, "invalid arguments: " + "; ".join(errors), "invalid arguments")
+        return failed_result(config, "invalid arguments: " + "; ".join(errors), "invalid arguments")
     verdict = classify_action(
         tool,
         arguments,
@@ -69,16 +69,18 @@ def execute_tool(
     )
     if not verdict.allowed:
         text = f"blocked by safety monitor: {verdict.category}: {verdict.reason}"
-        return _fail(config, text, f"blocked: {verdict.category}", safety=verdict)
+        return failed_result(config, text, f"blocked: {verdict.category}", safety=verdict)
     handler = _HANDLERS[tool]
     try:
         result = handler(workspace, arguments, config)
     except PathEscapeError as e:
-        result = _fail(config, f"error: {e}", "path escape")
+        result = failed_result(config, f"error: {e}", "path escape")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-        result = _fail(config, f"error: {e.strerror or e}: {e.filename or ''}", "no such file")
+        result = failed_result(
+            config, f"error: {e.strerror or e}: {e.filename or ''}", "no such file"
+        )
     except OSError as e:  # e.g. permission denied, file too large to write
-        result = _fail(config, f"error: {e}", "os error")
+        result = failed_result(config, f"error: {e}", "os error")
     return dataclasses.replace(result, safety=verdict)
 
 
@@ -95,7 +97,7 @@ def _result(
     return ToolResult(capped, ok, truncated or cut, error, None, command)
 
 
-def _fail(
+def failed_result(
     config: SandboxConfig, text: str, error: str, *, safety: SafetyVerdict | None = None
 ) -> ToolResult:
     capped, cut = cap_text(text, config.max_output_bytes)
@@ -109,15 +111,15 @@ def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
     try:
         argv = shlex.split(args["cmd"])
     except ValueError as e:
-        return _fail(config, f"error: cannot parse command: {e}", "bad command")
+        return failed_result(config, f"error: cannot parse command: {e}", "bad command")
     if not argv:
-        return _fail(config, "error: empty command", "bad command")
+        return failed_result(config, "error: empty command", "bad command")
     budget = max(256, config.max_output_bytes - _STATUS_RESERVE)
     run_config = dataclasses.replace(config, max_output_bytes=budget)
     try:
         cmd = run_sandboxed(argv, ws.root, run_config, workspace=ws.root)
     except SandboxError as e:
-        return _fail(config, f"error: {e}", "refused")
+        return failed_result(config, f"error: {e}", "refused")
     status = []
     if cmd.limit_hit == "wall_time":
         status.append(f"[killed: wall time limit of {config.wall_time_s:g}s exceeded]")
@@ -148,13 +150,13 @@ def _search(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     try:
         regex = re.compile(args["pattern"])
     except re.error as e:
-        return _fail(
+        return failed_result(
             config, f"error: invalid regular expression {args['pattern']!r}: {e}", "bad regex"
         )
     rel = args.get("path", ".")
     base = ws.resolve(rel)
     if not base.exists():
-        return _fail(config, f"error: no such file or folder: {rel}", "no such file")
+        return failed_result(config, f"error: no such file or folder: {rel}", "no such file")
     budget = config.max_output_bytes
     lines: list[str] = []
     size = matches = omitted = 0
@@ -215,22 +217,24 @@ def _read_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     path = ws.resolve(rel)
     if path.is_dir():
         entries = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
-        return _fail(
+        return failed_result(
             config, f"error: {rel} is a folder; it contains: {', '.join(entries)}", "is a folder"
         )
     if not path.is_file():
-        return _fail(config, f"error: no such file: {rel}", "no such file")
+        return failed_result(config, f"error: no such file: {rel}", "no such file")
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8192)
     if b"\x00" in head:
-        return _fail(
+        return failed_result(
             config, f"error: {rel} is a binary file ({size} bytes); not shown", "binary file"
         )
     start = args.get("start_line", 1)
     end = args.get("end_line")
     if end is not None and end < start:
-        return _fail(config, f"error: end_line {end} is before start_line {start}", "bad range")
+        return failed_result(
+            config, f"error: end_line {end} is before start_line {start}", "bad range"
+        )
     # Lines are read lazily and reading stops at the output budget: a huge file costs at
     # most what is shown. The note at the end tells the model how to see more.
     budget = config.max_output_bytes - _STATUS_RESERVE
@@ -258,7 +262,7 @@ def _read_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
         if seen == 0:
             return _result(config, f"{rel} is empty")
         msg = f"error: start_line {start} is past the end of {rel} ({seen} lines)"
-        return _fail(config, msg, "bad range")
+        return failed_result(config, msg, "bad range")
     text = "\n".join(shown)
     if stopped_at is not None:
         text += (
@@ -275,25 +279,25 @@ def _edit_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     rel, old, new = args["path"], args["old"], args["new"]
     path = ws.resolve(rel, for_write=True)
     if not old:
-        return _fail(
+        return failed_result(
             config, "error: `old` must not be empty (create files with apply_patch)", "bad edit"
         )
     if not path.is_file():
-        return _fail(config, f"error: no such file: {rel}", "no such file")
+        return failed_result(config, f"error: no such file: {rel}", "no such file")
     try:
         with path.open("r", encoding="utf-8", newline="") as f:  # newline="": keep \r\n as is
             text = f.read()
     except UnicodeDecodeError:
-        return _fail(config, f"error: {rel} is not a UTF-8 text file", "binary file")
+        return failed_result(config, f"error: {rel} is not a UTF-8 text file", "binary file")
     count = text.count(old)
     if count == 0:
-        return _fail(config, f"error: old text not found in {rel}", "old text not found")
+        return failed_result(config, f"error: old text not found in {rel}", "old text not found")
     if count > 1:
         msg = f"error: old text occurs {count} times in {rel}; include more context"
-        return _fail(config, msg, "old text ambiguous")
+        return failed_result(config, msg, "old text ambiguous")
     updated = text.replace(old, new, 1)
     if len(updated.encode()) > config.max_file_bytes:
-        return _fail(
+        return failed_result(
             config, f"error: {rel} would exceed {config.max_file_bytes} bytes", "too large"
         )
     _write_no_follow(path, updated)
@@ -324,9 +328,9 @@ def _apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
                     ws.resolve(rel, for_write=True)  # no escapes, no writes through symlinks
         changed = apply_unified_diff(ws.root, patch)
     except PatchError as e:
-        return _fail(config, f"error: patch not applied: {e}", "patch failed")
+        return failed_result(config, f"error: patch not applied: {e}", "patch failed")
     if not changed:
-        return _fail(config, "error: the patch contains no file changes", "patch failed")
+        return failed_result(config, "error: the patch contains no file changes", "patch failed")
     return _result(config, f"applied patch: {', '.join(changed)}")
 
 

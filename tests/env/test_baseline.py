@@ -6,17 +6,11 @@ from components.env.baseline import ScriptedBaselinePolicy, line_mutations, loca
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy, summarize
 from components.env.sandbox import SandboxConfig
-from components.tasks.generate import generate_suite
-from components.tasks.task import load_tasks
 
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("baseline") / "tasks"
-    generate_suite(root, 10, 0)
-    found, errors = load_tasks(root)
-    assert not errors
-    return found[:5]
+def tasks(suite_tasks):
+    return suite_tasks[:5]
 
 
 def _run(tasks, seed):

@@ -9,9 +9,7 @@ from components.env.fixes import candidate_fixes, summarize_test_output
 from components.env.policies import OraclePolicy, make_policy
 from components.env.sandbox import SandboxConfig
 from components.env.tool_specs import argument_errors
-from components.tasks.generate import generate_suite
 from components.tasks.mutations import apply_edit, get_operator, normalize
-from components.tasks.task import load_tasks
 
 SOURCE = normalize(
     "def clamp(x, lo, hi):\n"
@@ -24,12 +22,8 @@ SOURCE = normalize(
 
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fixes") / "tasks"
-    generate_suite(root, 10, 0)
-    found, errors = load_tasks(root)
-    assert not errors
-    return found
+def tasks(suite_tasks):
+    return suite_tasks
 
 
 def test_candidates_contain_the_inverse_of_each_swap():
