@@ -1,6 +1,9 @@
-"""Does training move task success? untrained vs SFT vs SFT+RS / DPO / GRPO, and a
-scripted no-learning baseline, on the val split (unseen bugs of training families) and the
-test split (unseen families).
+"""Does training move task success? untrained vs SFT vs SFT+RS / DPO / GRPO, and three
+scripted no-learning policies, on the val split (unseen bugs of training families) and the
+test split (unseen families). The scripted ones: the issue's baseline (one random edit on
+the blamed line), random-fixes (random candidate fixes) and prior-fixes (candidate fixes in
+order of how often their kind was the fix on the train split: the default expert, whose
+verified successes are the SFT data).
 
 Everything runs through the pipeline's own code: the suite generator, the oracle for
 expert trajectories, and the `agentrl` stage functions (policy init, train sft, rollout
@@ -39,7 +42,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.env.baseline import RandomFixesPolicy, ScriptedBaselinePolicy  # noqa: E402
+from components.env.baseline import (  # noqa: E402
+    PriorFixesPolicy,
+    RandomFixesPolicy,
+    ScriptedBaselinePolicy,
+    kind_success_rates,
+)
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy, wilson_interval  # noqa: E402
@@ -50,6 +58,8 @@ from components.tasks.task import Task, load_tasks  # noqa: E402
 METHODS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
 BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
+PRIOR_FIXES = "prior-fixes"  # scripted search ordered by kind statistics of the train split
+SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES)
 SPLITS = ("val", "test")
 
 
@@ -101,6 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
     p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
     p.add_argument("--grpo-lr", type=float, default=2e-4)
+    p.add_argument("--grpo-beta", type=float, default=0.0, help="KL weight to the SFT policy")
+    p.add_argument("--grpo-temperature", type=float, default=1.0, help="GRPO sampling T")
     p.add_argument("--grpo-ppo-epochs", type=int, default=2, help="passes over each batch")
     p.add_argument("--grpo-minibatch", type=int, default=16, help="episodes per optimizer step")
     p.add_argument("--eval-limit", type=int, default=10, help="tasks per split evaluated")
@@ -117,11 +129,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16, help="episodes per generate call")
     p.add_argument("--workers", type=int, default=2, help="tool-execution threads")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    p.add_argument("--methods", default=",".join(METHODS), help="subset, comma separated")
+    p.add_argument(
+        "--methods",
+        default=",".join([*SCRIPTED, *METHODS]),
+        help="subset, comma separated (baselines included)",
+    )
+    p.add_argument("--splits", default=",".join(SPLITS), help="splits evaluated")
     p.add_argument(
         "--expert-policy",
-        default="oracle-fixes",
-        help="oracle (explore + edit_file) or oracle-fixes (list_fixes + try_fix)",
+        default="prior-fixes",
+        help="oracle (explore + edit_file), oracle-fixes (list_fixes + try_fix, knows the "
+        "answer) or prior-fixes (list_fixes + try_fix in order of kind statistics)",
     )
     p.add_argument("--hidden-size", type=int, default=256, help="policy width")
     p.add_argument("--layers", type=int, default=4, help="policy decoder layers")
@@ -186,8 +204,11 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     tasks_dir = work / "tasks"
     train, _ = load_tasks(tasks_dir, split="train")
     expert = train[: args.expert_limit] if args.expert_limit else train
-    results = clock.run("expert", evaluate_policy, expert,
-                        lambda: make_policy(args.expert_policy, seed=args.seed), EnvConfig(),
+    if args.expert_policy == PRIOR_FIXES:
+        make_expert = lambda: scripted_policy(PRIOR_FIXES, args, args.seed)  # noqa: E731
+    else:
+        make_expert = lambda: make_policy(args.expert_policy, seed=args.seed)  # noqa: E731
+    results = clock.run("expert", evaluate_policy, expert, make_expert, EnvConfig(),
                         SandboxConfig(), EvalConfig(workers=args.workers, seed=args.seed))  # fmt: skip
     records = work / "expert.jsonl"
     records.write_text("".join(json.dumps(r.record) + "\n" for r in results if r.success))
@@ -230,7 +251,8 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
             "--policy", sft["policy_dir"], "--tasks", tasks_dir, "--split", "train",
             "--out", work / "grpo", "--iterations", args.grpo_iterations,
             "--group-size", args.grpo_group, "--tasks-per-iteration", args.grpo_tasks,
-            "--lr", args.grpo_lr, "--seed", args.seed, "--max-new-tokens", args.max_new_tokens,
+            "--lr", args.grpo_lr, "--beta", args.grpo_beta, "--temperature",
+            args.grpo_temperature, "--seed", args.seed, "--max-new-tokens", args.max_new_tokens,
             "--max-steps", args.max_steps, "--max-episode-tokens", args.max_episode_tokens,
             "--workers", args.workers, "--ppo-epochs", args.grpo_ppo_epochs,
             "--minibatch-size", args.grpo_minibatch, "--no-resume"], work / "grpo")  # fmt: skip
@@ -272,15 +294,23 @@ def greedy_checkpoint(tasks: list[Task], policy_dir: str, args) -> list[EpisodeR
                                max_new_tokens=args.max_new_tokens, max_steps=args.max_steps)  # fmt: skip
 
 
+def scripted_policy(method: str, args, seed: int):
+    """The policies that need no model: one random edit on the blamed line (the issue's
+    baseline), random candidate fixes, or candidates in order of the train split's kind
+    statistics; the searches get as many tries as a model episode has turns for
+    (max_steps - list - finish)."""
+    tries = max(1, args.max_steps - 2)
+    if method == BASELINE:
+        return ScriptedBaselinePolicy(seed=seed)
+    if method == RANDOM_FIXES:
+        return RandomFixesPolicy(seed=seed, max_tries=tries)
+    return PriorFixesPolicy(args.kind_rates, max_tries=tries)
+
+
 def baseline_runs(tasks: list[Task], args, seeds: list[int], method: str = BASELINE):
-    """The scripted floors: one random edit on the blamed line, or random candidate fixes
-    with as many tries as a model episode has turns for (max_steps - list - finish)."""
     out: list[EpisodeResult] = []
     for seed in seeds:
-        if method == BASELINE:
-            make = lambda s=seed: ScriptedBaselinePolicy(seed=s)  # noqa: E731
-        else:
-            make = lambda s=seed: RandomFixesPolicy(seed=s, max_tries=max(1, args.max_steps - 2))  # noqa: E731
+        make = lambda s=seed: scripted_policy(method, args, s)  # noqa: E731
         env = EnvConfig(max_steps=args.max_steps)
         out += evaluate_policy(tasks, make, env, SandboxConfig(),
                                EvalConfig(workers=args.workers, seed=seed))  # fmt: skip
@@ -339,16 +369,19 @@ def diagnose(results: list[EpisodeResult], tasks: dict[str, Task]) -> dict:
 
 def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tuple[list, dict]:
     rows, diagnostics = [], {}
-    for split in SPLITS:
+    wanted = args.methods.split(",")
+    for split in args.splits.split(","):
         tasks, errors = load_tasks(work / "tasks", split=split)
         tasks = tasks[: args.eval_limit] if args.eval_limit else tasks
         k_tasks = tasks[: args.passk_limit] if args.passk_limit else tasks
         ids = [t.id for t in k_tasks]
         by_id = {t.id: t for t in tasks}
-        for method in [BASELINE, RANDOM_FIXES, *[m for m in METHODS if m in policies]]:
+        for method in [*SCRIPTED, *[m for m in METHODS if m in policies]]:
+            if method not in wanted:
+                continue
             name = f"eval {method} {split}"
             c0, w0 = cpu_seconds(), time.monotonic()
-            if method in (BASELINE, RANDOM_FIXES):
+            if method in SCRIPTED:
                 greedy = clock.run(f"{name} pass@1", baseline_runs, tasks, args, [args.seed],
                                    method)  # fmt: skip
                 seeds = [args.seed + 1 + i for i in range(args.k)]
@@ -391,6 +424,7 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
 TRAIN_ROUTE = {
     BASELINE: [],
     RANDOM_FIXES: [],
+    PRIOR_FIXES: ["kind rates"],
     "untrained": ["init"],
     "sft": ["expert", "init", "sft"],
     "sft+rs": ["expert", "init", "sft", "sample", "rs"],
@@ -508,14 +542,19 @@ def main(argv: list[str] | None = None) -> int:
     from components.tasks.generate import generate_suite
 
     clock.run("tasks", generate_suite, work / "tasks", args.n_tasks, args.seed)
+    train, _ = load_tasks(work / "tasks", split="train")
+    args.kind_rates = clock.run("kind rates", kind_success_rates, train)
     policies, notes = train_all(args, work, preset, clock)
     rows, diagnostics = evaluate_all(args, work, policies, clock)
+    notes["kind_rates"] = {k: round(v, 4) for k, v in args.kind_rates.items()}
     add_differences(rows)
 
     md = table(rows, clock)
     stages = stage_table(clock)
     wall = time.monotonic() - started
-    settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k not in ("out", "preset"))
+    settings = ", ".join(
+        f"{k}={v}" for k, v in vars(args).items() if k not in ("out", "preset", "kind_rates")
+    )
     report = (f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
               f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "
               f"(baseline: k seeds). CPU = time.process_time() of this process (all torch and "

@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from components.env.episode import Action
-from components.env.fixes import locate
+from components.env.fixes import listed_ids, locate
 from components.tasks.task import Task
 
 # Token swaps, longest first so "<=" is not read as "<". Each is a bug-class inverse of
@@ -184,6 +184,22 @@ class ScriptedBaselinePolicy:
                       f"Line {target} looks wrong; try `{new_line.strip()}`.")  # fmt: skip
 
 
+def _fix_search_step(events: list[dict], max_tries: int) -> tuple[Action | None, list[str]]:
+    """The shared moves of a candidate-fix search: list first, finish once a try passes or
+    the budget is spent. Returns (that action, None) or (None, untried ids in listed order)."""
+    if not any(e["role"] == "assistant" for e in events):
+        return Action("list_fixes", {}, "Run the tests and list candidate fixes."), []
+    obs = _observations(events)
+    first = obs[-1].splitlines()[0] if obs[-1] else ""
+    if " applied (" in first and "tests PASSED" in first:
+        return Action("finish", {"summary": "The tests pass."}), []
+    tried = {e["arguments"]["id"] for e in events if e.get("action") == "try_fix"}
+    left = [k for k in listed_ids(obs[0]) if k not in tried]
+    if not left or len(tried) >= max_tries:
+        return Action("finish", {"summary": "No candidate made the tests pass."}), []
+    return None, left
+
+
 @dataclass
 class RandomFixesPolicy:
     """Search without learning through the same tools the fixes-trained model uses:
@@ -196,17 +212,56 @@ class RandomFixesPolicy:
     max_tries: int = 4
 
     def act(self, task: Task, events: list[dict]) -> Action:
-        done = sum(e["role"] == "assistant" for e in events)
-        if done == 0:
-            return Action("list_fixes", {}, "Run the tests and list candidate fixes.")
-        obs = _observations(events)
-        if obs[-1].startswith("fix ") and "tests PASSED" in obs[-1].splitlines()[0]:
-            return Action("finish", {"summary": "The tests pass."})
-        listed = obs[0].split("Candidate fixes of", 1)[-1].splitlines()[1:]
-        ids = [ln.split()[0] for ln in listed if ln.strip()]
-        tried = {e["arguments"]["id"] for e in events if e.get("action") == "try_fix"}
-        left = [k for k in ids if k not in tried]
-        if not left or len(tried) >= self.max_tries:
-            return Action("finish", {"summary": "No candidate made the tests pass."})
-        rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{len(tried)}".encode()))
+        action, left = _fix_search_step(events, self.max_tries)
+        if action is not None:
+            return action
+        tried = sum(e.get("action") == "try_fix" for e in events)
+        rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{tried}".encode()))
         return Action("try_fix", {"id": rng.choice(left)}, "Try a candidate fix.")
+
+
+def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:
+    """Per kind of candidate fix: the share of that kind's listed candidates that were the
+    reference fix, over `tasks` (training tasks with a one-file reference patch), smoothed
+    toward 0 for kinds seen rarely: (right + 0.5) / (listed + 1)."""
+    from components.env.fixes import candidate_fixes
+    from components.env.policies import fixed_files
+    from components.tasks.mutations import normalize
+
+    listed: dict[str, int] = {}
+    right: dict[str, int] = {}
+    for task in tasks:
+        files = fixed_files(task) if task.has_reference else {}
+        if len(files) != 1:
+            continue
+        (before, after) = next(iter(files.values()))
+        try:
+            candidates = candidate_fixes(before, max_fixes)
+        except SyntaxError:
+            continue
+        target = normalize(after) + "\n"
+        for c in candidates:
+            kind = c.id.rsplit("-", 1)[0]
+            listed[kind] = listed.get(kind, 0) + 1
+            right[kind] = right.get(kind, 0) + (c.source == target)
+    return {k: (right[k] + 0.5) / (listed[k] + 1) for k in sorted(listed)}
+
+
+@dataclass
+class PriorFixesPolicy:
+    """Search without a model: try the listed candidates in order of how often their kind
+    was the fix on training tasks (`kind_success_rates`), reading order within a kind, until
+    the tests pass or `max_tries` is spent. It never sees a reference fix, so it works on any
+    task; its successes are the `prior-fixes` expert transcripts (one clean rule per turn
+    for SFT to imitate, where the oracle's one right id per task is a noisy target)."""
+
+    rates: dict[str, float]
+    name: str = "prior-fixes"
+    max_tries: int = 4
+
+    def act(self, task: Task, events: list[dict]) -> Action:
+        action, left = _fix_search_step(events, self.max_tries)
+        if action is not None:
+            return action
+        ranked = sorted(left, key=lambda k: -self.rates.get(k.rsplit("-", 1)[0], 0.0))
+        return Action("try_fix", {"id": ranked[0]}, "Try the likeliest untried kind of fix.")

@@ -40,6 +40,9 @@ class Action:
     arguments: dict = field(default_factory=dict)
     content: str | None = None  # free text / reasoning; the raw output for a parse failure
     parse_error: str | None = None
+    # False on an expert's deliberate mistake (a wrong try kept to show recovery): the turn
+    # is recorded with "train": false and SFT treats it as context, not as a target.
+    imitate: bool = True
 
 
 class Policy(Protocol):
@@ -158,6 +161,8 @@ class EpisodeEnv:
         assistant = {"role": "assistant", "action": action.tool, "arguments": action.arguments}
         if action.content:
             assistant["content"] = action.content
+        if not action.imitate:
+            assistant["train"] = False
         self.events.append(assistant)
         if action.tool is None:
             self.invalid_calls += 1
@@ -259,9 +264,9 @@ class EpisodeEnv:
         if tests.command is None:
             return tests
         verdict = "PASSED" if tests.command.exit_code == 0 else "FAILED"
-        text_out = (
-            f"fix {k} applied ({fix.description}); tests {verdict}\n"
-            + summarize_test_output(tests.command.output)
+        # The id opens the observation so it tokenizes as in the call (see render_listing).
+        text_out = f"{k} applied ({fix.description}); tests {verdict}\n" + summarize_test_output(
+            tests.command.output
         )
         return dataclasses.replace(tests, observation=text_out, truncated=False)
 

@@ -10,8 +10,8 @@ into the environment and leave the decision to the policy:
   one-edit change of that module the bug-injection operators can make
   (components/tasks/mutations.py: operators swap, constants +-1, variables, returns,
   arguments...). Most of these operators are their own inverse, so for a one-edit bug
-  the reference fix is usually in the list; which one is the policy's call. The module is
-  shown with line numbers and the traceback's line marked `>`.
+  the reference fix is usually in the list; which one is the policy's call. The listing
+  groups the candidates by kind (render_listing); the module itself is not repeated.
 - `try_fix {"id": "call-1"}` restores the module to its listed text, writes candidate k, reruns
   the tests and reports the outcome, so a wrong guess costs one turn and is undone by the
   next try.
@@ -113,10 +113,35 @@ def summarize_test_output(output: str, max_lines: int = 5) -> str:
 
 
 def render_listing(listing: FixListing, tests_text: str) -> str:
-    """The test summary and the numbered candidates. The module itself is not repeated
-    (read_file shows it): on CPU every observation token costs training time."""
-    fixes = [f"{c.id:>8}  {c.description}" for c in listing.candidates]
+    """The test summary, then the candidates grouped by kind: one line per kind, in reading
+    order of first appearance, e.g. `cmp (2): 1) line 5: <= -> < | 2) line 5: < -> <=`, whose
+    ids are cmp-1 and cmp-2. The module itself is not repeated (read_file shows it): on CPU
+    every observation token costs training time.
+
+    Why grouped: each kind's name appears once, at the start of a line, so it tokenizes as it
+    does in the `try_fix` call (`"id": "cmp-1"`; with a leading space byte-level BPE gives a
+    different token, `Ġcmp` vs `cmp`), and a kind with 20 candidates is not named 20 times.
+    A small policy that copies a kind from the listing otherwise copies the most frequent
+    one (measured: a flat one-row-per-id listing led SFT to write `var-1` on every task)."""
+    groups: dict[str, list[str]] = {}
+    for c in listing.candidates:
+        kind, number = c.id.rsplit("-", 1)
+        groups.setdefault(kind, []).append(f"{number}) {c.description}")
+    lines = [f"{kind} ({len(items)}): " + " | ".join(items) for kind, items in groups.items()]
     return (
-        f"{tests_text}\n\nCandidate fixes of {listing.path} ({len(fixes)}; try_fix an id):\n"
-        + "\n".join(fixes)
+        f"{tests_text}\n\nCandidate fixes of {listing.path} ({len(listing.candidates)}; "
+        "try_fix an id, kind-number):\n" + "\n".join(lines)
     )
+
+
+_KIND_LINE = re.compile(r"^(\w+) \((\d+)\): ", re.MULTILINE)
+
+
+def listed_ids(observation: str) -> list[str]:
+    """The candidate ids a `list_fixes` observation shows (render_listing's format)."""
+    listing = observation.split("Candidate fixes of", 1)
+    if len(listing) < 2:
+        return []
+    return [
+        f"{k}-{n}" for k, count in _KIND_LINE.findall(listing[1]) for n in range(1, int(count) + 1)
+    ]

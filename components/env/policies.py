@@ -165,7 +165,8 @@ class OraclePolicy:
             # A slip: the old text is misremembered (whitespace), the edit fails, re-read.
             slipped = first.old.replace(" ", "  ", 1) if " " in first.old else first.old + " "
             steps.append(Action("edit_file", {"path": first.path, "old": slipped,
-                                              "new": first.new}, "Apply the fix."))  # fmt: skip
+                                              "new": first.new}, "Apply the fix.",
+                                imitate=False))  # fmt: skip
             steps.append(Action("read_file", {"path": first.path},
                                 "The edit did not match; re-read the exact text."))  # fmt: skip
         elif r < self.recovery_rate:
@@ -173,7 +174,7 @@ class OraclePolicy:
             if wrong is not None:
                 steps += [
                     Action("edit_file", {"path": wrong.path, "old": wrong.old, "new": wrong.new},
-                           "This condition looks suspicious; try changing it."),
+                           "This condition looks suspicious; try changing it.", imitate=False),
                     Action("run_command", {"cmd": test_cmd}, "Check whether that fixed it."),
                     Action("edit_file", {"path": wrong.path, "old": wrong.new, "new": wrong.old},
                            "Still failing: that was not the bug. Revert it."),
@@ -210,7 +211,9 @@ class OraclePolicy:
         steps = [Action("list_fixes", {})]
         wrong = [c for c in candidates if c.source != target]
         if wrong and rng.random() < self.recovery_rate:
-            steps.append(Action("try_fix", {"id": rng.choice(wrong).id}))
+            # Shown so a learner sees a failed try followed by another, not learned as a pick:
+            # uniform over wrong candidates it would teach the commonest kind (var) first.
+            steps.append(Action("try_fix", {"id": rng.choice(wrong).id}, imitate=False))
         steps.append(Action("try_fix", {"id": right[0].id}))
         steps.append(Action("finish", {"summary": "The tests pass."}))
         return steps

@@ -189,12 +189,19 @@ def prompt_ids(tokenizer, events: list[dict], compact: bool = True) -> list[int]
 def tokenize_trajectory(
     tokenizer, events: list[dict], max_tokens: int | None = None, compact: bool = True
 ) -> dict:
-    """Token ids of a whole transcript and a mask that is 1 exactly on assistant-generated tokens.
+    """Token ids of a whole transcript and a mask that is 1 exactly on assistant-generated tokens
+    (except those of assistant events marked "train": false).
 
     Returns {"input_ids": list[int], "assistant_mask": list[int], "truncated": bool}; a
     transcript longer than `max_tokens` keeps its first `max_tokens` tokens.
     """
-    ids, mask = _encode_segments(tokenizer, chat_segments(render_messages(events, compact)))
+    segments = chat_segments(render_messages(events, compact))
+    # An assistant event with "train": false (an expert's deliberate mistake, kept to show
+    # recovery) stays in the context but out of the mask. Assistant segments follow the
+    # assistant events in order; `and` calls next() on assistant segments only.
+    imitate = iter([e.get("train", True) for e in events if e.get("role") == "assistant"])
+    segments = [(text, generated and bool(next(imitate))) for text, generated in segments]
+    ids, mask = _encode_segments(tokenizer, segments)
     truncated = max_tokens is not None and len(ids) > max_tokens
     if truncated:
         ids, mask = ids[:max_tokens], mask[:max_tokens]

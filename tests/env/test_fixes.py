@@ -5,7 +5,13 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
-from components.env.fixes import candidate_fixes, summarize_test_output
+from components.env.fixes import (
+    FixListing,
+    candidate_fixes,
+    listed_ids,
+    render_listing,
+    summarize_test_output,
+)
 from components.env.policies import OraclePolicy, make_policy
 from components.env.sandbox import SandboxConfig
 from components.env.tool_specs import argument_errors
@@ -40,6 +46,25 @@ def test_candidates_contain_the_inverse_of_each_swap():
     assert len(candidate_fixes(mutant.source, limit=3)) == 3
     with pytest.raises(SyntaxError):
         candidate_fixes("def broken(:\n", limit=5)
+
+
+def test_listing_groups_by_kind_and_its_ids_parse_back():
+    op = get_operator("comparison_swap")
+    mutant = apply_edit(SOURCE, op, 0)
+    fixes = candidate_fixes(mutant.source, limit=100)
+    text = render_listing(FixListing("clamp.py", mutant.source, fixes, []), "E   assert 1 == 0")
+    assert text.startswith("E   assert 1 == 0\n\nCandidate fixes of clamp.py (")
+    kinds = list(dict.fromkeys(f.id.rsplit("-", 1)[0] for f in fixes))
+    rows = text.split("kind-number):\n", 1)[1].splitlines()
+    # one line per kind, in order of first appearance; the kind opens its line
+    assert [r.split(" (", 1)[0] for r in rows] == kinds
+    cmp_row = next(r for r in rows if r.startswith("cmp ("))
+    cmp = [f for f in fixes if f.id.startswith("cmp-")]
+    assert cmp_row == f"cmp ({len(cmp)}): " + " | ".join(
+        f"{n}) {f.description}" for n, f in enumerate(cmp, 1)
+    )
+    assert sorted(listed_ids(text)) == sorted(f.id for f in fixes)
+    assert listed_ids("no listing here") == []
 
 
 def test_summarize_keeps_failure_lines_and_summary():
@@ -110,6 +135,29 @@ def test_random_fixes_policy_searches_until_pass_or_budget(tasks):
     assert result.invalid_calls == 0
 
 
+def test_prior_fixes_tries_kinds_in_order_of_their_train_rates(tasks):
+    from components.env.baseline import PriorFixesPolicy, kind_success_rates
+
+    rates = kind_success_rates(tasks)
+    # one reference fix per task is a listed candidate for most tasks: rates sum to about
+    # (tasks whose fix is listed) / (candidates per kind), each in (0, 1)
+    assert rates and all(0 < r < 1 for r in rates.values())
+    right_kinds = set()
+    for task in tasks:
+        plan = OraclePolicy(style="fixes", recovery_rate=0.0).plan(task)
+        right_kinds |= {a.arguments["id"].rsplit("-", 1)[0] for a in plan if a.tool == "try_fix"}
+    assert max(rates, key=rates.get) in right_kinds  # the top kind has been right somewhere
+    task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
+    result = run_episode(task, PriorFixesPolicy(rates, max_tries=3), EnvConfig(), SandboxConfig())
+    events = result.record["trajectory"]
+    tries = [e["arguments"]["id"] for e in events if e.get("action") == "try_fix"]
+    assert events[1]["action"] == "list_fixes" and events[-2]["action"] == "finish"
+    assert 1 <= len(tries) <= 3 and len(set(tries)) == len(tries)
+    order = [rates[t.rsplit("-", 1)[0]] for t in tries]
+    assert order == sorted(order, reverse=True)  # likeliest kind first
+    assert result.success == ("tests PASSED" in events[-3]["observation"])
+
+
 def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
     from components.env.policies import fixed_files
     from components.evaluate.metrics import replay_final_repo, trajectory_facts
@@ -123,6 +171,9 @@ def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
     assert normalize((tmp_path / "repo" / path).read_text()) == normalize(after)
     facts = trajectory_facts(result.record)
     assert facts["failed_rerun"] and facts["setback"]
+    # The deliberate wrong try is recorded as context, not as a turn to imitate.
+    tries = [e for e in result.record["trajectory"] if e.get("action") == "try_fix"]
+    assert [e.get("train", True) for e in tries] == [False, True]
 
 
 def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks):

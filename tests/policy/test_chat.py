@@ -188,6 +188,25 @@ def test_assistant_mask_is_exact(tokenizer, events):
     assert tokenizer.decode(rest).count(ASSISTANT_HEADER) == len(expected)
 
 
+def test_turn_marked_not_for_training_is_context_only(tokenizer, events):
+    """An assistant event with "train": false keeps its tokens but leaves the mask."""
+    full = tokenize_trajectory(tokenizer, events)
+    first = next(i for i, e in enumerate(events) if e["role"] == "assistant")
+    marked = [dict(e) for e in events]
+    marked[first]["train"] = False
+    out = tokenize_trajectory(tokenizer, marked)
+    assert out["input_ids"] == full["input_ids"]
+    body = assistant_body(render_messages(events)[first + 1]) + IM_END  # +1: system prompt
+    n = len(tokenizer(body, add_special_tokens=False)["input_ids"])
+    assert sum(full["assistant_mask"]) - sum(out["assistant_mask"]) == n
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(full["assistant_mask"], out["assistant_mask"], strict=True))
+        if a != b
+    ]
+    assert tokenizer.decode([full["input_ids"][i] for i in changed]) == body
+
+
 def test_segments_tokenize_like_generation(tokenizer, events):
     """The first assistant turn's tokens are the prompt ids followed by the body's own ids."""
     full = tokenize_trajectory(tokenizer, events)["input_ids"]
