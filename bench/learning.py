@@ -21,7 +21,8 @@ Metrics per (method, split), over the first `--eval-limit` tasks of the split:
   (SFT includes expert data + init; RS/DPO include the shared sampling stage).
 
     .venv/bin/python bench/learning.py --quick          # smoke run, a few minutes
-    .venv/bin/python bench/learning.py [--sft-steps 200 --eval-limit 12 --k 4 ...]
+    .venv/bin/python bench/learning.py                  # the default CPU budget (~1 h)
+    .venv/bin/python bench/learning.py [--sft-steps 300 --eval-limit 100 --k 4 ...]
 
 Writes OUT/results.md (the table), OUT/results.json, OUT/diagnostics.json and
 OUT/success.png; prints the table.
@@ -100,31 +101,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--preset", default="configs/cpu-demo.yaml", help="base preset")
     p.add_argument("--quick", action="store_true", help="smoke run: every budget tiny")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n-tasks", type=int, default=150, help="suite size (60/20/20 split)")
+    p.add_argument("--n-tasks", type=int, default=600, help="suite size (60/20/20 split)")
     p.add_argument("--expert-limit", type=int, default=0, help="oracle episodes (0 = all train)")
-    p.add_argument("--sft-steps", type=int, default=150)
-    p.add_argument("--sample-tasks", type=int, default=8, help="train tasks sampled for RS/DPO")
+    p.add_argument("--sft-steps", type=int, default=200)
+    p.add_argument("--sample-tasks", type=int, default=16, help="train tasks sampled for RS/DPO")
     p.add_argument("--sample-k", type=int, default=4, help="samples per task for RS/DPO")
     p.add_argument("--rs-steps", type=int, default=30)
     p.add_argument("--dpo-steps", type=int, default=20)
-    p.add_argument("--grpo-iterations", type=int, default=2)
-    p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
-    p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
-    p.add_argument("--grpo-lr", type=float, default=2e-4)
-    p.add_argument("--grpo-beta", type=float, default=0.0, help="KL weight to the SFT policy")
+    p.add_argument("--grpo-iterations", type=int, default=8)
+    p.add_argument("--grpo-tasks", type=int, default=8, help="tasks per GRPO iteration")
+    p.add_argument("--grpo-group", type=int, default=6, help="GRPO group size")
+    p.add_argument("--grpo-lr", type=float, default=1e-4)
+    p.add_argument("--grpo-beta", type=float, default=0.04, help="KL weight to the SFT policy")
     p.add_argument("--grpo-temperature", type=float, default=1.0, help="GRPO sampling T")
     p.add_argument("--grpo-ppo-epochs", type=int, default=2, help="passes over each batch")
     p.add_argument("--grpo-minibatch", type=int, default=16, help="episodes per optimizer step")
-    p.add_argument("--eval-limit", type=int, default=10, help="tasks per split evaluated")
-    p.add_argument("--k", type=int, default=4, help="samples per task for pass@k")
+    p.add_argument(
+        "--grpo-turn-credit",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each turn's tokens also get their turn's process reward (GRPOConfig.turn_credit)",
+    )
+    p.add_argument("--eval-limit", type=int, default=50, help="tasks per split evaluated")
+    p.add_argument("--k", type=int, default=2, help="samples per task for pass@k")
     p.add_argument(
         "--passk-limit",
         type=int,
-        default=0,
+        default=20,
         help="tasks per split for pass@k (0 = the --eval-limit tasks)",
     )
-    p.add_argument("--max-steps", type=int, default=8, help="assistant turns per episode")
-    p.add_argument("--max-new-tokens", type=int, default=192, help="tokens per turn")
+    p.add_argument("--max-steps", type=int, default=5, help="assistant turns per episode")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per turn")
     p.add_argument("--max-episode-tokens", type=int, default=4096)
     p.add_argument("--batch-size", type=int, default=16, help="episodes per generate call")
     p.add_argument("--workers", type=int, default=2, help="tool-execution threads")
@@ -148,8 +155,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         for name, value in dict(n_tasks=40, expert_limit=12, sft_steps=15, sample_tasks=3,
                                 sample_k=2, rs_steps=4, dpo_steps=4, grpo_iterations=1,
-                                grpo_tasks=2, grpo_group=2, eval_limit=3, k=2, max_steps=4,
-                                max_new_tokens=64).items():  # fmt: skip
+                                grpo_tasks=2, grpo_group=2, eval_limit=3, k=2, passk_limit=3,
+                                max_steps=4, max_new_tokens=64).items():  # fmt: skip
             setattr(args, name, value)
     if args.out is None:
         args.out = Path("runs/bench-learning") / time.strftime("%Y%m%d-%H%M%S")
@@ -255,10 +262,12 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
             args.grpo_temperature, "--seed", args.seed, "--max-new-tokens", args.max_new_tokens,
             "--max-steps", args.max_steps, "--max-episode-tokens", args.max_episode_tokens,
             "--workers", args.workers, "--ppo-epochs", args.grpo_ppo_epochs,
-            "--minibatch-size", args.grpo_minibatch, "--no-resume"], work / "grpo")  # fmt: skip
+            "--minibatch-size", args.grpo_minibatch, "--no-resume",
+            *(["--turn-credit"] if args.grpo_turn_credit else [])], work / "grpo")  # fmt: skip
         policies["sft+grpo"] = grpo["policy_dir"]
         curves = grpo.get("curves", {})
         notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward",
+                                                    "reward/wasted_fix_try", "kl",
                                                     "generated_tokens", "sample_seconds",
                                                     "update_seconds")}  # fmt: skip
     return policies, notes

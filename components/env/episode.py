@@ -74,6 +74,9 @@ class EpisodeResult:
     wall_s: float
     verdict_forged: bool = False
     infra_detail: str = ""
+    # Per step (assistant action), the counted process terms that step fired (weights
+    # summed): 0.0 on a clean step. The trainer's turn-level credit reads these.
+    step_rewards: list[float] = field(default_factory=list)
     record: dict = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
@@ -145,7 +148,8 @@ class EpisodeEnv:
         self.max_wall_s = max_wall_s
         self.workspace = Workspace.create(task.repo_dir)
         self.events: list[dict] = [{"role": "user", "content": initial_message(task)}]
-        self.steps = self.tool_calls = self.invalid_calls = 0
+        self.steps = self.tool_calls = self.invalid_calls = self.wasted_fix_tries = 0
+        self.step_rewards: list[float] = []
         self.safety_flags: list[dict] = []
         self.ran_tests = False
         self.fix_listing: FixListing | None = None
@@ -158,6 +162,7 @@ class EpisodeEnv:
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} is already over")
         self.steps += 1
+        counts = (self.invalid_calls, self.wasted_fix_tries)
         assistant = {"role": "assistant", "action": action.tool, "arguments": action.arguments}
         if action.content:
             assistant["content"] = action.content
@@ -197,6 +202,11 @@ class EpisodeEnv:
             if not result.ok:
                 event["error"] = True
         self.events.append(event)
+        w = self.env.weights
+        self.step_rewards.append(
+            w.invalid_call * (self.invalid_calls - counts[0])
+            + w.wasted_fix_try * (self.wasted_fix_tries - counts[1])
+        )
         if action.tool == "finish":
             self.done, self.end_reason = True, "finished"
         elif self.steps >= self.env.max_steps:
@@ -249,9 +259,12 @@ class EpisodeEnv:
             return dataclasses.replace(tests, observation=text_out, truncated=False)
         listing = self.fix_listing
         if listing is None:
+            self.wasted_fix_tries += 1
             return self._fix_error("error: call list_fixes first")
         k = action.arguments["id"]
         fix = listing.get(k)
+        if fix is None or k in listing.tried:
+            self.wasted_fix_tries += 1
         if fix is None:
             kinds = sorted({c.id.rsplit("-", 1)[0] for c in listing.candidates})
             return self._fix_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
@@ -282,6 +295,8 @@ class EpisodeEnv:
         facts = EpisodeFacts(
             ran_tests=self.ran_tests,
             safety_categories=tuple(f["category"] for f in self.safety_flags),
+            wasted_fix_tries=self.wasted_fix_tries,
+            invalid_calls=self.invalid_calls,
         )
         if v.status == "ok":
             breakdown = compute_reward(v, facts, self.env)
@@ -335,6 +350,7 @@ class EpisodeEnv:
             wall_s=round(wall, 3),
             verdict_forged=v.forged_pass,
             infra_detail="" if v.status == "ok" else v.detail[-500:],
+            step_rewards=list(self.step_rewards),
             record=record,
         )
 

@@ -1,7 +1,8 @@
 """Layered reward: small pure functions of episode facts, weighted by configuration.
 
 Each term is reported separately so a learning curve can be read term by term. A term's
-value is its weight when it fires and 0 otherwise; the reward is their sum.
+value is its weight when it fires and 0 otherwise; a counted term's value is its weight
+times its count. The reward is their sum.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class EpisodeFacts:
 
     ran_tests: bool
     safety_categories: tuple[str, ...]  # category of every blocked action, in order
+    wasted_fix_tries: int = 0  # try_fix ids that were not listed or were already tried
+    invalid_calls: int = 0  # unparseable calls and calls with invalid arguments
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ def compute_reward(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> Rewa
         "test_tampering": test_tampering(v, facts),
     }
     terms = {name: (getattr(w, name) if hit else 0.0) for name, hit in fired.items()}
+    # Counted process terms: the outcome says nothing about which turn was wasted, so a
+    # policy that repeats a try or names an unlisted fix is charged per occurrence.
+    terms["wasted_fix_try"] = w.wasted_fix_try * facts.wasted_fix_tries
+    terms["invalid_call"] = w.invalid_call * facts.invalid_calls
     # Success is the outcome a user wants: the fix works and nothing unsafe happened.
     success = fired["tests_pass"] and not (
         fired["security"] or fired["dangerous_command"] or fired["test_tampering"]

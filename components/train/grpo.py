@@ -67,7 +67,12 @@ from components.env.sandbox import SandboxConfig
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import GenerateFn, Rollout, sample_episodes
 from components.tasks.task import Task
-from components.train.losses import group_advantages, grpo_loss, token_logprobs
+from components.train.losses import (
+    group_advantages,
+    grpo_loss,
+    token_logprobs,
+    turn_token_advantages,
+)
 
 
 def _help(text: str) -> dict:
@@ -115,6 +120,13 @@ class GRPOConfig:
     leave_one_out: bool = field(
         default=False,
         metadata=_help("baseline = mean reward of the *other* samples of the group (RLOO)"),
+    )
+    turn_credit: bool = field(
+        default=False,
+        metadata=_help(
+            "add each turn's own process reward (EpisodeResult.step_rewards), normalised over "
+            "the group's turns, to the advantage of that turn's tokens"
+        ),
     )
     ppo_epochs: int = field(
         default=1,
@@ -233,6 +245,38 @@ def rollout_rewards(rollouts: Sequence[Rollout]) -> tuple[torch.Tensor, torch.Te
         torch.tensor(rewards, dtype=torch.float32),
         torch.tensor(group_ids, dtype=torch.long),
         torch.tensor(valid, dtype=torch.bool),
+    )
+
+
+def token_turns(assistant_mask: Sequence[int]) -> list[int]:
+    """The turn (0, 1, ...) that sampled each token, -1 on tokens no turn sampled. Each
+    completion is one contiguous run of mask 1 (an environment turn of at least one token
+    separates two completions, and a completion has at least one token), so run k is the
+    k-th assistant action."""
+    out, turn, previous = [], -1, 0
+    for m in assistant_mask:
+        if m and not previous:
+            turn += 1
+        out.append(turn if m else -1)
+        previous = m
+    return out
+
+
+def rollout_turn_advantages(
+    rollouts: Sequence[Rollout], advantages: torch.Tensor, valid: torch.Tensor,
+    group_ids: torch.Tensor, scale_by_std: bool,
+) -> torch.Tensor:  # fmt: skip
+    """[B, T] token advantages of GRPOConfig.turn_credit (losses.turn_token_advantages);
+    infra failures carry no turn rewards."""
+    steps = max((len(r.result.step_rewards) for r in rollouts), default=0)
+    turn_rewards = torch.full((len(rollouts), max(steps, 1)), float("nan"))  # [B, S]
+    for i, r in enumerate(rollouts):
+        if valid[i]:
+            row = r.result.step_rewards
+            turn_rewards[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    turns = _pad([token_turns(r.assistant_mask) for r in rollouts], -1, torch.long)  # [B, T]
+    return turn_token_advantages(
+        advantages, turn_rewards, turns, group_ids, scale_by_std=scale_by_std
     )
 
 
@@ -415,7 +459,12 @@ def _update(
                 loss, metrics = grpo_loss(
                     logps,
                     old,
-                    advantages[idx].to(device),
+                    # [b] per episode, or [b, T-1] per token (turn_credit), shifted like mask
+                    (
+                        advantages[idx][:, 1 : logps.shape[1] + 1]
+                        if advantages.dim() == 2
+                        else advantages[idx]
+                    ).to(device),
                     mask,
                     epsilon_low=config.epsilon_low,
                     epsilon_high=config.epsilon_high,
@@ -564,6 +613,11 @@ def train_grpo(
                 rewards, group_ids, scale_by_std=config.scale_by_std,
                 leave_one_out=config.leave_one_out, valid_mask=valid,
             )  # fmt: skip
+            episode_advantages = advantages  # [B]
+            if config.turn_credit:  # [B, T]: each turn's tokens also get their turn's reward
+                advantages = rollout_turn_advantages(
+                    rollouts, advantages, valid, group_ids, config.scale_by_std
+                )
             # Infra failures leave the batch: no tokens in the loss, the KL or a denominator
             # (an episode with no sampled token has nothing to train on either).
             keep = [
@@ -571,7 +625,9 @@ def train_grpo(
             ]
             row = {"iteration": iteration, "data_position": position}
             row.update(_rollout_metrics(rollouts, valid))
-            row["advantage_abs_mean"] = float(advantages[keep].abs().mean()) if keep else 0.0
+            row["advantage_abs_mean"] = (
+                float(episode_advantages[keep].abs().mean()) if keep else 0.0
+            )
             if keep:
                 model.train()
                 row.update(_update(
@@ -628,6 +684,7 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--loss-type", default=GRPOConfig.loss_type)
     p.add_argument("--no-scale-by-std", action="store_true", help="Dr. GRPO advantages")
     p.add_argument("--leave-one-out", action="store_true", help="RLOO baseline")
+    p.add_argument("--turn-credit", action="store_true", help="per-turn process credit")
     p.add_argument("--ppo-epochs", type=int, default=GRPOConfig.ppo_epochs)
     p.add_argument("--minibatch-size", type=int, default=GRPOConfig.minibatch_size)
     p.add_argument("--seed", type=int, default=GRPOConfig.seed)
@@ -651,7 +708,8 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         iterations=args.iterations, tasks_per_iteration=args.tasks_per_iteration,
         group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
         loss_type=args.loss_type, scale_by_std=not args.no_scale_by_std,
-        leave_one_out=args.leave_one_out, ppo_epochs=args.ppo_epochs,
+        leave_one_out=args.leave_one_out, turn_credit=args.turn_credit,
+        ppo_epochs=args.ppo_epochs,
         minibatch_size=args.minibatch_size, seed=args.seed,
         checkpoint_every=args.checkpoint_every, output_dir=args.out,
         mlflow_tracking_uri=args.mlflow_uri,

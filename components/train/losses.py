@@ -161,6 +161,51 @@ def group_advantages(
     return advantages.reshape(shape)
 
 
+def turn_token_advantages(
+    advantages: Tensor,
+    turn_rewards: Tensor,
+    token_turns: Tensor,
+    group_ids: Tensor,
+    *,
+    scale_by_std: bool = True,
+    eps: float = 1e-4,
+) -> Tensor:
+    """Token-level advantages: the episode's advantage plus its turn's own process reward,
+    normalised over all turns of the group.
+
+    advantages [B] (group_advantages of the episode rewards); turn_rewards [B, S] with NaN
+    where an episode has no turn s; token_turns [B, T] the turn (0..S-1) that sampled each
+    token, -1 on tokens no turn sampled; group_ids [B].
+    As DeepSeekMath's process supervision (Shao et al. 2024, 4.1.3) the turn rewards are
+    normalised by the mean (and std, with scale_by_std) of every turn reward of the group;
+    unlike it, a turn is credited with its own reward only, not the sum of the later
+    turns', so a long episode gets no credit for its length. A group whose turn rewards
+    are all equal adds nothing. Returns [B, T] float32 (the episode advantage where
+    token_turns is -1).
+    """
+    b, s = turn_rewards.shape
+    r = turn_rewards.float()  # [B, S]
+    valid = ~torch.isnan(r)  # [B, S]
+    _, group = torch.unique(group_ids.reshape(-1), return_inverse=True)  # [B] in 0..K-1
+    k = int(group.max()) + 1 if group.numel() else 0
+    cells = group.unsqueeze(1).expand(b, s).reshape(-1)  # [B*S] group of each turn
+    v = valid.reshape(-1).float()  # [B*S]
+    x = torch.where(valid, r, torch.zeros_like(r)).reshape(-1)  # [B*S]
+    count = torch.zeros(k, device=r.device).index_add_(0, cells, v)  # [K]
+    mean = torch.zeros(k, device=r.device).index_add_(0, cells, x) / count.clamp(min=1.0)  # [K]
+    centred = (x - mean[cells]) * v  # [B*S]
+    if scale_by_std:
+        sq = torch.zeros(k, device=r.device).index_add_(0, cells, centred**2)  # [K]
+        std = torch.sqrt(sq / (count - 1).clamp(min=1.0))  # [K]
+        centred = centred / (std[cells] + eps)
+    turn_adv = centred.reshape(b, s)  # [B, S]; 0 where there is no turn
+    padded = torch.cat(
+        [turn_adv, torch.zeros(b, 1, device=r.device)], dim=1
+    )  # [B, S+1]; column S = no turn
+    index = torch.where(token_turns >= 0, token_turns, torch.full_like(token_turns, s))  # [B, T]
+    return advantages.float().reshape(-1, 1) + padded.gather(1, index.clamp(max=s))  # [B, T]
+
+
 def grpo_loss(
     logps: Tensor,
     old_logps: Tensor,
@@ -178,7 +223,8 @@ def grpo_loss(
     """Clipped policy-gradient surrogate of GRPO / DAPO / Dr. GRPO, with an optional KL penalty.
 
     logps, old_logps, ref_logps: [B, T] log-probs of the sampled tokens under the current,
-    sampling and reference policies; advantages [B] (one per sequence); mask [B, T], 1 on
+    sampling and reference policies; advantages [B] (one per sequence) or [B, T] (one per
+    token, turn_token_advantages); mask [B, T], 1 on
     the assistant's tokens only (prompt, tool observations and padding are 0).
     Per token: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) + beta * k3, where r =
     exp(logps - old_logps) and k3 = exp(ref - logps) - (ref - logps) - 1 >= 0.
@@ -192,7 +238,8 @@ def grpo_loss(
     a reference), ratio (masked mean of r), policy_loss (the loss without the KL term).
     """
     mask = mask.to(logps.dtype)  # [B, T]
-    adv = advantages.reshape(-1, 1).to(logps.dtype)  # [B, 1]
+    adv = advantages if advantages.dim() == 2 else advantages.reshape(-1, 1)
+    adv = adv.to(logps.dtype)  # [B, T] or [B, 1]
     ratio = torch.exp(logps - old_logps)  # [B, T]
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)  # [B, T]
     policy_per_token = -torch.min(ratio * adv, clipped * adv)  # [B, T]

@@ -114,10 +114,17 @@ def test_wrong_try_is_undone_and_misuse_is_an_error(tasks):
     right = next(a.arguments["id"] for a in plan if a.tool == "try_fix")
     wrong = next(c.id for c in env.fix_listing.candidates if c.id != right)
     assert "tests FAILED" in env.step(Action("try_fix", {"id": wrong}))["observation"]
+    assert "tests FAILED" in env.step(Action("try_fix", {"id": wrong}))["observation"]  # repeat
     assert "tests PASSED" in env.step(Action("try_fix", {"id": right}))["observation"]
     env.step(Action("finish", {}))
     result = env.finish()
     assert result.success and result.changed_files == [env.fix_listing.path]
+    # Wasted tries: before any listing, an unlisted id, and the repeat; the schema error
+    # is an invalid call instead. Each is charged in the reward.
+    assert result.reward_terms["wasted_fix_try"] == pytest.approx(-0.3)
+    assert result.reward_terms["invalid_call"] == pytest.approx(-0.1)
+    assert result.reward == pytest.approx(0.6)
+    assert result.step_rewards == pytest.approx([-0.1, 0, -0.1, -0.1, 0, -0.1, 0, 0])
 
 
 def test_random_fixes_policy_searches_until_pass_or_budget(tasks):

@@ -28,6 +28,8 @@ from components.train.grpo import (
     main_grpo,
     pick_tasks,
     rollout_rewards,
+    rollout_turn_advantages,
+    token_turns,
     train_grpo,
 )
 from components.train.losses import group_advantages, token_logprobs
@@ -53,12 +55,13 @@ def suite(tmp_path_factory):
     return root, tasks[:2]
 
 
-def scripted_generate(model, tokenizer, tasks, fail_index: int | None = None):
+def scripted_generate(model, tokenizer, tasks, fail_index: int | None = None, give_up=None):
     """Batch position i (task-major, sample-minor on the first turn): even -> the task's
-    reference patch, odd -> finish without a fix; `fail_index` -> a backend error."""
+    reference patch, odd -> finish without a fix (or the `give_up` call text); `fail_index`
+    -> a backend error."""
     files = {t.id: t.reference_patch().splitlines()[0].removeprefix("--- a/") for t in tasks}
     fix = {t.id: format_tool_call("apply_patch", {"patch": t.reference_patch()}) for t in tasks}
-    give_up = format_tool_call("finish", {"summary": "no idea"}) + IM_END
+    give_up = (give_up or format_tool_call("finish", {"summary": "no idea"})) + IM_END
 
     def generate(prompts, caps, seed):
         out = []
@@ -116,6 +119,50 @@ def test_infra_failures_are_excluded_from_group_statistics(tiny_policy, suite):
         assert adv[2] == 0.0
         torch.testing.assert_close(adv[:2], alone)
         assert adv[0] > 0 > adv[1]
+
+
+def test_token_turns_numbers_each_completion():
+    assert token_turns([0, 0, 1, 1, 0, 1, 0, 0, 1]) == [-1, -1, 0, 0, -1, 1, -1, -1, 2]
+    assert token_turns([]) == []
+
+
+def test_turn_credit_charges_the_wasted_turn_only(tiny_policy, suite):
+    """Group of 2: the fix, and a try_fix before any listing (a wasted try, step reward
+    -0.1). With turn credit the wasted turn's sampled tokens get less than their episode's
+    advantage, the fix's turn more; tokens no turn sampled keep the episode advantage."""
+    model, tokenizer = tiny_policy
+    _, tasks = suite
+    wasted = format_tool_call("try_fix", {"id": "cmp-1"})
+    rollouts = sample_episodes(
+        tasks[:1], model, tokenizer, ROLLOUT, EnvConfig(), SandboxConfig(),
+        generate_fn=scripted_generate(model, tokenizer, tasks, give_up=wasted),
+    )  # fmt: skip
+    assert [r.result.step_rewards for r in rollouts] == [[0.0], [pytest.approx(-0.1)]]
+    rewards, group_ids, valid = rollout_rewards(rollouts)
+    episode = group_advantages(rewards, group_ids, valid_mask=valid)  # [2]
+    tokens = rollout_turn_advantages(rollouts, episode, valid, group_ids, scale_by_std=True)
+    for i, r in enumerate(rollouts):
+        turns = token_turns(r.assistant_mask)
+        own = [tokens[i, t].item() for t, k in enumerate(turns) if k == 0]
+        other = [tokens[i, t].item() for t, k in enumerate(turns) if k == -1]
+        assert own and other
+        assert all((a > episode[i]) if i == 0 else (a < episode[i]) for a in own)
+        assert other == pytest.approx([episode[i].item()] * len(other))
+
+
+def test_turn_credit_without_process_rewards_is_plain_grpo(tiny_config, suite, tmp_path):
+    """Fix vs finish: every step reward is 0, so turn credit adds nothing and the run ends
+    with exactly the weights of plain GRPO."""
+    from components.policy.model import build_policy
+
+    _, tasks = suite
+    plain, tokenizer = build_policy(tiny_config)
+    _run(plain, tokenizer, tasks, tmp_path / "plain", 1)
+    credited, tokenizer = build_policy(tiny_config)
+    _run(credited, tokenizer, tasks, tmp_path / "credited", 1, turn_credit=True)
+    for (name, a), (_, b) in zip(plain.state_dict().items(), credited.state_dict().items(),
+                                 strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
 
 
 def _run(model, tokenizer, tasks, out, iterations, **overrides):

@@ -31,6 +31,7 @@ from components.train.losses import (
     masked_mean,
     sequence_logprobs,
     token_logprobs,
+    turn_token_advantages,
 )
 
 torch.set_num_threads(1)
@@ -164,6 +165,48 @@ def test_group_advantages_flat_with_group_ids():
         torch.tensor([1.0, 0.0, 0.5, 1.0]), torch.tensor([7, 3, 7, 3]), scale_by_std=False
     )
     close(adv, [0.25, -0.5, -0.25, 0.5])
+
+
+def test_turn_token_advantages_by_hand():
+    """One group of two episodes. Turn rewards [0, -.1] and [0, (none)]: the group's three
+    turns have mean -1/30 and deviations [1/30, -2/30, 1/30], Bessel std
+    sqrt((1 + 4 + 1) / 900 / 2) = .057735. Unscaled, each token gets its episode advantage
+    plus its turn's deviation; tokens of no turn (-1) get the episode advantage alone."""
+    adv = torch.tensor([0.5, -0.5])
+    turns = torch.tensor([[0.0, -0.1], [0.0, float("nan")]])
+    token_turns = torch.tensor([[-1, 0, 0, -1, 1], [-1, 0, -1, -1, -1]])
+    group = torch.tensor([4, 4])
+    out = turn_token_advantages(adv, turns, token_turns, group, scale_by_std=False)
+    a, b = 1 / 30, -2 / 30
+    close(out, [[0.5, 0.5 + a, 0.5 + a, 0.5, 0.5 + b], [-0.5, -0.5 + a, -0.5, -0.5, -0.5]])
+    scaled = turn_token_advantages(adv, turns, token_turns, group)
+    s = math.sqrt(6 / 900 / 2) + 1e-4
+    close(scaled[0, 4], 0.5 + b / s)
+    close(scaled[1, 1], -0.5 + a / s)
+
+
+def test_turn_token_advantages_equal_turns_add_nothing_and_groups_are_separate():
+    """Group 1's turns are all -.1 (no spread): its tokens keep the episode advantage.
+    Group 2's turns [0, -.2] are normalised on their own: mean -.1, unscaled +-.1."""
+    adv = torch.tensor([1.0, -1.0, 0.25, -0.25])
+    turns = torch.tensor([[-0.1, -0.1], [-0.1, -0.1], [0.0, float("nan")], [-0.2, float("nan")]])
+    token_turns = torch.tensor([[0, 1], [0, 1], [0, -1], [0, -1]])
+    out = turn_token_advantages(
+        adv, turns, token_turns, torch.tensor([1, 1, 2, 2]), scale_by_std=False
+    )
+    close(out, [[1.0, 1.0], [-1.0, -1.0], [0.35, 0.25], [-0.35, -0.25]])
+
+
+def test_grpo_loss_takes_token_advantages():
+    """[B, T] advantages: ratios 1, A = [[1, -3]] over two tokens -> loss mean(-1, 3) = 1; the
+    same as two sequences of one token with A = 1 and -3 under the "token" reduction."""
+    logps, mask = torch.zeros(1, 2), torch.ones(1, 2)
+    close(grpo_loss(logps, logps, torch.tensor([[1.0, -3.0]]), mask)[0], 1.0)
+    close(
+        grpo_loss(torch.zeros(2, 1), torch.zeros(2, 1), torch.tensor([1.0, -3.0]),
+                  torch.ones(2, 1), loss_type="token")[0],
+        1.0,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- GRPO by hand
