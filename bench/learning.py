@@ -119,7 +119,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--grpo-turn-credit",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="each turn's tokens also get their turn's process reward (GRPOConfig.turn_credit)",
     )
     p.add_argument("--eval-limit", type=int, default=50, help="tasks per split evaluated")
