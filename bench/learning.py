@@ -122,6 +122,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=False,
         help="each turn's tokens also get their turn's process reward (GRPOConfig.turn_credit)",
     )
+    p.add_argument(
+        "--grpo-top-entropy",
+        type=float,
+        default=1.0,
+        help="GRPOConfig.top_entropy_quantile: policy term on this top fraction of tokens",
+    )
     p.add_argument("--eval-limit", type=int, default=50, help="tasks per split evaluated")
     p.add_argument("--k", type=int, default=2, help="samples per task for pass@k")
     p.add_argument(
@@ -263,6 +269,7 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
             "--max-steps", args.max_steps, "--max-episode-tokens", args.max_episode_tokens,
             "--workers", args.workers, "--ppo-epochs", args.grpo_ppo_epochs,
             "--minibatch-size", args.grpo_minibatch, "--no-resume",
+            "--top-entropy-quantile", args.grpo_top_entropy,
             *(["--turn-credit"] if args.grpo_turn_credit else [])], work / "grpo")  # fmt: skip
         policies["sft+grpo"] = grpo["policy_dir"]
         curves = grpo.get("curves", {})

@@ -10,7 +10,10 @@ One iteration = sample -> verify -> update:
 4. `ppo_epochs` passes over the batch in minibatches (one optimizer step each), the loss
    `losses.grpo_loss` on EXACTLY the stored token ids and assistant mask, with
    old_logps = the stored sampling log-probs (never re-tokenized, never recomputed), and
-   an optional k3 KL to a frozen reference (beta > 0).
+   an optional k3 KL to a frozen reference (beta > 0). Two options shape which tokens
+   learn what: `turn_credit` adds each turn's own process reward to its tokens'
+   advantage, and `top_entropy_quantile` < 1 keeps the policy term only on the
+   highest-entropy tokens (the decisions), the KL on all of them (the format).
 
 Why not TRL's GRPOTrainer (checked in trl 1.16's grpo_trainer.py): it does take a custom
 `rollout_func` (experimental) returning prompt_ids / completion_ids / logprobs plus an
@@ -70,6 +73,8 @@ from components.tasks.task import Task
 from components.train.losses import (
     group_advantages,
     grpo_loss,
+    high_entropy_mask,
+    token_entropy,
     token_logprobs,
     turn_token_advantages,
 )
@@ -120,6 +125,13 @@ class GRPOConfig:
     leave_one_out: bool = field(
         default=False,
         metadata=_help("baseline = mean reward of the *other* samples of the group (RLOO)"),
+    )
+    top_entropy_quantile: float = field(
+        default=1.0,
+        metadata=_help(
+            "policy term only on this top fraction of each micro-batch's assistant tokens by "
+            "entropy (Wang et al. 2025: 0.2; TRL's top_entropy_quantile); 1.0 = all tokens"
+        ),
     )
     turn_credit: bool = field(
         default=False,
@@ -183,6 +195,8 @@ class GRPOConfig:
             raise ValueError("GRPOConfig.epsilon_low must be in [0, 1)")
         if self.epsilon_high < 0:
             raise ValueError("GRPOConfig.epsilon_high must be >= 0")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ValueError("GRPOConfig.top_entropy_quantile must be in [0, 1]")
         if self.loss_type not in ("grpo", "token", "dapo", "bnpo", "dr_grpo"):
             raise ValueError(f"GRPOConfig.loss_type: unknown {self.loss_type!r}")
 
@@ -295,11 +309,16 @@ def collate_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torc
     }
 
 
-def _policy_logps(model, batch: dict, device, temperature: float) -> torch.Tensor:
-    """log p(input_ids[:, t+1]) under `model` at the sampling temperature: [B, T-1]."""
+def _policy_logps(model, batch: dict, device, temperature: float, entropy: bool = False):
+    """log p(input_ids[:, t+1]) under `model` at the sampling temperature: [B, T-1]; with
+    `entropy`, also the (detached) entropy of each of those distributions, [B, T-1]."""
     ids = batch["input_ids"].to(device)
     logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits
-    return token_logprobs(logits, ids, temperature=temperature)
+    logps = token_logprobs(logits, ids, temperature=temperature)
+    if not entropy:
+        return logps
+    with torch.no_grad():
+        return logps, token_entropy(logits.detach(), temperature)
 
 
 # ---------------------------------------------------------------------------------------
@@ -451,7 +470,12 @@ def _update(
                 batch = collate_rollouts(chunk, pad_id)
                 mask = batch["assistant_mask"][:, 1:].to(device)  # [b, T-1]; token t+1 scored at t
                 old = batch["sampling_logprobs"][:, 1:].to(device)  # [b, T-1]
-                logps = _policy_logps(model, batch, device, temperature)  # [b, T-1]
+                policy_mask = None
+                if config.top_entropy_quantile < 1.0:
+                    logps, entropies = _policy_logps(model, batch, device, temperature, True)
+                    policy_mask = high_entropy_mask(entropies, mask, config.top_entropy_quantile)
+                else:
+                    logps = _policy_logps(model, batch, device, temperature)  # [b, T-1]
                 ref = None
                 if config.beta > 0:
                     ref = _pad([ref_logps[i].tolist() for i in idx], 0.0, torch.float32)
@@ -473,6 +497,7 @@ def _update(
                     loss_type=config.loss_type,
                     max_completion_length=rollout_config.max_episode_tokens,
                     num_items=float(max(num_items, 1)),
+                    policy_mask=policy_mask,
                 )
                 # "grpo" and "dr_grpo" average over sequences: weight each micro-batch by its
                 # share of the minibatch. "token" already divides by the minibatch's tokens.
@@ -685,6 +710,8 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-scale-by-std", action="store_true", help="Dr. GRPO advantages")
     p.add_argument("--leave-one-out", action="store_true", help="RLOO baseline")
     p.add_argument("--turn-credit", action="store_true", help="per-turn process credit")
+    p.add_argument("--top-entropy-quantile", type=float, default=1.0,
+                   help="policy term on the top fraction of tokens by entropy (1 = all)")  # fmt: skip
     p.add_argument("--ppo-epochs", type=int, default=GRPOConfig.ppo_epochs)
     p.add_argument("--minibatch-size", type=int, default=GRPOConfig.minibatch_size)
     p.add_argument("--seed", type=int, default=GRPOConfig.seed)
@@ -709,6 +736,7 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
         loss_type=args.loss_type, scale_by_std=not args.no_scale_by_std,
         leave_one_out=args.leave_one_out, turn_credit=args.turn_credit,
+        top_entropy_quantile=args.top_entropy_quantile,
         ppo_epochs=args.ppo_epochs,
         minibatch_size=args.minibatch_size, seed=args.seed,
         checkpoint_every=args.checkpoint_every, output_dir=args.out,

@@ -38,6 +38,28 @@ def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) 
     return picked - torch.logsumexp(logits, dim=-1)  # [B, T-1]
 
 
+def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Entropy (nats) of the next-token distribution at each position, shifted like
+    token_logprobs: out[:, t] is the entropy of the distribution that scored token t+1.
+
+    logits: [B, T, V]. Returns [B, T-1] float32 (no gradient is needed through it).
+    """
+    logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # [B, T-1, V]
+    return -(logp.exp() * logp).sum(-1)  # [B, T-1]
+
+
+def high_entropy_mask(entropies: Tensor, mask: Tensor, top_quantile: float) -> Tensor:
+    """The tokens whose entropy is at or above the (1 - top_quantile) quantile of the masked
+    tokens' entropies ("Beyond the 80/20 rule", Wang et al. 2025; TRL's
+    get_high_entropy_mask on one process). entropies, mask: [B, T]. Returns [B, T] bool,
+    False wherever mask is 0 (all False when nothing is masked in)."""
+    chosen = entropies[mask.bool()].float()  # [N]
+    if chosen.numel() == 0:
+        return torch.zeros_like(entropies, dtype=torch.bool)
+    threshold = torch.quantile(chosen, 1.0 - top_quantile)
+    return (entropies * mask.float() >= threshold) & mask.bool()  # [B, T]
+
+
 def sequence_logprobs(
     logits: Tensor, input_ids: Tensor, mask: Tensor, temperature: float = 1.0
 ) -> Tensor:
@@ -219,6 +241,7 @@ def grpo_loss(
     loss_type: GRPOLossType = "grpo",
     max_completion_length: int | None = None,
     num_items: Tensor | float | None = None,
+    policy_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped policy-gradient surrogate of GRPO / DAPO / Dr. GRPO, with an optional KL penalty.
 
@@ -233,6 +256,9 @@ def grpo_loss(
     - "token" (= "dapo", "bnpo"): sum over all tokens / number of tokens (`num_items` overrides
       the divisor: pass the token count of the whole accumulation window for exact DAPO).
     - "dr_grpo": sum over all tokens / (B * max_completion_length, default T): no length bias.
+    policy_mask [B, T] (optional, e.g. high_entropy_mask): the policy term counts only on
+    these tokens; the KL term and every denominator keep `mask`, as TRL's
+    top_entropy_quantile does.
     Returns (loss, metrics); metrics are detached 0-dim tensors (no device sync here):
     clip_low / clip_high / clip_region fractions of masked tokens, kl (masked mean, 0 without
     a reference), ratio (masked mean of r), policy_loss (the loss without the KL term).
@@ -243,6 +269,8 @@ def grpo_loss(
     ratio = torch.exp(logps - old_logps)  # [B, T]
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)  # [B, T]
     policy_per_token = -torch.min(ratio * adv, clipped * adv)  # [B, T]
+    if policy_mask is not None:
+        policy_per_token = policy_per_token * policy_mask.to(logps.dtype)  # [B, T]
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("grpo_loss: beta != 0 needs ref_logps")

@@ -86,7 +86,8 @@ def test_config_is_validated_and_documented():
     for f in dataclasses.fields(GRPOConfig):
         assert f.metadata.get("help"), f.name
     for bad in ({"group_size": 1}, {"iterations": 0}, {"learning_rate": 0.0}, {"beta": -1.0},
-                {"loss_type": "ppo"}, {"epsilon_low": 1.0}, {"micro_batch_size": 0}):  # fmt: skip
+                {"loss_type": "ppo"}, {"epsilon_low": 1.0}, {"micro_batch_size": 0},
+                {"top_entropy_quantile": 1.5}):  # fmt: skip
         with pytest.raises(ValueError):
             GRPOConfig(**bad)
 
@@ -163,6 +164,23 @@ def test_turn_credit_without_process_rewards_is_plain_grpo(tiny_config, suite, t
     for (name, a), (_, b) in zip(plain.state_dict().items(), credited.state_dict().items(),
                                  strict=True):  # fmt: skip
         assert torch.equal(a, b), name
+
+
+def test_high_entropy_tokens_only_still_update(tiny_config, suite, tmp_path):
+    """top_entropy_quantile 0.2: the policy term on a fifth of the tokens; the run updates
+    the weights, differently from a run on all tokens."""
+    from components.policy.model import build_policy
+
+    _, tasks = suite
+    full, tokenizer = build_policy(tiny_config)
+    start = {k: v.clone() for k, v in full.state_dict().items()}
+    _run(full, tokenizer, tasks, tmp_path / "full", 1)
+    top, tokenizer = build_policy(tiny_config)
+    result = _run(top, tokenizer, tasks, tmp_path / "top", 1, top_entropy_quantile=0.2)
+    assert all(math.isfinite(v) for v in result.metrics[0].values())
+    moved = [k for k, v in top.state_dict().items() if not torch.equal(v, start[k])]
+    differs = [k for k, v in top.state_dict().items() if not torch.equal(v, full.state_dict()[k])]
+    assert moved and differs
 
 
 def _run(model, tokenizer, tasks, out, iterations, **overrides):

@@ -28,8 +28,10 @@ from components.train.losses import (
     dpo_loss,
     group_advantages,
     grpo_loss,
+    high_entropy_mask,
     masked_mean,
     sequence_logprobs,
+    token_entropy,
     token_logprobs,
     turn_token_advantages,
 )
@@ -209,6 +211,28 @@ def test_grpo_loss_takes_token_advantages():
     )  # fmt: skip
 
 
+def test_token_entropy_and_high_entropy_mask_by_hand():
+    """Uniform over 4 -> ln 4; one-hot-ish -> ~0. Entropies [3, 1, 2, (masked 9)]: the
+    top half by the 0.5 quantile (median of 1, 2, 3 = 2) keeps 3 and 2, never the masked 9."""
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [50.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]]])
+    h = token_entropy(logits)  # [1, 2]: positions 0 and 1 (the last position is dropped)
+    close(h, [[math.log(4.0), 0.0]])
+    ent = torch.tensor([[3.0, 1.0, 2.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert high_entropy_mask(ent, mask, 0.5).tolist() == [[True, False, True, False]]
+    assert high_entropy_mask(ent, mask, 1.0).tolist() == [[True, True, True, False]]
+    assert not high_entropy_mask(ent, torch.zeros_like(mask), 0.2).any()
+
+
+def test_grpo_policy_mask_keeps_kl_and_denominators():
+    """Two tokens, ratios 1, A = 1, ref - logps = ln 2 on both: the policy mask drops token 2's
+    policy term (-1) but not its KL: loss = (-1 + 2 * .1 * k3) / 2 with k3 = 1 - ln 2."""
+    logps = torch.zeros(1, 2)
+    loss, _ = grpo_loss(logps, logps, torch.ones(1), torch.ones(1, 2), ref_logps=logps + LN2,
+                        beta=0.1, policy_mask=torch.tensor([[1.0, 0.0]]))  # fmt: skip
+    close(loss, (-1.0 + 2 * 0.1 * (1 - LN2)) / 2)
+
+
 # ---------------------------------------------------------------- GRPO by hand
 
 
@@ -281,6 +305,9 @@ class _FakeAccelerator:
         return t
 
     def reduce(self, t, reduction="sum"):
+        return t
+
+    def pad_across_processes(self, t, dim=0, pad_index=0):
         return t
 
 
@@ -403,6 +430,24 @@ def test_group_advantages_match_trl_grpo(scale_rewards):
     exec(block, scope)  # noqa: S102 - TRL's own installed source, see the module docstring
     ours = group_advantages(REWARDS, scale_by_std=scale_rewards == "group", valid_mask=VALID)
     close(ours.reshape(-1), scope["advantages"], tol=1e-6)
+
+
+def test_entropy_pieces_match_trl():
+    """token_entropy = trl's entropy_from_logits on the same (shifted, tempered) logits, and
+    high_entropy_mask = GRPOTrainer.get_high_entropy_mask on one process."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.utils import entropy_from_logits
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 11, generator=g)
+    close(token_entropy(logits, 0.7), entropy_from_logits(logits[:, :-1] / 0.7))
+    ent = torch.rand(3, 6, generator=g) * 3
+    mask = (torch.rand(3, 6, generator=g) > 0.3).long()
+    fake = SimpleNamespace(accelerator=_FakeAccelerator())
+    for q in (0.2, 0.5, 1.0):
+        ours = high_entropy_mask(ent, mask, q)
+        theirs = GRPOTrainer.get_high_entropy_mask(fake, ent, mask, 1 - q)
+        assert torch.equal(ours, theirs), q
 
 
 def test_leave_one_out_matches_trl_rloo():
