@@ -318,7 +318,7 @@ def _policy_logps(model, batch: dict, device, temperature: float, entropy: bool 
     if not entropy:
         return logps
     with torch.no_grad():
-        return logps, token_entropy(logits.detach(), temperature)
+        return logps, token_entropy(logits, temperature)
 
 
 # ---------------------------------------------------------------------------------------
