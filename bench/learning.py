@@ -136,6 +136,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=20,
         help="tasks per split for pass@k (0 = the --eval-limit tasks)",
     )
+    p.add_argument(
+        "--constrain-fix-ids",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="models draw try_fix ids only among listed untried candidates, in sampling, "
+        "GRPO and evaluation (RolloutConfig.constrain_fix_ids)",
+    )
     p.add_argument("--max-steps", type=int, default=5, help="assistant turns per episode")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per turn")
     p.add_argument("--max-episode-tokens", type=int, default=4096)
@@ -182,7 +189,8 @@ def write_preset(args: argparse.Namespace, path: Path) -> Path:
                        "max_new_tokens": args.max_new_tokens,
                        "max_episode_tokens": args.max_episode_tokens,
                        "batch_size": args.batch_size, "workers": args.workers,
-                       "seed": args.seed, "samples_per_task": args.sample_k}  # fmt: skip
+                       "seed": args.seed, "samples_per_task": args.sample_k,
+                       "constrain_fix_ids": args.constrain_fix_ids}  # fmt: skip
     rs = data.get("rejection_sampling", {})
     data["rejection_sampling"] = {**rs, "samples_per_task": args.sample_k,
                                   "sft": {**rs.get("sft", {}), "max_steps": args.rs_steps,
@@ -270,6 +278,7 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
             "--workers", args.workers, "--ppo-epochs", args.grpo_ppo_epochs,
             "--minibatch-size", args.grpo_minibatch, "--no-resume",
             "--top-entropy-quantile", args.grpo_top_entropy,
+            *(["--constrain-fix-ids"] if args.constrain_fix_ids else []),
             *(["--turn-credit"] if args.grpo_turn_credit else [])], work / "grpo")  # fmt: skip
         policies["sft+grpo"] = grpo["policy_dir"]
         curves = grpo.get("curves", {})
@@ -293,7 +302,8 @@ def sample_checkpoint(tasks: list[Task], policy_dir: str, args, k: int) -> list[
     config = RolloutConfig(temperature=1.0, samples_per_task=k, seed=args.seed + 1,
                            workers=args.workers, max_new_tokens=args.max_new_tokens,
                            max_steps=args.max_steps, max_episode_tokens=args.max_episode_tokens,
-                           batch_size=args.batch_size)  # fmt: skip
+                           batch_size=args.batch_size,
+                           constrain_fix_ids=args.constrain_fix_ids)  # fmt: skip
     rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
                                policy_name=f"sample:{Path(policy_dir).name}")  # fmt: skip
     return [r.result for r in rollouts]
@@ -307,7 +317,8 @@ def greedy_checkpoint(tasks: list[Task], policy_dir: str, args) -> list[EpisodeR
         # evaluate_checkpoint takes the engine's default episode budget; keep them equal.
         print("    note: greedy eval uses the default max_episode_tokens", flush=True)
     return evaluate_checkpoint(tasks, policy_dir, args.seed, args.workers,
-                               max_new_tokens=args.max_new_tokens, max_steps=args.max_steps)  # fmt: skip
+                               max_new_tokens=args.max_new_tokens, max_steps=args.max_steps,
+                               constrain_fix_ids=args.constrain_fix_ids)  # fmt: skip
 
 
 def scripted_policy(method: str, args, seed: int):

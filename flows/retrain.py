@@ -144,7 +144,8 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
                                   g.tasks_per_iteration, "--lr", g.learning_rate, "--beta",
                                   g.beta, "--max-new-tokens", r.max_new_tokens, "--max-steps",
                                   r.max_steps, "--max-episode-tokens", r.max_episode_tokens,
-                                  "--temperature", r.temperature],
+                                  "--temperature", r.temperature,
+                                  *(["--constrain-fix-ids"] if r.constrain_fix_ids else [])],
                                   w / f"grpo-{start}" / "result.json", parent, p.raw("grpo"),
                                   depends_on=(sft,), **kw)  # fmt: skip
             elif algo in ("dpo", "rs"):
@@ -157,19 +158,22 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
             else:
                 raise ValueError(f"unknown algorithm {algo!r} in {preset}")
             candidate = _policy_dir(training) or candidate
+        # The agent is the model plus its decoder: evaluate it the way it samples.
+        constrain = ["--constrain-fix-ids"] if p.section("rollout").constrain_fix_ids else []
         champion = champion_eval_results(_promotion_config())
         limit = pipe.get("eval_limit", 0)
         evaluation = _stage("evaluate", ["evaluate", "run", "--tasks", w / "tasks", "--split",
                             pipe.get("eval_split", "test"), "--model", candidate,
                             *(["--limit", limit] if limit else []),
                             *(["--champion-results", champion] if champion else []),
-                            "--out", w / "eval", "--title", f"Candidate ({p.name})"],
+                            "--out", w / "eval", "--title", f"Candidate ({p.name})",
+                            *constrain],
                             w / "eval" / "metrics.json", parent, depends_on=(training,),
                             artifacts=[w / "eval" / "report.md", *sorted(
                                 (w / "eval").glob("*.png"))], **kw)  # fmt: skip
         stages.log_traces(parent, str(w / "eval" / "trajectories.jsonl"), 8)
         safety = _stage("safety", ["evaluate", "safety", "--out", w / "safety", "--n-tasks",
-                        pipe.get("safety_tasks", 2), "--model", candidate],
+                        pipe.get("safety_tasks", 2), "--model", candidate, *constrain],
                         w / "safety" / "safety.json", parent, depends_on=(training,),
                         artifacts=[w / "safety" / "safety.md"], **kw)  # fmt: skip
         promotion = _stage("promote-request", ["promote", "request", "--policy", candidate,

@@ -43,6 +43,7 @@ def evaluate_checkpoint(
     *,
     max_new_tokens: int = 192,
     max_steps: int = 8,
+    constrain_fix_ids: bool = False,
 ):
     """Greedy pass@1 of a checkpoint, episodes batched through the rollout engine."""
     from components.policy.model import load_policy
@@ -52,7 +53,8 @@ def evaluate_checkpoint(
     model, tokenizer = load_policy(policy_dir)
     config = RolloutConfig(temperature=0.0, samples_per_task=1, seed=seed, workers=workers,
                            max_new_tokens=max_new_tokens, max_steps=max_steps,
-                           batch_size=min(16, max(1, len(tasks))))  # fmt: skip
+                           batch_size=min(16, max(1, len(tasks))),
+                           constrain_fix_ids=constrain_fix_ids)  # fmt: skip
     rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
                                policy_name=f"model:{Path(policy_dir).name}")  # fmt: skip
     return [r.result for r in rollouts]

@@ -43,9 +43,11 @@ def oracle_step_counts(tasks: list[Task]) -> dict[str, int]:
 
 def _make_policy(args: argparse.Namespace):
     if args.model:
+        from components.rollout.config import RolloutConfig
         from components.rollout.engine import load_model_policy
 
-        policy = load_model_policy(args.model)
+        config = RolloutConfig(temperature=0.0, constrain_fix_ids=args.constrain_fix_ids)
+        policy = load_model_policy(args.model, config)
         return lambda: policy
     from components.env.policies import make_policy
 
@@ -61,6 +63,8 @@ def main_evaluate(argv: list[str]) -> int:
     )
     p.add_argument("--policy", default="oracle", help="scripted policy: oracle | noop")
     p.add_argument("--model", help="a saved checkpoint folder (overrides --policy)")
+    p.add_argument("--constrain-fix-ids", action="store_true",
+                   help="--model draws try_fix ids only among listed untried candidates")  # fmt: skip
     p.add_argument("--champion-results", type=Path, help="the champion's results JSON")
     p.add_argument("--out", type=Path, default=Path("runs/eval"))
     p.add_argument("--limit", type=int, help="only the first N tasks of each split")
@@ -112,6 +116,8 @@ def main_safety(argv: list[str]) -> int:
     p.add_argument("--attacks", help="comma-separated attack names (default: all)")
     p.add_argument("--policy", help="also measure this scripted policy on the tasks")
     p.add_argument("--model", help="also measure this checkpoint (overrides --policy)")
+    p.add_argument("--constrain-fix-ids", action="store_true",
+                   help="--model draws try_fix ids only among listed untried candidates")  # fmt: skip
     args = p.parse_args(argv)
     from components.evaluate.safety_suite import (
         ATTACKS,

@@ -78,6 +78,13 @@ class RolloutConfig:
     request_timeout_s: float = field(
         default=120.0, metadata=_help("openai backend: timeout of one HTTP request")
     )
+    constrain_fix_ids: bool = field(
+        default=False,
+        metadata=_help(
+            "transformers backend: inside a try_fix call, only listed untried candidate ids "
+            "can be drawn (components/rollout/constrain.py)"
+        ),
+    )
     max_retries: int = field(
         default=3,
         metadata=_help("openai backend: retries (exponential backoff) on connection errors / 5xx"),
@@ -100,6 +107,11 @@ class RolloutConfig:
                 raise ValueError(f"RolloutConfig.{name} must be >= 1")
         if self.max_wall_s <= 0 or self.request_timeout_s <= 0:
             raise ValueError("RolloutConfig: max_wall_s and request_timeout_s must be positive")
+        if self.constrain_fix_ids and self.backend != "transformers":
+            raise ValueError(
+                "RolloutConfig.constrain_fix_ids needs the transformers backend (a vLLM server "
+                "would take it as structured outputs; not wired)"
+            )
         if self.max_retries < 0:
             raise ValueError("RolloutConfig.max_retries must be >= 0")
 

@@ -113,12 +113,15 @@ def generate_transformers(
     top_p: float,
     seed: int,
     top_logprobs: int = 0,
+    allowed_fix_ids: Sequence[Sequence[str] | None] | None = None,
 ) -> list[Completion]:
     """Batched sampling with `model.generate`: left padding, per-row token caps.
 
     One generate call for the batch (its length is the largest cap; each row is cut at its
     own cap afterwards). Rows that end early are padded by generate only after their
     `<|im_end|>`, so a row's real tokens are everything up to its first `<|im_end|>`.
+    `allowed_fix_ids` (one entry per prompt): constrain try_fix ids to these
+    (components/rollout/constrain.py); the stored log-probs stay the model's own.
     """
     import torch
 
@@ -140,6 +143,14 @@ def generate_transformers(
         "eos_token_id": eos,
         "pad_token_id": pad,
     }
+    if allowed_fix_ids is not None:
+        from transformers import LogitsProcessorList
+
+        from components.rollout.constrain import FixIdLogitsProcessor
+
+        kwargs["logits_processor"] = LogitsProcessorList(
+            [FixIdLogitsProcessor(tokenizer, width, allowed_fix_ids)]
+        )
     if not greedy:
         # top_k=0 turns off transformers' default top-k of 50: sampling is exactly
         # softmax(logits / T), optionally top-p cut.
@@ -194,9 +205,10 @@ def make_generate_fn(policy, tokenizer, config: RolloutConfig) -> GenerateFn:
     if policy is None:
         raise ValueError("the transformers backend needs a model")
     policy.eval()
-    return lambda prompts, caps, seed: generate_transformers(
+    return lambda prompts, caps, seed, allowed_fix_ids=None: generate_transformers(
         policy, tokenizer, prompts, caps,
         temperature=config.temperature, top_p=config.top_p, seed=seed,
+        allowed_fix_ids=allowed_fix_ids,
     )  # fmt: skip
 
 
@@ -228,6 +240,14 @@ def environment_turn_ids(tokenizer, observation: str, closed: bool) -> list[int]
     (tool_turn,) = chat_segments([{"role": "tool", "content": observation}])
     pieces = ([] if closed else [IM_END]) + ["\n", tool_turn[0], ASSISTANT_HEADER]
     return _encode_context(tokenizer, pieces)
+
+
+def _untried(env: EpisodeEnv) -> list[str] | None:
+    """The listed candidate ids not yet applied (None before list_fixes)."""
+    listing = env.fix_listing
+    if listing is None:
+        return None
+    return [c.id for c in listing.candidates if c.id not in listing.tried]
 
 
 def _seed(base: int, *parts: object) -> int:
@@ -352,8 +372,13 @@ def sample_episodes(
             if not live:
                 continue
             caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
+            extra = {}
+            if config.constrain_fix_ids:
+                extra["allowed_fix_ids"] = [_untried(ep.env) for ep in live]
             try:
-                completions = generate([ep.ids for ep in live], caps, _seed(config.seed, turn))
+                completions = generate(
+                    [ep.ids for ep in live], caps, _seed(config.seed, turn), **extra
+                )
             except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
                 completions = [Completion(error=f"backend failed: {exc!r}") for _ in live]
             turn += 1
@@ -437,7 +462,12 @@ class ModelPolicy:
         generate = make_generate_fn(self.model, self.tokenizer, self.config)
         cap = min(self.config.max_new_tokens, limit - len(ids))
         self._turn += 1
-        (c,) = generate([ids], [cap], _seed(self.config.seed, task.id, self._turn))
+        extra = {}
+        if self.config.constrain_fix_ids:
+            from components.rollout.constrain import untried_fix_ids
+
+            extra["allowed_fix_ids"] = [untried_fix_ids(events)]
+        (c,) = generate([ids], [cap], _seed(self.config.seed, task.id, self._turn), **extra)
         if c.error:
             raise RuntimeError(c.error)  # run_episode cleans up; evaluation reports the fault
         return parse_tool_call(self.tokenizer.decode(c.token_ids, skip_special_tokens=False))

@@ -721,6 +721,8 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-episode-tokens", type=int, default=RolloutConfig.max_episode_tokens)
     p.add_argument("--temperature", type=float, default=RolloutConfig.temperature)
     p.add_argument("--workers", type=int, default=RolloutConfig.workers)
+    p.add_argument("--constrain-fix-ids", action="store_true",
+                   help="try_fix ids drawn only among listed untried candidates")  # fmt: skip
     p.add_argument("--mlflow-uri", default="", help="MLflow tracking URI ('' = off)")
     p.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
     args = p.parse_args(argv)
@@ -746,6 +748,7 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         max_new_tokens=args.max_new_tokens, max_steps=args.max_steps,
         max_episode_tokens=args.max_episode_tokens, temperature=args.temperature,
         workers=args.workers, samples_per_task=args.group_size,
+        constrain_fix_ids=args.constrain_fix_ids,
     )  # fmt: skip
     model, tokenizer = load_policy(args.policy)
     result = train_grpo(

@@ -1,0 +1,104 @@
+"""Constrained decoding of `try_fix` ids: inside a try_fix call's id string, only tokens
+that continue a listed, untried candidate id can be drawn.
+
+Why: measured, the tiny SFT policy learns the *order* in which kinds of fix are worth
+trying but not to check which kinds the listing actually shows (on its own training tasks
+it opened with `args-1` 28 times in 40 whether or not an `args` fix was listed), so most
+turns went on ids the environment rejects. Grammar-constrained decoding (vLLM's structured
+outputs, outlines, llguidance) is the standard remedy for output the environment can
+check mechanically: the agent is the model plus this decoder, in sampling and evaluation
+alike. The choice among the listed ids stays the model's.
+
+Log-probs: the engine stores the model's own log-probs of the drawn tokens (from the raw,
+unmasked logits), which is what the trainer recomputes, so the policy-gradient ratio
+compares like with like; the mask only decides which token is drawn. The update then
+raises or lowers the model's own probability of the listed id it tried, which is also
+what moves its unconstrained behaviour toward valid ids. No importance correction for the
+mask is applied (as with guided decoding in RL rollouts elsewhere).
+
+Matching is on text, not token ids: a token is allowed when the id typed so far plus the
+token's text is a prefix of `<allowed id>"`, or runs past that closing quote (a token such
+as `"}}`), so any tokenization of the id works. torch / transformers load lazily.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# This turn's text so far ends inside the id string of a try_fix call (our chat format puts
+# "name" before "arguments"; see components/policy/chat.py).
+_OPEN_ID = re.compile(r'"name":\s*"try_fix".*?"id":\s*"([^"]*)$', re.DOTALL)
+
+
+def open_fix_id(turn_text: str) -> str | None:
+    """The id typed so far when `turn_text` ends inside a try_fix call's id string, else None."""
+    m = _OPEN_ID.search(turn_text)
+    return m.group(1) if m else None
+
+
+def allowed_token_ids(typed: str, fix_ids: Sequence[str], token_texts: Sequence[str]) -> list[int]:
+    """Token ids whose text continues `typed` toward one of `fix_ids` (then `"`)."""
+    targets = [f'{f}"' for f in fix_ids if f.startswith(typed)]
+    out = []
+    for token_id, text in enumerate(token_texts):
+        if not text:
+            continue
+        s = typed + text
+        if any(t.startswith(s) or s.startswith(t) for t in targets):
+            out.append(token_id)
+    return out
+
+
+def untried_fix_ids(events: Sequence[dict]) -> list[str] | None:
+    """The listed candidate ids not yet applied, from an episode's events (None before any
+    `list_fixes` listing): what EpisodeEnv.fix_listing holds, read back from the transcript
+    for policies that see only events."""
+    from components.env.fixes import listed_ids
+
+    listed: list[str] | None = None
+    tried: set[str] = set()
+    for action, result in zip(events[1::2], events[2::2], strict=False):
+        observation = result.get("observation") or ""
+        if action.get("action") == "list_fixes" and "Candidate fixes of" in observation:
+            listed, tried = listed_ids(observation), set()
+        elif action.get("action") == "try_fix" and not observation.startswith("error"):
+            tried.add(str(action.get("arguments", {}).get("id")))
+    return None if listed is None else [i for i in listed if i not in tried]
+
+
+class FixIdLogitsProcessor:
+    """A transformers LogitsProcessor: per row, masks every token that cannot continue one
+    of that row's allowed ids while the row is inside a try_fix id string. Rows with
+    `allowed[i]` None or empty are never masked (an exhausted listing: the environment
+    answers whatever comes)."""
+
+    def __init__(self, tokenizer, prompt_width: int, allowed: Sequence[Sequence[str] | None]):
+        self.tokenizer = tokenizer
+        self.prompt_width = prompt_width
+        self.allowed = [tuple(a) if a else None for a in allowed]
+        size = len(tokenizer)
+        self.token_texts = [tokenizer.decode([i]) for i in range(size)]
+        self._cache: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        for row, allowed in enumerate(self.allowed):
+            if allowed is None:
+                continue
+            generated = input_ids[row, self.prompt_width :].tolist()
+            typed = open_fix_id(self.tokenizer.decode(generated, skip_special_tokens=False))
+            if typed is None:
+                continue
+            key = (typed, allowed)
+            if key not in self._cache:
+                self._cache[key] = allowed_token_ids(typed, allowed, self.token_texts)
+            keep = self._cache[key]
+            if not keep:
+                continue  # typed past every allowed id: let the environment answer
+            masked = torch.full_like(scores[row], float("-inf"))
+            index = torch.tensor(keep, device=scores.device)
+            masked[index] = scores[row, index]
+            scores[row] = masked
+        return scores
