@@ -47,6 +47,7 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> 
     grpo = f"{w}/grpo-{_fingerprint(results['sft'])}"
     candidate = results["grpo"]["policy_dir"]
     limit = pipe.get("eval_limit", 0)
+    constrain = ["--constrain-fix-ids"] if r.constrain_fix_ids else []
     stages = [
         ("generate", ["tasks", "generate", "--out", f"{w}/tasks", "--n",
                       p.raw("tasks").get("n_tasks", 300), "--seed", p.raw("tasks").get("seed", 0),
@@ -68,13 +69,13 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> 
                   "--group-size", g.group_size, "--tasks-per-iteration", g.tasks_per_iteration,
                   "--lr", g.learning_rate, "--beta", g.beta, "--max-new-tokens",
                   r.max_new_tokens, "--max-steps", r.max_steps, "--max-episode-tokens",
-                  r.max_episode_tokens, "--temperature", r.temperature]),
+                  r.max_episode_tokens, "--temperature", r.temperature, *constrain]),
         ("evaluate", ["evaluate", "run", "--tasks", f"{w}/tasks", "--split",
                       pipe.get("eval_split", "test"), "--model", candidate,
                       *(["--limit", limit] if limit else []), "--out", f"{w}/eval", "--title",
-                      f"Candidate ({p.name})"]),
+                      f"Candidate ({p.name})", *constrain]),
         ("safety", ["evaluate", "safety", "--out", f"{w}/safety", "--n-tasks",
-                    pipe.get("safety_tasks", 2), "--model", candidate]),
+                    pipe.get("safety_tasks", 2), "--model", candidate, *constrain]),
         ("promote-request", ["promote", "request", "--policy", candidate, "--eval", f"{w}/eval",
                              "--safety", f"{w}/safety", "--validation",
                              "reports/data_validation/report.json", "--data-version",
