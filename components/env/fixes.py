@@ -63,6 +63,9 @@ class FixListing:
     def get(self, fix_id: str) -> FixCandidate | None:
         return next((c for c in self.candidates if c.id == fix_id), None)
 
+    def untried_ids(self) -> list[str]:
+        return [c.id for c in self.candidates if c.id not in self.tried]
+
 
 def locate(test_output: str, files: list[str]) -> tuple[str | None, int | None, str | None]:
     """(module, deepest traceback line in it or None, failing function or None)."""

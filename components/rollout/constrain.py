@@ -23,6 +23,7 @@ as `"}}`), so any tokenization of the id works. torch / transformers load lazily
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -67,6 +68,12 @@ def untried_fix_ids(events: Sequence[dict]) -> list[str] | None:
     return None if listed is None else [i for i in listed if i not in tried]
 
 
+@functools.lru_cache(maxsize=4)
+def _token_texts(tokenizer) -> tuple[str, ...]:
+    """Each vocabulary id decoded on its own: once per tokenizer, not once per turn."""
+    return tuple(tokenizer.decode([i]) for i in range(len(tokenizer)))
+
+
 class FixIdLogitsProcessor:
     """A transformers LogitsProcessor: per row, masks every token that cannot continue one
     of that row's allowed ids while the row is inside a try_fix id string. Rows with
@@ -77,8 +84,7 @@ class FixIdLogitsProcessor:
         self.tokenizer = tokenizer
         self.prompt_width = prompt_width
         self.allowed = [tuple(a) if a else None for a in allowed]
-        size = len(tokenizer)
-        self.token_texts = [tokenizer.decode([i]) for i in range(size)]
+        self.token_texts = _token_texts(tokenizer)
         self._cache: dict[tuple[str, tuple[str, ...]], list[int]] = {}
 
     def __call__(self, input_ids, scores):

@@ -242,14 +242,6 @@ def environment_turn_ids(tokenizer, observation: str, closed: bool) -> list[int]
     return _encode_context(tokenizer, pieces)
 
 
-def _untried(env: EpisodeEnv) -> list[str] | None:
-    """The listed candidate ids not yet applied (None before list_fixes)."""
-    listing = env.fix_listing
-    if listing is None:
-        return None
-    return [c.id for c in listing.candidates if c.id not in listing.tried]
-
-
 def _seed(base: int, *parts: object) -> int:
     digest = hashlib.sha256(":".join(map(str, (base, *parts))).encode()).digest()
     return int.from_bytes(digest[:4], "little")
@@ -374,7 +366,9 @@ def sample_episodes(
             caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
             extra = {}
             if config.constrain_fix_ids:
-                extra["allowed_fix_ids"] = [_untried(ep.env) for ep in live]
+                extra["allowed_fix_ids"] = [
+                    ep.env.fix_listing and ep.env.fix_listing.untried_ids() for ep in live
+                ]
             try:
                 completions = generate(
                     [ep.ids for ep in live], caps, _seed(config.seed, turn), **extra
