@@ -33,14 +33,16 @@ def test_open_fix_id_only_inside_a_try_fix_id_string():
 
 
 def test_allowed_token_ids_by_hand():
-    vocab = ["", "cmp", "-", "1", "2", '"', '"}}', "var", "cmp-1", "c", "x", "12"]
+    vocab = ["", "cmp", "-", "1", "2", '"', '"}}', "var", "cmp-1", "c", "x", "12", '":', '",',
+             '"}}\n', '" }', '"}}\n</']  # fmt: skip
     allowed = ["cmp-1", "var-12"]
     # Any token that starts one of the ids; "c" is a prefix of "cmp-1", "x" of nothing.
     assert allowed_token_ids("", allowed, vocab) == [1, 7, 8, 9]
     assert allowed_token_ids("cmp", allowed, vocab) == [2]
     assert allowed_token_ids("cmp-", allowed, vocab) == [3]
-    # After the whole id only the closing quote, alone or running on.
-    assert allowed_token_ids("cmp-1", allowed, vocab) == [5, 6]
+    # After the whole id only the closing quote, alone or running on into the call's
+    # closing braces: never into another key or value ('":', '",').
+    assert allowed_token_ids("cmp-1", allowed, vocab) == [5, 6, 14, 15, 16]
     assert allowed_token_ids("var-", allowed, vocab) == [3, 11]  # "1" then "2", or "12"
     assert allowed_token_ids("zzz", allowed, vocab) == []
 
