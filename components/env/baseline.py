@@ -201,6 +201,30 @@ def _fix_search_step(events: list[dict], max_tries: int) -> tuple[Action | None,
 
 
 @dataclass
+class ListingOrderPolicy:
+    """Search with no knowledge of which fixes tend to be right: list_fixes, then the first
+    untried candidate of each listed kind in the order the listing shows the kinds, then
+    the remaining candidates in listed order, until the tests pass or `max_tries` is spent.
+    As an SFT expert it demonstrates the procedure and the call format, not the decision:
+    which candidate to try first is left for RL to learn from the verifier's reward."""
+
+    name: str = "listing-order"
+    max_tries: int = 4
+
+    def act(self, task: Task, events: list[dict]) -> Action:
+        action, left = _fix_search_step(events, self.max_tries)
+        if action is not None:
+            return action
+        tried_kinds = {
+            str(e["arguments"]["id"]).rsplit("-", 1)[0]
+            for e in events
+            if e.get("action") == "try_fix"
+        }
+        pick = next((k for k in left if k.rsplit("-", 1)[0] not in tried_kinds), left[0])
+        return Action("try_fix", {"id": pick}, "Try the next listed kind of fix.")
+
+
+@dataclass
 class RandomFixesPolicy:
     """Search without learning through the same tools the fixes-trained model uses:
     list_fixes, then try uniformly random untried candidates until the tests pass or

@@ -195,6 +195,13 @@ class RejectionSamplingConfig:
         default=0,
         metadata=_help("keep at most this many per task, so easy tasks do not dominate (0 = all)"),
     )
+    prefer_fewest_steps: bool = field(
+        default=False,
+        metadata=_help(
+            "when max_per_task trims, keep the successes with the fewest actions (the right "
+            "fix tried soonest) instead of a seeded random choice"
+        ),
+    )
     seed: int = field(default=0, metadata=_help("seed of the choice when max_per_task trims"))
     sft: SFTConfig = field(
         default_factory=lambda: SFTConfig(output_dir="runs/rejection_sampling"),

@@ -34,8 +34,11 @@ def select_successes(
     dedupe: bool = True,
     max_per_task: int = 0,
     seed: int = 0,
+    prefer_fewest_steps: bool = False,
 ) -> tuple[list[dict], dict[str, int]]:
-    """(kept records, counts). Keeps input order, except for the seeded trim by max_per_task."""
+    """(kept records, counts), in input order. max_per_task trims each task's successes by a
+    seeded random choice or, with prefer_fewest_steps, to those with the fewest actions
+    (ties: first in input order)."""
     counts = {"sampled": len(records), "infra_failures": 0, "failures": 0, "duplicates": 0}
     seen: set[str] = set()
     by_task: dict[str, list[dict]] = defaultdict(list)
@@ -58,7 +61,10 @@ def select_successes(
     for task_id in sorted(by_task):
         group = by_task[task_id]
         if max_per_task and len(group) > max_per_task:
-            group = rng.sample(group, max_per_task)
+            if prefer_fewest_steps:
+                group = sorted(group, key=_num_actions)[:max_per_task]
+            else:
+                group = rng.sample(group, max_per_task)
         keep_ids.update(id(r) for r in group)
     kept = [r for r in records if id(r) in keep_ids]
     counts["kept"] = len(kept)
@@ -67,12 +73,21 @@ def select_successes(
     return kept, counts
 
 
+def _num_actions(record: dict) -> int:
+    return sum(e.get("role") == "assistant" for e in record.get("trajectory", []))
+
+
 def train_rejection_sampling(
     model, tokenizer, sampled_records: list[dict], config: RejectionSamplingConfig
 ) -> RejectionSamplingResult:
     """Select (select_successes) and fine-tune `model` in place on what was kept."""
     kept, counts = select_successes(
-        sampled_records, config.successes_only, config.dedupe, config.max_per_task, config.seed
+        sampled_records,
+        config.successes_only,
+        config.dedupe,
+        config.max_per_task,
+        config.seed,
+        config.prefer_fewest_steps,
     )
     result = train_sft(model, tokenizer, kept, config.sft) if kept else None
     return RejectionSamplingResult(

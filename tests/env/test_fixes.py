@@ -165,6 +165,35 @@ def test_prior_fixes_tries_kinds_in_order_of_their_train_rates(tasks):
     assert result.success == ("tests PASSED" in events[-3]["observation"])
 
 
+def test_listing_order_tries_one_candidate_per_kind_in_listed_order():
+    from components.env.baseline import ListingOrderPolicy
+    from components.env.fixes import listed_ids
+
+    listing = ("E   assert 1 == 2\n\nCandidate fixes of m.py (5; try_fix an id, kind-number):\n"
+               "var (2): 1) line 2: a -> b | 2) line 3: b -> a\n"
+               "cmp (1): 1) line 3: < -> <=\ncall (2): 1) line 4: f() -> g() | 2) line 4: x")  # fmt: skip
+    assert listed_ids(listing) == ["var-1", "var-2", "cmp-1", "call-1", "call-2"]
+    events = [{"role": "user", "content": "fix it"}]
+    policy, tries = ListingOrderPolicy(max_tries=4), []
+    while True:
+        action = policy.act(None, events)
+        events.append({"role": "assistant", "action": action.tool, "arguments": action.arguments})
+        if action.tool == "finish":
+            break
+        if action.tool == "list_fixes":
+            events.append({"role": "environment", "observation": listing})
+            continue
+        tries.append(action.arguments["id"])
+        events.append({"role": "environment",
+                       "observation": f"{tries[-1]} applied (x); tests FAILED\nE   no"})  # fmt: skip
+    # one per kind in the listing's order, then the rest in listed order; budget of 4
+    assert tries == ["var-1", "cmp-1", "call-1", "var-2"]
+    # had the third try passed, the policy would finish instead of trying a fourth
+    third = next(i for i, e in enumerate(events) if e.get("arguments") == {"id": "call-1"})
+    passed = {"role": "environment", "observation": "call-1 applied (x); tests PASSED\n1 passed"}
+    assert policy.act(None, [*events[: third + 1], passed]).tool == "finish"
+
+
 def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
     from components.env.policies import fixed_files
     from components.evaluate.metrics import replay_final_repo, trajectory_facts

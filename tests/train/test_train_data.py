@@ -151,6 +151,21 @@ def test_select_successes_dedupes_and_skips_failures(expert_records, failed_reco
     assert len(kept) == 6 and len({r["task_id"] for r in kept}) == 6
 
 
+def test_select_successes_can_prefer_the_fewest_steps(expert_records):
+    task_id = expert_records[0]["task_id"]
+    longer = copy.deepcopy(expert_records[0])
+    longer["id"] = "longer"
+    # a wrong try and its observation before the same ending: more actions, same task
+    wrong = [{"role": "assistant", "action": "try_fix", "arguments": {"id": "var-9"}},
+             {"role": "environment", "observation": "var-9 applied (x); tests FAILED"}]  # fmt: skip
+    longer["trajectory"] = longer["trajectory"][:1] + wrong + longer["trajectory"][1:]
+    records = [longer, *expert_records]  # the longer one comes first in input order
+    kept, _ = select_successes(records, max_per_task=1, prefer_fewest_steps=True)
+    assert [r["id"] for r in kept if r["task_id"] == task_id] == [expert_records[0]["id"]]
+    kept, _ = select_successes(records, max_per_task=2, prefer_fewest_steps=True)
+    assert [r["id"] for r in kept if r["task_id"] == task_id] == ["longer", expert_records[0]["id"]]
+
+
 def test_configs_validate_where_defined():
     with pytest.raises(ValueError, match="multiple of pad_to_multiple_of"):
         SFTConfig(max_seq_len=100)
