@@ -46,6 +46,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.env.baseline import (  # noqa: E402
+    ListingOrderPolicy,
     PriorFixesPolicy,
     RandomFixesPolicy,
     ScriptedBaselinePolicy,
@@ -62,7 +63,8 @@ METHODS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
 BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
 PRIOR_FIXES = "prior-fixes"  # scripted search ordered by kind statistics of the train split
-SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES)
+LISTING_ORDER = "listing-order"  # scripted search in the listing's order: no statistics
+SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER)
 SPLITS = ("val", "test")
 
 
@@ -106,9 +108,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-tasks", type=int, default=600, help="suite size (60/20/20 split)")
     p.add_argument("--expert-limit", type=int, default=0, help="oracle episodes (0 = all train)")
     p.add_argument("--sft-steps", type=int, default=200)
-    p.add_argument("--sample-tasks", type=int, default=16, help="train tasks sampled for RS/DPO")
+    p.add_argument("--sample-tasks", type=int, default=32, help="train tasks sampled for RS/DPO")
     p.add_argument("--sample-k", type=int, default=4, help="samples per task for RS/DPO")
     p.add_argument("--rs-steps", type=int, default=30)
+    p.add_argument(
+        "--rs-max-per-task",
+        type=int,
+        default=1,
+        help="RS keeps at most this many successes per task, the fewest-step ones (0 = all)",
+    )
     p.add_argument("--dpo-steps", type=int, default=20)
     p.add_argument("--grpo-iterations", type=int, default=8)
     p.add_argument("--grpo-tasks", type=int, default=8, help="tasks per GRPO iteration")
@@ -153,15 +161,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument(
         "--methods",
-        default=",".join([*SCRIPTED, *METHODS]),
+        default=",".join([m for m in (*SCRIPTED, *METHODS) if m != RANDOM_FIXES]),
         help="subset, comma separated (baselines included)",
     )
     p.add_argument("--splits", default=",".join(SPLITS), help="splits evaluated")
     p.add_argument(
         "--expert-policy",
-        default="prior-fixes",
+        default=LISTING_ORDER,
         help="oracle (explore + edit_file), oracle-fixes (list_fixes + try_fix, knows the "
-        "answer) or prior-fixes (list_fixes + try_fix in order of kind statistics)",
+        "answer), prior-fixes (list_fixes + try_fix in order of kind statistics) or "
+        "listing-order (list_fixes + try_fix in the listing's order: the format and the "
+        "procedure without the decision, which is left to RL)",
+    )
+    p.add_argument(
+        "--expert-episodes",
+        choices=("all", "successes"),
+        default="all",
+        help="expert episodes SFT imitates: every scored one (a demonstration of the "
+        "procedure, whatever its outcome) or the verified successes only",
     )
     p.add_argument("--hidden-size", type=int, default=256, help="policy width")
     p.add_argument("--layers", type=int, default=4, help="policy decoder layers")
@@ -195,6 +212,8 @@ def write_preset(args: argparse.Namespace, path: Path) -> Path:
                        "constrain_fix_ids": args.constrain_fix_ids}  # fmt: skip
     rs = data.get("rejection_sampling", {})
     data["rejection_sampling"] = {**rs, "samples_per_task": args.sample_k,
+                                  "max_per_task": args.rs_max_per_task,
+                                  "prefer_fewest_steps": True,
                                   "sft": {**rs.get("sft", {}), "max_steps": args.rs_steps,
                                           "seed": args.seed}}  # fmt: skip
     data["dpo"] = {**data.get("dpo", {}), "max_steps": args.dpo_steps, "seed": args.seed}
@@ -227,15 +246,27 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     tasks_dir = work / "tasks"
     train, _ = load_tasks(tasks_dir, split="train")
     expert = train[: args.expert_limit] if args.expert_limit else train
-    if args.expert_policy == PRIOR_FIXES:
-        make_expert = lambda: scripted_policy(PRIOR_FIXES, args, args.seed)  # noqa: E731
+    expert_env = EnvConfig()
+    if args.expert_policy in (PRIOR_FIXES, LISTING_ORDER):
+        # The searches run under the model's episode budget (list + max_steps - 1 tries), so
+        # SFT never sees a turn the model will not have. Measured: with a budget one step
+        # longer, the expert's closing `finish` after its last failed try taught the model
+        # to blend finish's arguments into its last try_fix (82% well-formed calls).
+        tries = args.max_steps - 1
+        make_expert = lambda: (  # noqa: E731
+            PriorFixesPolicy(args.kind_rates, max_tries=tries)
+            if args.expert_policy == PRIOR_FIXES
+            else ListingOrderPolicy(max_tries=tries)
+        )
+        expert_env = EnvConfig(max_steps=args.max_steps)
     else:
         make_expert = lambda: make_policy(args.expert_policy, seed=args.seed)  # noqa: E731
-    results = clock.run("expert", evaluate_policy, expert, make_expert, EnvConfig(),
+    results = clock.run("expert", evaluate_policy, expert, make_expert, expert_env,
                         SandboxConfig(), EvalConfig(workers=args.workers, seed=args.seed))  # fmt: skip
     records = work / "expert.jsonl"
-    records.write_text("".join(json.dumps(r.record) + "\n" for r in results if r.success))
-    notes: dict = {"expert_episodes": len(results),
+    keep = [r for r in results if r.status == "ok" and (args.expert_episodes == "all" or r.success)]
+    records.write_text("".join(json.dumps(r.record) + "\n" for r in keep))
+    notes: dict = {"expert_episodes": len(results), "expert_kept": len(keep),
                    "expert_successes": sum(r.success for r in results)}  # fmt: skip
     p = ["--preset", preset]
     init = clock.run("init", _stage, main_policy_init,
@@ -333,6 +364,8 @@ def scripted_policy(method: str, args, seed: int):
         return ScriptedBaselinePolicy(seed=seed)
     if method == RANDOM_FIXES:
         return RandomFixesPolicy(seed=seed, max_tries=tries)
+    if method == LISTING_ORDER:
+        return ListingOrderPolicy(max_tries=tries)
     return PriorFixesPolicy(args.kind_rates, max_tries=tries)
 
 
@@ -454,6 +487,7 @@ TRAIN_ROUTE = {
     BASELINE: [],
     RANDOM_FIXES: [],
     PRIOR_FIXES: ["kind rates"],
+    LISTING_ORDER: [],
     "untrained": ["init"],
     "sft": ["expert", "init", "sft"],
     "sft+rs": ["expert", "init", "sft", "sample", "rs"],
