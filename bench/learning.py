@@ -167,7 +167,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--splits", default=",".join(SPLITS), help="splits evaluated")
     p.add_argument(
         "--expert-policy",
-        default=LISTING_ORDER,
+        default=PRIOR_FIXES,
         help="oracle (explore + edit_file), oracle-fixes (list_fixes + try_fix, knows the "
         "answer), prior-fixes (list_fixes + try_fix in order of kind statistics) or "
         "listing-order (list_fixes + try_fix in the listing's order: the format and the "
@@ -176,7 +176,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--expert-episodes",
         choices=("all", "successes"),
-        default="all",
+        default="successes",
         help="expert episodes SFT imitates: every scored one (a demonstration of the "
         "procedure, whatever its outcome) or the verified successes only",
     )
