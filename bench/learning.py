@@ -249,9 +249,9 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     expert_env = EnvConfig()
     if args.expert_policy in (PRIOR_FIXES, LISTING_ORDER):
         # The searches run under the model's episode budget (list + max_steps - 1 tries), so
-        # SFT never sees a turn the model will not have. Measured: with a budget one step
-        # longer, the expert's closing `finish` after its last failed try taught the model
-        # to blend finish's arguments into its last try_fix (82% well-formed calls).
+        # SFT never sees a turn the model will not have. Seen with a budget one step longer:
+        # the expert's closing `finish` after its last failed try came back blended into the
+        # model's last try_fix (`"id": "var-2": "No candidate made the tests pass."`).
         tries = args.max_steps - 1
         make_expert = lambda: (  # noqa: E731
             PriorFixesPolicy(args.kind_rates, max_tries=tries)
