@@ -252,11 +252,8 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
         # SFT never sees a turn the model will not have. Seen with a budget one step longer:
         # the expert's closing `finish` after its last failed try came back blended into the
         # model's last try_fix (`"id": "var-2": "No candidate made the tests pass."`).
-        tries = args.max_steps - 1
-        make_expert = lambda: (  # noqa: E731
-            PriorFixesPolicy(args.kind_rates, max_tries=tries)
-            if args.expert_policy == PRIOR_FIXES
-            else ListingOrderPolicy(max_tries=tries)
+        make_expert = lambda: scripted_policy(  # noqa: E731
+            args.expert_policy, args, args.seed, tries=args.max_steps - 1
         )
         expert_env = EnvConfig(max_steps=args.max_steps)
     else:
@@ -354,12 +351,12 @@ def greedy_checkpoint(tasks: list[Task], policy_dir: str, args) -> list[EpisodeR
                                constrain_fix_ids=args.constrain_fix_ids)  # fmt: skip
 
 
-def scripted_policy(method: str, args, seed: int):
+def scripted_policy(method: str, args, seed: int, tries: int | None = None):
     """The policies that need no model: one random edit on the blamed line (the issue's
-    baseline), random candidate fixes, or candidates in order of the train split's kind
-    statistics; the searches get as many tries as a model episode has turns for
-    (max_steps - list - finish)."""
-    tries = max(1, args.max_steps - 2)
+    baseline), random candidate fixes, candidates in order of the train split's kind
+    statistics, or in listed order; the searches get `tries`, by default as many as a
+    model episode has turns for (max_steps - list - finish)."""
+    tries = tries or max(1, args.max_steps - 2)
     if method == BASELINE:
         return ScriptedBaselinePolicy(seed=seed)
     if method == RANDOM_FIXES:
