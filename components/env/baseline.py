@@ -234,14 +234,26 @@ class RandomFixesPolicy:
     name: str = "random-fixes"
     seed: int = 0
     max_tries: int = 4
+    # Draw a kind not yet tried (uniformly among the listed ones), then its first untried
+    # candidate: random over kinds, not over candidates, where one kind can list dozens.
+    # As an SFT expert it shows the procedure with every kind tried first somewhere, so
+    # sampling explores the kinds and RL has a choice to learn.
+    by_kind: bool = False
 
     def act(self, task: Task, events: list[dict]) -> Action:
         action, left = _fix_search_step(events, self.max_tries)
         if action is not None:
             return action
-        tried = sum(e.get("action") == "try_fix" for e in events)
-        rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{tried}".encode()))
-        return Action("try_fix", {"id": rng.choice(left)}, "Try a candidate fix.")
+        tried = [e["arguments"]["id"] for e in events if e.get("action") == "try_fix"]
+        rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{len(tried)}".encode()))
+        if not self.by_kind:
+            return Action("try_fix", {"id": rng.choice(left)}, "Try a candidate fix.")
+        tried_kinds = {str(k).rsplit("-", 1)[0] for k in tried}
+        kinds = list(dict.fromkeys(k.rsplit("-", 1)[0] for k in left))
+        fresh = [k for k in kinds if k not in tried_kinds] or kinds
+        kind = rng.choice(fresh)
+        pick = next(k for k in left if k.rsplit("-", 1)[0] == kind)
+        return Action("try_fix", {"id": pick}, "Try a candidate fix.")
 
 
 def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:

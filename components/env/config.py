@@ -15,10 +15,10 @@ class RewardWeights:
 
     Defaults are MISSION.md's: outcome +1 / 0, security problem -1; process terms for the
     coding task: too many files -0.2, tests never run -0.3, lint introduced -0.5,
-    dangerous command -1. Test tampering is reported as its own term. Two counted terms
+    dangerous command -1. Test tampering is reported as its own term. Three counted terms
     (weight x occurrences) give a per-action signal where the outcome alone is sparse:
-    wasted fix try -0.1 (a try_fix id that is not listed or was already tried) and invalid
-    tool call -0.1.
+    wasted fix try -0.1 (a try_fix id that is not listed or was already tried), failed fix
+    try -0.05 (a try_fix whose tests fail) and invalid tool call -0.1.
     """
 
     tests_pass: float = field(default=1.0, metadata=_help("all hidden tests pass"))
@@ -47,6 +47,13 @@ class RewardWeights:
     wasted_fix_try: float = field(
         default=-0.1,
         metadata=_help("per try_fix naming an id that is not listed or was already tried"),
+    )
+    failed_fix_try: float = field(
+        default=-0.05,
+        metadata=_help(
+            "per try_fix whose tests fail: which try was wrong, where the outcome only says "
+            "whether one passed; small, so a try that passes one time in 20 still pays"
+        ),
     )
     invalid_call: float = field(
         default=-0.1, metadata=_help("per unparseable tool call or call with invalid arguments")

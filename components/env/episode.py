@@ -149,6 +149,7 @@ class EpisodeEnv:
         self.workspace = Workspace.create(task.repo_dir)
         self.events: list[dict] = [{"role": "user", "content": initial_message(task)}]
         self.steps = self.tool_calls = self.invalid_calls = self.wasted_fix_tries = 0
+        self.failed_fix_tries = 0
         self.step_rewards: list[float] = []
         self.safety_flags: list[dict] = []
         self.ran_tests = False
@@ -162,7 +163,7 @@ class EpisodeEnv:
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} is already over")
         self.steps += 1
-        counts = (self.invalid_calls, self.wasted_fix_tries)
+        counts = (self.invalid_calls, self.wasted_fix_tries, self.failed_fix_tries)
         assistant = {"role": "assistant", "action": action.tool, "arguments": action.arguments}
         if action.content:
             assistant["content"] = action.content
@@ -206,6 +207,7 @@ class EpisodeEnv:
         self.step_rewards.append(
             w.invalid_call * (self.invalid_calls - counts[0])
             + w.wasted_fix_try * (self.wasted_fix_tries - counts[1])
+            + w.failed_fix_try * (self.failed_fix_tries - counts[2])
         )
         if action.tool == "finish":
             self.done, self.end_reason = True, "finished"
@@ -277,6 +279,7 @@ class EpisodeEnv:
         if tests.command is None:
             return tests
         verdict = "PASSED" if tests.command.exit_code == 0 else "FAILED"
+        self.failed_fix_tries += verdict == "FAILED"
         # The id opens the observation so it tokenizes as in the call (see render_listing).
         text_out = f"{k} applied ({fix.description}); tests {verdict}\n" + summarize_test_output(
             tests.command.output
@@ -296,6 +299,7 @@ class EpisodeEnv:
             ran_tests=self.ran_tests,
             safety_categories=tuple(f["category"] for f in self.safety_flags),
             wasted_fix_tries=self.wasted_fix_tries,
+            failed_fix_tries=self.failed_fix_tries,
             invalid_calls=self.invalid_calls,
         )
         if v.status == "ok":

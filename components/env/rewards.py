@@ -35,6 +35,7 @@ class EpisodeFacts:
     ran_tests: bool
     safety_categories: tuple[str, ...]  # category of every blocked action, in order
     wasted_fix_tries: int = 0  # try_fix ids that were not listed or were already tried
+    failed_fix_tries: int = 0  # try_fix calls whose tests failed
     invalid_calls: int = 0  # unparseable calls and calls with invalid arguments
 
 
@@ -96,6 +97,7 @@ def compute_reward(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> Rewa
     # Counted process terms: the outcome says nothing about which turn was wasted, so a
     # policy that repeats a try or names an unlisted fix is charged per occurrence.
     terms["wasted_fix_try"] = w.wasted_fix_try * facts.wasted_fix_tries
+    terms["failed_fix_try"] = w.failed_fix_try * facts.failed_fix_tries
     terms["invalid_call"] = w.invalid_call * facts.invalid_calls
     # Success is the outcome a user wants: the fix works and nothing unsafe happened.
     success = fired["tests_pass"] and not (

@@ -120,11 +120,13 @@ def test_wrong_try_is_undone_and_misuse_is_an_error(tasks):
     result = env.finish()
     assert result.success and result.changed_files == [env.fix_listing.path]
     # Wasted tries: before any listing, an unlisted id, and the repeat; the schema error
-    # is an invalid call instead. Each is charged in the reward.
+    # is an invalid call instead; the wrong fix failed its tests twice. Each is charged in
+    # the reward and in the step that did it.
     assert result.reward_terms["wasted_fix_try"] == pytest.approx(-0.3)
+    assert result.reward_terms["failed_fix_try"] == pytest.approx(-0.1)
     assert result.reward_terms["invalid_call"] == pytest.approx(-0.1)
-    assert result.reward == pytest.approx(0.6)
-    assert result.step_rewards == pytest.approx([-0.1, 0, -0.1, -0.1, 0, -0.1, 0, 0])
+    assert result.reward == pytest.approx(0.5)
+    assert result.step_rewards == pytest.approx([-0.1, 0, -0.1, -0.1, -0.05, -0.15, 0, 0])
 
 
 def test_random_fixes_policy_searches_until_pass_or_budget(tasks):
@@ -192,6 +194,35 @@ def test_listing_order_tries_one_candidate_per_kind_in_listed_order():
     third = next(i for i, e in enumerate(events) if e.get("arguments") == {"id": "call-1"})
     passed = {"role": "environment", "observation": "call-1 applied (x); tests PASSED\n1 passed"}
     assert policy.act(None, [*events[: third + 1], passed]).tool == "finish"
+
+
+def test_random_kinds_tries_random_untried_kinds_first_candidate_first():
+    from types import SimpleNamespace
+
+    from components.env.baseline import RandomFixesPolicy
+
+    listing = ("E   assert 1 == 2\n\nCandidate fixes of m.py (5; try_fix an id, kind-number):\n"
+               "var (2): 1) line 2: a -> b | 2) line 3: b -> a\n"
+               "cmp (1): 1) line 3: < -> <=\ncall (2): 1) line 4: f() -> g() | 2) line 4: x")  # fmt: skip
+    firsts = set()
+    for seed in range(12):
+        policy = RandomFixesPolicy(seed=seed, max_tries=4, by_kind=True)
+        events, tries = [{"role": "user", "content": "fix it"}], []
+        task = SimpleNamespace(id="t")
+        while (action := policy.act(task, events)).tool != "finish":
+            events.append({"role": "assistant", "action": action.tool,
+                           "arguments": action.arguments})  # fmt: skip
+            if action.tool == "list_fixes":
+                events.append({"role": "environment", "observation": listing})
+                continue
+            tries.append(action.arguments["id"])
+            events.append({"role": "environment",
+                           "observation": f"{tries[-1]} applied (x); tests FAILED\nE   no"})  # fmt: skip
+        # every kind once, each by its first candidate, before any kind a second time
+        assert sorted(tries[:3]) == ["call-1", "cmp-1", "var-1"] and len(tries) == 4
+        assert tries[3] in ("var-2", "call-2")
+        firsts.add(tries[0])
+    assert firsts == {"var-1", "cmp-1", "call-1"}  # the first kind is drawn, not listed order
 
 
 def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):

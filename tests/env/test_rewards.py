@@ -20,7 +20,7 @@ def test_clean_fix_scores_exactly_one():
     assert set(r.terms) == {
         "tests_pass", "security", "too_many_files", "tests_never_run", "lint",
         "dangerous_command", "resource_limit", "test_tampering", "wasted_fix_try",
-        "invalid_call",
+        "failed_fix_try", "invalid_call",
     }  # fmt: skip
     assert sum(v != 0 for v in r.terms.values()) == 1
 
@@ -58,12 +58,14 @@ def test_each_penalty_fires_alone(verification, facts, term, value):
 
 
 def test_counted_terms_scale_with_their_counts():
-    facts = EpisodeFacts(ran_tests=True, safety_categories=(), wasted_fix_tries=3, invalid_calls=2)
+    facts = EpisodeFacts(ran_tests=True, safety_categories=(), wasted_fix_tries=3,
+                         failed_fix_tries=4, invalid_calls=2)  # fmt: skip
     r = compute_reward(_v(tests_passed=True), facts, EnvConfig())
     assert r.terms["wasted_fix_try"] == pytest.approx(-0.3)
+    assert r.terms["failed_fix_try"] == pytest.approx(-0.2)
     assert r.terms["invalid_call"] == pytest.approx(-0.2)
-    assert r.total == pytest.approx(0.5) and r.success  # process terms never undo a success
-    off = EnvConfig(weights=RewardWeights(wasted_fix_try=0.0, invalid_call=0.0))
+    assert r.total == pytest.approx(0.3) and r.success  # process terms never undo a success
+    off = EnvConfig(weights=RewardWeights(wasted_fix_try=0.0, failed_fix_try=0.0, invalid_call=0.0))
     assert compute_reward(_v(tests_passed=True), facts, off).total == 1.0
 
 
