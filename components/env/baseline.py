@@ -234,26 +234,30 @@ class RandomFixesPolicy:
     name: str = "random-fixes"
     seed: int = 0
     max_tries: int = 4
-    # Draw a kind not yet tried (uniformly among the listed ones), then its first untried
-    # candidate: random over kinds, not over candidates, where one kind can list dozens.
-    # As an SFT expert it shows the procedure with every kind tried first somewhere, so
-    # sampling explores the kinds and RL has a choice to learn.
+    # Search kinds in a random order, each in reading order: draw a kind not yet tried
+    # (uniformly among the listed ones), then try its candidates one after another until
+    # they run out. That is prior-fixes' procedure with the kind order left to chance: as
+    # an SFT expert it shows the procedure with every kind searched first somewhere, so
+    # sampling explores the kinds and RL has the one decision to learn, which kind first.
     by_kind: bool = False
 
     def act(self, task: Task, events: list[dict]) -> Action:
         action, left = _fix_search_step(events, self.max_tries)
         if action is not None:
             return action
-        tried = [e["arguments"]["id"] for e in events if e.get("action") == "try_fix"]
+        tried = [str(e["arguments"]["id"]) for e in events if e.get("action") == "try_fix"]
         rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{len(tried)}".encode()))
         if not self.by_kind:
             return Action("try_fix", {"id": rng.choice(left)}, "Try a candidate fix.")
-        tried_kinds = {str(k).rsplit("-", 1)[0] for k in tried}
+        last_kind = tried[-1].rsplit("-", 1)[0] if tried else None
+        same = [k for k in left if k.rsplit("-", 1)[0] == last_kind]
+        if same:
+            return Action("try_fix", {"id": same[0]}, "Try the next fix of this kind.")
+        tried_kinds = {k.rsplit("-", 1)[0] for k in tried}
         kinds = list(dict.fromkeys(k.rsplit("-", 1)[0] for k in left))
-        fresh = [k for k in kinds if k not in tried_kinds] or kinds
-        kind = rng.choice(fresh)
+        kind = rng.choice([k for k in kinds if k not in tried_kinds] or kinds)
         pick = next(k for k in left if k.rsplit("-", 1)[0] == kind)
-        return Action("try_fix", {"id": pick}, "Try a candidate fix.")
+        return Action("try_fix", {"id": pick}, "Try a random kind of fix.")
 
 
 def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:

@@ -196,7 +196,7 @@ def test_listing_order_tries_one_candidate_per_kind_in_listed_order():
     assert policy.act(None, [*events[: third + 1], passed]).tool == "finish"
 
 
-def test_random_kinds_tries_random_untried_kinds_first_candidate_first():
+def test_random_kinds_searches_kinds_in_random_order_each_in_reading_order():
     from types import SimpleNamespace
 
     from components.env.baseline import RandomFixesPolicy
@@ -204,7 +204,8 @@ def test_random_kinds_tries_random_untried_kinds_first_candidate_first():
     listing = ("E   assert 1 == 2\n\nCandidate fixes of m.py (5; try_fix an id, kind-number):\n"
                "var (2): 1) line 2: a -> b | 2) line 3: b -> a\n"
                "cmp (1): 1) line 3: < -> <=\ncall (2): 1) line 4: f() -> g() | 2) line 4: x")  # fmt: skip
-    firsts = set()
+    kinds = {"var": ["var-1", "var-2"], "cmp": ["cmp-1"], "call": ["call-1", "call-2"]}
+    orders = set()
     for seed in range(12):
         policy = RandomFixesPolicy(seed=seed, max_tries=4, by_kind=True)
         events, tries = [{"role": "user", "content": "fix it"}], []
@@ -218,11 +219,12 @@ def test_random_kinds_tries_random_untried_kinds_first_candidate_first():
             tries.append(action.arguments["id"])
             events.append({"role": "environment",
                            "observation": f"{tries[-1]} applied (x); tests FAILED\nE   no"})  # fmt: skip
-        # every kind once, each by its first candidate, before any kind a second time
-        assert sorted(tries[:3]) == ["call-1", "cmp-1", "var-1"] and len(tries) == 4
-        assert tries[3] in ("var-2", "call-2")
-        firsts.add(tries[0])
-    assert firsts == {"var-1", "cmp-1", "call-1"}  # the first kind is drawn, not listed order
+        # whole kinds, each in reading order, until the budget of 4 is spent
+        assert len(tries) == 4 and len(set(tries)) == 4
+        order = list(dict.fromkeys(k.rsplit("-", 1)[0] for k in tries))
+        assert tries == [k for kind in order for k in kinds[kind]][:4]
+        orders.add(tuple(order))
+    assert len({o[0] for o in orders}) == 3  # the first kind is drawn, not listed order
 
 
 def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
