@@ -1,9 +1,12 @@
-"""Does training move task success? untrained vs SFT vs SFT+RS / DPO / GRPO, and three
-scripted no-learning policies, on the val split (unseen bugs of training families) and the
-test split (unseen families). The scripted ones: the issue's baseline (one random edit on
-the blamed line), random-fixes (random candidate fixes) and prior-fixes (candidate fixes in
-order of how often their kind was the fix on the train split: the default expert, whose
-verified successes are the SFT data).
+"""Does training move task success? untrained vs SFT vs SFT+RS / DPO / GRPO, and scripted
+no-learning policies, on the val split (unseen bugs of training families) and the test
+split (unseen families). The scripted ones: the issue's baseline (one random edit on the
+blamed line), random-kinds (the listed kinds in a random order, each searched in reading
+order: the default expert, all of whose episodes are the SFT data, so SFT learns the
+procedure and the call format but not which kind to search first, which is left to RL),
+prior-fixes (candidate fixes in
+order of how often their kind was the fix on the train split: what a learned ordering of
+kinds can reach), and on request random-fixes and listing-order.
 
 Everything runs through the pipeline's own code: the suite generator, the oracle for
 expert trajectories, and the `agentrl` stage functions (policy init, train sft, rollout
@@ -64,7 +67,9 @@ BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
 PRIOR_FIXES = "prior-fixes"  # scripted search ordered by kind statistics of the train split
 LISTING_ORDER = "listing-order"  # scripted search in the listing's order: no statistics
-SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER)
+RANDOM_KINDS = "random-kinds"  # kinds in random order, each in reading order: the default expert
+SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
+FIX_SEARCHES = (PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
 SPLITS = ("val", "test")
 
 
@@ -121,7 +126,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grpo-iterations", type=int, default=8)
     p.add_argument("--grpo-tasks", type=int, default=8, help="tasks per GRPO iteration")
     p.add_argument("--grpo-group", type=int, default=6, help="GRPO group size")
-    p.add_argument("--grpo-lr", type=float, default=1e-4)
+    p.add_argument("--grpo-lr", type=float, default=2e-4)
     p.add_argument("--grpo-beta", type=float, default=0.04, help="KL weight to the SFT policy")
     p.add_argument("--grpo-temperature", type=float, default=1.0, help="GRPO sampling T")
     p.add_argument("--grpo-ppo-epochs", type=int, default=2, help="passes over each batch")
@@ -161,29 +166,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument(
         "--methods",
-        default=",".join([m for m in (*SCRIPTED, *METHODS) if m != RANDOM_FIXES]),
+        default=",".join((BASELINE, PRIOR_FIXES, RANDOM_KINDS, *METHODS)),
         help="subset, comma separated (baselines included)",
     )
     p.add_argument("--splits", default=",".join(SPLITS), help="splits evaluated")
     p.add_argument(
         "--expert-policy",
-        default=PRIOR_FIXES,
+        default=RANDOM_KINDS,
         help="oracle (explore + edit_file), oracle-fixes (list_fixes + try_fix, knows the "
-        "answer), prior-fixes (list_fixes + try_fix in order of kind statistics) or "
-        "listing-order (list_fixes + try_fix in the listing's order: the format and the "
-        "procedure without the decision, which is left to RL)",
+        "answer), prior-fixes (list_fixes + try_fix in order of kind statistics), "
+        "listing-order (list_fixes + try_fix in the listing's order) or random-kinds "
+        "(list_fixes + try_fix, kinds in random order): the last two show the format and "
+        "the procedure without the decision, which is left to RL",
     )
     p.add_argument(
         "--expert-episodes",
         choices=("all", "successes"),
-        default="successes",
+        default=None,
         help="expert episodes SFT imitates: every scored one (a demonstration of the "
-        "procedure, whatever its outcome) or the verified successes only",
+        "procedure, whatever its outcome) or the verified successes only; default: all for "
+        "listing-order and random-kinds, successes for the experts that know something",
     )
     p.add_argument("--hidden-size", type=int, default=256, help="policy width")
     p.add_argument("--layers", type=int, default=4, help="policy decoder layers")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast in SFT (CPU AMP)")
     args = p.parse_args(argv)
+    if args.expert_episodes is None:
+        no_knowledge = args.expert_policy in (LISTING_ORDER, RANDOM_KINDS)
+        args.expert_episodes = "all" if no_knowledge else "successes"
     if args.quick:
         for name, value in dict(n_tasks=40, expert_limit=12, sft_steps=15, sample_tasks=3,
                                 sample_k=2, rs_steps=4, dpo_steps=4, grpo_iterations=1,
@@ -247,7 +257,7 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     train, _ = load_tasks(tasks_dir, split="train")
     expert = train[: args.expert_limit] if args.expert_limit else train
     expert_env = EnvConfig()
-    if args.expert_policy in (PRIOR_FIXES, LISTING_ORDER):
+    if args.expert_policy in FIX_SEARCHES:
         # The searches run under the model's episode budget (list + max_steps - 1 tries), so
         # SFT never sees a turn the model will not have. Seen with a budget one step longer:
         # the expert's closing `finish` after its last failed try came back blended into the
@@ -363,6 +373,8 @@ def scripted_policy(method: str, args, seed: int, tries: int | None = None):
         return RandomFixesPolicy(seed=seed, max_tries=tries)
     if method == LISTING_ORDER:
         return ListingOrderPolicy(max_tries=tries)
+    if method == RANDOM_KINDS:
+        return RandomFixesPolicy(seed=seed, max_tries=tries, by_kind=True, name=RANDOM_KINDS)
     return PriorFixesPolicy(args.kind_rates, max_tries=tries)
 
 
@@ -485,6 +497,7 @@ TRAIN_ROUTE = {
     RANDOM_FIXES: [],
     PRIOR_FIXES: ["kind rates"],
     LISTING_ORDER: [],
+    RANDOM_KINDS: [],
     "untrained": ["init"],
     "sft": ["expert", "init", "sft"],
     "sft+rs": ["expert", "init", "sft", "sample", "rs"],
