@@ -3,10 +3,11 @@ no-learning policies, on the val split (unseen bugs of training families) and th
 split (unseen families). The scripted ones: the issue's baseline (one random edit on the
 blamed line), random-kinds (the listed kinds in a random order, each searched in reading
 order: the default expert, all of whose episodes are the SFT data, so SFT learns the
-procedure and the call format but not which kind to search first, which is left to RL),
-prior-fixes (candidate fixes in
-order of how often their kind was the fix on the train split: what a learned ordering of
-kinds can reach), and on request random-fixes and listing-order.
+procedure and the call format but not which kind to search first, which is left to RL;
+kinds are drawn inversely to how often listings show them, so each is the first pick about
+equally often), prior-fixes (candidate fixes in order of how often their kind was the fix
+on the train split: what a learned ordering of kinds can reach), and on request
+random-fixes and listing-order.
 
 Everything runs through the pipeline's own code: the suite generator, the oracle for
 expert trajectories, and the `agentrl` stage functions (policy init, train sft, rollout
@@ -53,6 +54,7 @@ from components.env.baseline import (  # noqa: E402
     PriorFixesPolicy,
     RandomFixesPolicy,
     ScriptedBaselinePolicy,
+    kind_listing_shares,
     kind_success_rates,
 )
 from components.env.config import EnvConfig  # noqa: E402
@@ -67,7 +69,9 @@ BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
 PRIOR_FIXES = "prior-fixes"  # scripted search ordered by kind statistics of the train split
 LISTING_ORDER = "listing-order"  # scripted search in the listing's order: no statistics
-RANDOM_KINDS = "random-kinds"  # kinds in random order, each in reading order: the default expert
+# kinds in random order (drawn inversely to how often listed), each in reading order: the
+# default expert
+RANDOM_KINDS = "random-kinds"
 SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
 FIX_SEARCHES = (PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
 SPLITS = ("val", "test")
@@ -374,7 +378,8 @@ def scripted_policy(method: str, args, seed: int, tries: int | None = None):
     if method == LISTING_ORDER:
         return ListingOrderPolicy(max_tries=tries)
     if method == RANDOM_KINDS:
-        return RandomFixesPolicy(seed=seed, max_tries=tries, by_kind=True, name=RANDOM_KINDS)
+        return RandomFixesPolicy(seed=seed, max_tries=tries, by_kind=True, name=RANDOM_KINDS,
+                                 kind_weights=args.kind_weights)  # fmt: skip
     return PriorFixesPolicy(args.kind_rates, max_tries=tries)
 
 
@@ -617,16 +622,22 @@ def main(argv: list[str] | None = None) -> int:
     clock.run("tasks", generate_suite, work / "tasks", args.n_tasks, args.seed)
     train, _ = load_tasks(work / "tasks", split="train")
     args.kind_rates = clock.run("kind rates", kind_success_rates, train)
+    # random-kinds draws a kind inversely to how often listings show it (no fix knowledge)
+    shares = clock.run("kind shares", kind_listing_shares, train)
+    args.kind_weights = {k: 1.0 / v for k, v in shares.items()}
     policies, notes = train_all(args, work, preset, clock)
     rows, diagnostics = evaluate_all(args, work, policies, clock)
     notes["kind_rates"] = {k: round(v, 4) for k, v in args.kind_rates.items()}
+    notes["kind_listing_shares"] = {k: round(v, 4) for k, v in shares.items()}
     add_differences(rows)
 
     md = table(rows, clock)
     stages = stage_table(clock)
     wall = time.monotonic() - started
     settings = ", ".join(
-        f"{k}={v}" for k, v in vars(args).items() if k not in ("out", "preset", "kind_rates")
+        f"{k}={v}"
+        for k, v in vars(args).items()
+        if k not in ("out", "preset", "kind_rates", "kind_weights")
     )
     report = (f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
               f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "

@@ -235,11 +235,17 @@ class RandomFixesPolicy:
     seed: int = 0
     max_tries: int = 4
     # Search kinds in a random order, each in reading order: draw a kind not yet tried
-    # (uniformly among the listed ones), then try its candidates one after another until
-    # they run out. That is prior-fixes' procedure with the kind order left to chance: as
-    # an SFT expert it shows the procedure with every kind searched first somewhere, so
-    # sampling explores the kinds and RL has the one decision to learn, which kind first.
+    # among the listed ones, then try its candidates one after another until they run
+    # out. That is prior-fixes' procedure with the kind order left to chance: as an SFT
+    # expert it shows the procedure with every kind searched first somewhere, so sampling
+    # explores the kinds and RL has the one decision to learn, which kind first.
     by_kind: bool = False
+    # Draw weights per kind (uniform where None). 1 / kind_listing_shares makes every kind
+    # the first pick about equally often over a suite: measured with uniform draws, a
+    # policy imitating them learned how often each kind is *listed* and almost never
+    # sampled the rarely listed kinds first (call, bool, args), which are the likeliest
+    # fixes when listed, so RL never saw them pay.
+    kind_weights: dict[str, float] | None = None
 
     def act(self, task: Task, events: list[dict]) -> Action:
         action, left = _fix_search_step(events, self.max_tries)
@@ -255,21 +261,20 @@ class RandomFixesPolicy:
             return Action("try_fix", {"id": same[0]}, "Try the next fix of this kind.")
         tried_kinds = {k.rsplit("-", 1)[0] for k in tried}
         kinds = list(dict.fromkeys(k.rsplit("-", 1)[0] for k in left))
-        kind = rng.choice([k for k in kinds if k not in tried_kinds] or kinds)
+        fresh = [k for k in kinds if k not in tried_kinds] or kinds
+        weights = [self.kind_weights.get(k, 1.0) for k in fresh] if self.kind_weights else None
+        kind = rng.choices(fresh, weights=weights)[0]
         pick = next(k for k in left if k.rsplit("-", 1)[0] == kind)
         return Action("try_fix", {"id": pick}, "Try a random kind of fix.")
 
 
-def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:
-    """Per kind of candidate fix: the share of that kind's listed candidates that were the
-    reference fix, over `tasks` (training tasks with a one-file reference patch), smoothed
-    toward 0 for kinds seen rarely: (right + 0.5) / (listed + 1)."""
+def _listings(tasks: list[Task], max_fixes: int):
+    """(candidate fixes list_fixes shows for the buggy module, the reference fix's source)
+    per task with a one-file reference patch."""
     from components.env.fixes import candidate_fixes
     from components.env.policies import fixed_files
     from components.tasks.mutations import normalize
 
-    listed: dict[str, int] = {}
-    right: dict[str, int] = {}
     for task in tasks:
         files = fixed_files(task) if task.has_reference else {}
         if len(files) != 1:
@@ -279,7 +284,28 @@ def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, floa
             candidates = candidate_fixes(before, max_fixes)
         except SyntaxError:
             continue
-        target = normalize(after) + "\n"
+        yield candidates, normalize(after) + "\n"
+
+
+def kind_listing_shares(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:
+    """Per kind of candidate fix: the share of `tasks` whose listing shows that kind. Uses
+    no reference fix, only what list_fixes would show."""
+    seen: dict[str, int] = {}
+    n = 0
+    for candidates, _ in _listings(tasks, max_fixes):
+        n += 1
+        for kind in {c.id.rsplit("-", 1)[0] for c in candidates}:
+            seen[kind] = seen.get(kind, 0) + 1
+    return {k: seen[k] / n for k in sorted(seen)}
+
+
+def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:
+    """Per kind of candidate fix: the share of that kind's listed candidates that were the
+    reference fix, over `tasks` (training tasks with a one-file reference patch), smoothed
+    toward 0 for kinds seen rarely: (right + 0.5) / (listed + 1)."""
+    listed: dict[str, int] = {}
+    right: dict[str, int] = {}
+    for candidates, target in _listings(tasks, max_fixes):
         for c in candidates:
             kind = c.id.rsplit("-", 1)[0]
             listed[kind] = listed.get(kind, 0) + 1

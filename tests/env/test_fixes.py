@@ -225,6 +225,26 @@ def test_random_kinds_searches_kinds_in_random_order_each_in_reading_order():
         assert tries == [k for kind in order for k in kinds[kind]][:4]
         orders.add(tuple(order))
     assert len({o[0] for o in orders}) == 3  # the first kind is drawn, not listed order
+    # draw weights: a heavy kind is drawn first, the rest still searched after it
+    heavy = RandomFixesPolicy(seed=0, max_tries=4, by_kind=True, kind_weights={"call": 1e9})
+    events = [{"role": "user", "content": "fix it"},
+              {"role": "assistant", "action": "list_fixes", "arguments": {}},
+              {"role": "environment", "observation": listing}]  # fmt: skip
+    assert heavy.act(SimpleNamespace(id="t"), events).arguments == {"id": "call-1"}
+
+
+def test_kind_listing_shares_count_tasks_whose_listing_shows_the_kind(tasks):
+    from components.env.baseline import kind_listing_shares
+    from components.env.fixes import candidate_fixes
+    from components.env.policies import fixed_files
+
+    ((before, _),) = fixed_files(tasks[0]).values()
+    kinds = {c.id.rsplit("-", 1)[0] for c in candidate_fixes(before, 64)}
+    assert kind_listing_shares(tasks[:1]) == dict.fromkeys(sorted(kinds), 1.0)
+    ((other, _),) = fixed_files(tasks[1]).values()
+    second = {c.id.rsplit("-", 1)[0] for c in candidate_fixes(other, 64)}
+    both = kind_listing_shares(tasks[:2])
+    assert both == {k: ((k in kinds) + (k in second)) / 2 for k in sorted(kinds | second)}
 
 
 def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
