@@ -27,7 +27,7 @@ Metrics per (method, split), over the first `--eval-limit` tasks of the split:
   (SFT includes expert data + init; RS/DPO include the shared sampling stage).
 
     .venv/bin/python bench/learning.py --quick          # smoke run, a few minutes
-    .venv/bin/python bench/learning.py                  # the default CPU budget (~1 h)
+    .venv/bin/python bench/learning.py                  # the default CPU budget (~85 min)
     .venv/bin/python bench/learning.py [--sft-steps 300 --eval-limit 100 --k 4 ...]
 
 Writes OUT/results.md (the table), OUT/results.json, OUT/diagnostics.json and
