@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from components.env.episode import Action
-from components.env.fixes import listed_ids, locate
+from components.env.fixes import fix_kind, listed_ids, locate
 from components.tasks.task import Task
 
 # Token swaps, longest first so "<=" is not read as "<". Each is a bug-class inverse of
@@ -216,11 +216,9 @@ class ListingOrderPolicy:
         if action is not None:
             return action
         tried_kinds = {
-            str(e["arguments"]["id"]).rsplit("-", 1)[0]
-            for e in events
-            if e.get("action") == "try_fix"
+            fix_kind(e["arguments"]["id"]) for e in events if e.get("action") == "try_fix"
         }
-        pick = next((k for k in left if k.rsplit("-", 1)[0] not in tried_kinds), left[0])
+        pick = next((k for k in left if fix_kind(k) not in tried_kinds), left[0])
         return Action("try_fix", {"id": pick}, "Try the next listed kind of fix.")
 
 
@@ -255,16 +253,16 @@ class RandomFixesPolicy:
         rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}:{len(tried)}".encode()))
         if not self.by_kind:
             return Action("try_fix", {"id": rng.choice(left)}, "Try a candidate fix.")
-        last_kind = tried[-1].rsplit("-", 1)[0] if tried else None
-        same = [k for k in left if k.rsplit("-", 1)[0] == last_kind]
+        last_kind = fix_kind(tried[-1]) if tried else None
+        same = [k for k in left if fix_kind(k) == last_kind]
         if same:
             return Action("try_fix", {"id": same[0]}, "Try the next fix of this kind.")
-        tried_kinds = {k.rsplit("-", 1)[0] for k in tried}
-        kinds = list(dict.fromkeys(k.rsplit("-", 1)[0] for k in left))
+        tried_kinds = {fix_kind(k) for k in tried}
+        kinds = list(dict.fromkeys(fix_kind(k) for k in left))
         fresh = [k for k in kinds if k not in tried_kinds] or kinds
         weights = [self.kind_weights.get(k, 1.0) for k in fresh] if self.kind_weights else None
         kind = rng.choices(fresh, weights=weights)[0]
-        pick = next(k for k in left if k.rsplit("-", 1)[0] == kind)
+        pick = next(k for k in left if fix_kind(k) == kind)
         return Action("try_fix", {"id": pick}, "Try a random kind of fix.")
 
 
@@ -294,7 +292,7 @@ def kind_listing_shares(tasks: list[Task], max_fixes: int = 64) -> dict[str, flo
     n = 0
     for candidates, _ in _listings(tasks, max_fixes):
         n += 1
-        for kind in {c.id.rsplit("-", 1)[0] for c in candidates}:
+        for kind in {fix_kind(c.id) for c in candidates}:
             seen[kind] = seen.get(kind, 0) + 1
     return {k: seen[k] / n for k in sorted(seen)}
 
@@ -307,7 +305,7 @@ def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, floa
     right: dict[str, int] = {}
     for candidates, target in _listings(tasks, max_fixes):
         for c in candidates:
-            kind = c.id.rsplit("-", 1)[0]
+            kind = fix_kind(c.id)
             listed[kind] = listed.get(kind, 0) + 1
             right[kind] = right.get(kind, 0) + (c.source == target)
     return {k: (right[k] + 0.5) / (listed[k] + 1) for k in sorted(listed)}
@@ -329,5 +327,5 @@ class PriorFixesPolicy:
         action, left = _fix_search_step(events, self.max_tries)
         if action is not None:
             return action
-        ranked = sorted(left, key=lambda k: -self.rates.get(k.rsplit("-", 1)[0], 0.0))
+        ranked = sorted(left, key=lambda k: -self.rates.get(fix_kind(k), 0.0))
         return Action("try_fix", {"id": ranked[0]}, "Try the likeliest untried kind of fix.")

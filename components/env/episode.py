@@ -20,6 +20,7 @@ from components.env.config import EnvConfig
 from components.env.fixes import (
     FixListing,
     candidate_fixes,
+    fix_kind,
     locate,
     render_listing,
     summarize_test_output,
@@ -268,7 +269,7 @@ class EpisodeEnv:
         if fix is None or k in listing.tried:
             self.wasted_fix_tries += 1
         if fix is None:
-            kinds = sorted({c.id.rsplit("-", 1)[0] for c in listing.candidates})
+            kinds = sorted({fix_kind(c.id) for c in listing.candidates})
             return self._fix_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
         try:
             self.workspace.resolve(listing.path, for_write=True).write_text(fix.source)

@@ -85,6 +85,11 @@ def locate(test_output: str, files: list[str]) -> tuple[str | None, int | None, 
     return module or (files[0] if files else None), line, function
 
 
+def fix_kind(fix_id: str) -> str:
+    """The kind a candidate id names: `cmp` of `cmp-2` (ids are `kind-number`)."""
+    return str(fix_id).rsplit("-", 1)[0]
+
+
 def candidate_fixes(source: str, limit: int) -> list[FixCandidate]:
     """One-edit variants of `source`, in reading order (line, then operator), at most `limit`.
 
