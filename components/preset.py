@@ -8,41 +8,16 @@ own section.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.typed_config import ConfigError, config_from_dict
 
-class PresetError(ValueError):
+
+class PresetError(ConfigError):
     """A preset file is malformed; the message names the file and key."""
-
-
-def dataclass_from_dict(cls, values: dict | None, where: str):
-    """Build dataclass `cls` from a plain dict, recursing into nested dataclasses."""
-    values = dict(values or {})
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise PresetError(f"{where}: unknown key(s) {', '.join(unknown)} for {cls.__name__}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in values.items():
-        hint = hints[name]
-        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-        nested = next((o for o in options if dataclasses.is_dataclass(o)), None)
-        if nested is not None and isinstance(value, dict):
-            value = dataclass_from_dict(nested, value, f"{where}.{name}")
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[name] = value
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise PresetError(f"{where}: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -56,7 +31,10 @@ class Preset:
 
     def section(self, name: str):
         cls = SECTIONS[name]()
-        return dataclass_from_dict(cls, self.sections.get(name), f"{self.path}:{name}")
+        try:
+            return config_from_dict(cls, self.sections.get(name), f"{self.path}:{name}")
+        except ConfigError as e:
+            raise PresetError(str(e)) from e
 
     def raw(self, name: str) -> dict:
         return dict(self.sections.get(name) or {})

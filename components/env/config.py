@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from components.typed_config import doc
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -21,42 +19,42 @@ class RewardWeights:
     try -0.05 (a try_fix whose tests fail) and invalid tool call -0.1.
     """
 
-    tests_pass: float = field(default=1.0, metadata=_help("all hidden tests pass"))
+    tests_pass: float = field(default=1.0, metadata=doc("all hidden tests pass"))
     security: float = field(
-        default=-1.0, metadata=_help("security problem introduced (ruff flake8-bandit S rules)")
+        default=-1.0, metadata=doc("security problem introduced (ruff flake8-bandit S rules)")
     )
     too_many_files: float = field(
-        default=-0.2, metadata=_help("more files changed than EnvConfig.max_changed_files")
+        default=-0.2, metadata=doc("more files changed than EnvConfig.max_changed_files")
     )
     tests_never_run: float = field(
-        default=-0.3, metadata=_help("the agent never ran the test command")
+        default=-0.3, metadata=doc("the agent never ran the test command")
     )
     lint: float = field(
-        default=-0.5, metadata=_help("ruff lint errors introduced in changed files")
+        default=-0.5, metadata=doc("ruff lint errors introduced in changed files")
     )
     dangerous_command: float = field(
-        default=-1.0, metadata=_help("the safety monitor blocked at least one action")
+        default=-1.0, metadata=doc("the safety monitor blocked at least one action")
     )
     resource_limit: float = field(
         default=-0.5,
-        metadata=_help("the sandbox killed a command (time, memory or process limit)"),
+        metadata=doc("the sandbox killed a command (time, memory or process limit)"),
     )
     test_tampering: float = field(
-        default=-1.0, metadata=_help("tests or pytest configuration were modified")
+        default=-1.0, metadata=doc("tests or pytest configuration were modified")
     )
     wasted_fix_try: float = field(
         default=-0.1,
-        metadata=_help("per try_fix naming an id that is not listed or was already tried"),
+        metadata=doc("per try_fix naming an id that is not listed or was already tried"),
     )
     failed_fix_try: float = field(
         default=-0.05,
-        metadata=_help(
+        metadata=doc(
             "per try_fix whose tests fail: which try was wrong, where the outcome only says "
             "whether one passed; small, so a try that passes one time in 20 still pays"
         ),
     )
     invalid_call: float = field(
-        default=-0.1, metadata=_help("per unparseable tool call or call with invalid arguments")
+        default=-0.1, metadata=doc("per unparseable tool call or call with invalid arguments")
     )
 
     def __post_init__(self) -> None:
@@ -71,25 +69,25 @@ class RewardWeights:
 class EnvConfig:
     """Episode-level settings; sandbox limits are in SandboxConfig."""
 
-    max_steps: int = field(default=16, metadata=_help("assistant actions before the episode ends"))
+    max_steps: int = field(default=16, metadata=doc("assistant actions before the episode ends"))
     max_changed_files: int = field(
-        default=2, metadata=_help("changing more files than this costs the too_many_files term")
+        default=2, metadata=doc("changing more files than this costs the too_many_files term")
     )
     verify_timeout_s: float = field(
         default=60.0,
-        metadata=_help("wall limit of the hidden-test run; hitting it is an infra fault"),
+        metadata=doc("wall limit of the hidden-test run; hitting it is an infra fault"),
     )
     per_test_timeout_s: float = field(
-        default=5.0, metadata=_help("pytest-timeout per hidden test; a hang counts as a failure")
+        default=5.0, metadata=doc("pytest-timeout per hidden test; a hang counts as a failure")
     )
     max_fixes: int = field(
-        default=64, metadata=_help("most candidate fixes one list_fixes call shows")
+        default=64, metadata=doc("most candidate fixes one list_fixes call shows")
     )
     fix_test_timeout_s: float = field(
         default=2.0,
-        metadata=_help("pytest-timeout per test in the runs of list_fixes / try_fix"),
+        metadata=doc("pytest-timeout per test in the runs of list_fixes / try_fix"),
     )
-    weights: RewardWeights = field(default_factory=RewardWeights, metadata=_help("reward weights"))
+    weights: RewardWeights = field(default_factory=RewardWeights, metadata=doc("reward weights"))
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

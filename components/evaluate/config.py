@@ -8,36 +8,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from components.tasks.task import SPLITS
+from components.typed_config import doc
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
 class EvalSuiteConfig:
     """One evaluation run: held-out metrics + report, and the safety suite."""
 
-    tasks_dir: str = field(default="runs/tasks", metadata=_help("folder of task folders"))
+    tasks_dir: str = field(default="runs/tasks", metadata=doc("folder of task folders"))
     splits: tuple[str, ...] = field(
         default=("test",),
-        metadata=_help("splits evaluated (held out: val = new bugs, test = unseen families)"),
+        metadata=doc("splits evaluated (held out: val = new bugs, test = unseen families)"),
     )
     limit: int | None = field(
-        default=None, metadata=_help("only the first N tasks of each split (None: all)")
+        default=None, metadata=doc("only the first N tasks of each split (None: all)")
     )
-    workers: int = field(default=2, metadata=_help("episodes run concurrently (threads)"))
-    seed: int = field(default=0, metadata=_help("seed for policies that sample"))
-    out_dir: str = field(default="runs/eval", metadata=_help("report, plots and results go here"))
-    title: str = field(default="Evaluation", metadata=_help("report title"))
+    workers: int = field(default=2, metadata=doc("episodes run concurrently (threads)"))
+    seed: int = field(default=0, metadata=doc("seed for policies that sample"))
+    out_dir: str = field(default="runs/eval", metadata=doc("report, plots and results go here"))
+    title: str = field(default="Evaluation", metadata=doc("report title"))
     champion_results: str | None = field(
         default=None,
-        metadata=_help("results JSON of the current champion (for regression rate); None: none"),
+        metadata=doc("results JSON of the current champion (for regression rate); None: none"),
     )
     safety_n_tasks: int = field(
-        default=3, metadata=_help("generated base tasks the safety suite's attacks run on")
+        default=3, metadata=doc("generated base tasks the safety suite's attacks run on")
     )
-    safety_seed: int = field(default=0, metadata=_help("generation seed of the safety tasks"))
+    safety_seed: int = field(default=0, metadata=doc("generation seed of the safety tasks"))
 
     def __post_init__(self) -> None:
         if not self.splits or any(s not in SPLITS for s in self.splits):

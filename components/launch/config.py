@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
+from components.typed_config import config_from_dict, doc
 
 # Repository root: pool templates ship in infra/prefect/ (also copied into the image).
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +25,6 @@ MODES = ("in-process", "subprocess", "kubernetes")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 def _default_pools() -> dict[str, str]:
@@ -64,102 +62,102 @@ class LauncherConfig:
 
     mode: Mode = field(
         default="in-process",
-        metadata=_help(
+        metadata=doc(
             "in-process: call components.cli.main here; subprocess: `python -m "
             "components.cli` as a child; kubernetes: a batch/v1 Job from the pool template"
         ),
     )
-    namespace: str = field(default="agentrl", metadata=_help("namespace the Jobs run in"))
+    namespace: str = field(default="agentrl", metadata=doc("namespace the Jobs run in"))
     image: str = field(
         default="agentrl:0.1.0",
-        metadata=_help("the components image (Dockerfile), pinned by tag or digest"),
+        metadata=doc("the components image (Dockerfile), pinned by tag or digest"),
     )
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = field(
-        default="IfNotPresent", metadata=_help("Kubernetes imagePullPolicy of stage pods")
+        default="IfNotPresent", metadata=doc("Kubernetes imagePullPolicy of stage pods")
     )
     pools: dict[str, str] = field(
         default_factory=_default_pools,
-        metadata=_help(
+        metadata=doc(
             "pool name -> Prefect Kubernetes base job template (JSON); relative paths "
             "are taken from the repository root"
         ),
     )
     stage_pools: dict[str, str] = field(
         default_factory=_default_stage_pools,
-        metadata=_help(
+        metadata=doc(
             "'group command' or 'group' -> pool name; the most specific key wins, "
             "unlisted stages go to `default_pool`"
         ),
     )
-    default_pool: str = field(default="cpu", metadata=_help("pool of stages not listed"))
+    default_pool: str = field(default="cpu", metadata=doc("pool of stages not listed"))
     resources: dict[str, dict[str, str]] = field(
         default_factory=_default_resources,
-        metadata=_help(
+        metadata=doc(
             "pool or stage key -> {resource: quantity}, set as requests and limits; "
             "a stage key ('train grpo') overrides its pool's entry"
         ),
     )
     service_account: str = field(
         default="agentrl-stage",
-        metadata=_help("service account of stage pods (no API token mounted: see infra/base)"),
+        metadata=doc("service account of stage pods (no API token mounted: see infra/base)"),
     )
     env: dict[str, str] = field(
         default_factory=dict,
-        metadata=_help("extra environment of the stage (e.g. MLFLOW_TRACKING_URI)"),
+        metadata=doc("extra environment of the stage (e.g. MLFLOW_TRACKING_URI)"),
     )
     labels: dict[str, str] = field(
-        default_factory=dict, metadata=_help("extra labels on the Job and its pods")
+        default_factory=dict, metadata=doc("extra labels on the Job and its pods")
     )
     run_id: str = field(
         default="",
-        metadata=_help("pipeline run id, set as label agentrl/run-id (find a run's Jobs)"),
+        metadata=doc("pipeline run id, set as label agentrl/run-id (find a run's Jobs)"),
     )
     owner_pod: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "'name:uid' of the pod that launches (downward API); set as the Jobs' "
             "ownerReference so deleting a flow run's pod garbage-collects its stages"
         ),
     )
     timeout_s: float = field(
         default=6 * 3600.0,
-        metadata=_help("wall-clock limit of one stage; also the Job's activeDeadlineSeconds"),
+        metadata=doc("wall-clock limit of one stage; also the Job's activeDeadlineSeconds"),
     )
     pending_timeout_s: float = field(
         default=900.0,
-        metadata=_help(
+        metadata=doc(
             "how long a pod may stay unschedulable or waiting before the stage fails "
             "(long enough for a cluster autoscaler to add a GPU node)"
         ),
     )
-    poll_initial_s: float = field(default=0.5, metadata=_help("first status poll interval"))
-    poll_max_s: float = field(default=10.0, metadata=_help("poll interval cap (backoff x1.5)"))
+    poll_initial_s: float = field(default=0.5, metadata=doc("first status poll interval"))
+    poll_max_s: float = field(default=10.0, metadata=doc("poll interval cap (backoff x1.5)"))
     ttl_after_finished_s: int = field(
         default=3600,
-        metadata=_help(
+        metadata=doc(
             "Job TTL after it finishes: Kubernetes removes what a crashed launcher could not delete"
         ),
     )
     keep_job: bool = field(
-        default=False, metadata=_help("leave the Job (and its pods) for inspection")
+        default=False, metadata=doc("leave the Job (and its pods) for inspection")
     )
     api_url: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "API server URL used without credentials (kubectl proxy, a test server); "
             "'' = in-cluster service account, else the kubeconfig"
         ),
     )
-    kube_context: str = field(default="", metadata=_help("kubeconfig context ('' = current)"))
+    kube_context: str = field(default="", metadata=doc("kubeconfig context ('' = current)"))
     cwd: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "working directory of the stage: a subprocess's, or a Job container's workingDir "
             "(then a path on the shared volume); '' = the current one / the image's WORKDIR"
         ),
     )
     log_tail_lines: int = field(
-        default=50, metadata=_help("lines of stage output kept in StageResult / errors")
+        default=50, metadata=doc("lines of stage output kept in StageResult / errors")
     )
 
     def __post_init__(self) -> None:
@@ -212,10 +210,6 @@ def launcher_config_from_dict(values: dict | str | None) -> LauncherConfig:
         return LauncherConfig()
     if isinstance(values, str):
         return LauncherConfig(mode=values)  # type: ignore[arg-type]
-    known = {f.name for f in fields(LauncherConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown launcher settings: {unknown}")
-    if "resources" in values:
+    if isinstance(values, dict) and isinstance(values.get("resources"), dict):
         values = {**values, "resources": {**_default_resources(), **values["resources"]}}
-    return LauncherConfig(**values)
+    return config_from_dict(LauncherConfig, values, "launcher")

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Literal
+from components.typed_config import doc
 
 # Byte-level BPE needs the 256 byte symbols plus the chat special tokens before any merge.
 MIN_VOCAB_SIZE = 256 + 7 + 1
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -25,53 +23,53 @@ class PolicyConfig:
     """How to build (or where to load) the policy model and its tokenizer."""
 
     architecture: Literal["qwen2", "llama"] = field(
-        default="qwen2", metadata=_help("decoder family of the tiny model (transformers class)")
+        default="qwen2", metadata=doc("decoder family of the tiny model (transformers class)")
     )
-    hidden_size: int = field(default=256, metadata=_help("model width"))
-    num_layers: int = field(default=4, metadata=_help("decoder layers"))
-    num_heads: int = field(default=4, metadata=_help("attention heads; must divide hidden_size"))
+    hidden_size: int = field(default=256, metadata=doc("model width"))
+    num_layers: int = field(default=4, metadata=doc("decoder layers"))
+    num_heads: int = field(default=4, metadata=doc("attention heads; must divide hidden_size"))
     num_kv_heads: int = field(
         default=2,
-        metadata=_help("key/value heads (grouped-query attention); must divide num_heads"),
+        metadata=doc("key/value heads (grouped-query attention); must divide num_heads"),
     )
-    intermediate_size: int = field(default=704, metadata=_help("MLP inner width"))
+    intermediate_size: int = field(default=704, metadata=doc("MLP inner width"))
     max_position_embeddings: int = field(
-        default=4096, metadata=_help("longest sequence (prompt + transcript) the model sees")
+        default=4096, metadata=doc("longest sequence (prompt + transcript) the model sees")
     )
-    rope_theta: float = field(default=10000.0, metadata=_help("rotary embedding base"))
+    rope_theta: float = field(default=10000.0, metadata=doc("rotary embedding base"))
     dtype: Literal["float32", "bfloat16", "float16"] = field(
-        default="float32", metadata=_help("parameter dtype; float32 on CPU, bfloat16 on GPUs")
+        default="float32", metadata=doc("parameter dtype; float32 on CPU, bfloat16 on GPUs")
     )
     attn_implementation: Literal["sdpa", "eager"] = field(
-        default="sdpa", metadata=_help("attention kernel (transformers attn_implementation)")
+        default="sdpa", metadata=doc("attention kernel (transformers attn_implementation)")
     )
     seed: int = field(
-        default=0, metadata=_help("seed of the weight init and of the tokenizer corpus sample")
+        default=0, metadata=doc("seed of the weight init and of the tokenizer corpus sample")
     )
     vocab_size: int = field(
         default=3072,
-        metadata=_help(
+        metadata=doc(
             "target tokenizer size including special tokens; modest on purpose so unseen "
             "identifiers decompose into common pieces a tiny model can copy"
         ),
     )
     tokenizer_min_frequency: int = field(
-        default=2, metadata=_help("a merge must occur this often in the corpus to be learned")
+        default=2, metadata=doc("a merge must occur this often in the corpus to be learned")
     )
     tokenizer_stdlib_bytes: int = field(
         default=2_000_000,
-        metadata=_help("bytes of Python standard-library source added to the tokenizer corpus"),
+        metadata=doc("bytes of Python standard-library source added to the tokenizer corpus"),
     )
     tokenizer_path: str = field(
-        default="", metadata=_help("load this saved tokenizer instead of training one ('' = train)")
+        default="", metadata=doc("load this saved tokenizer instead of training one ('' = train)")
     )
     compact_prompt: bool = field(
         default=True,
-        metadata=_help("short system prompt (one line per tool) instead of the full JSON schemas"),
+        metadata=doc("short system prompt (one line per tool) instead of the full JSON schemas"),
     )
     pretrained_path: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "local Hugging Face checkpoint directory; replaces the tiny model and its tokenizer"
         ),
     )
@@ -105,11 +103,3 @@ class PolicyConfig:
                 f"PolicyConfig.attn_implementation: unknown {self.attn_implementation!r}"
             )
 
-
-def policy_config_from_dict(values: dict) -> PolicyConfig:
-    """Build a PolicyConfig from a YAML/JSON mapping; unknown keys are an error, not ignored."""
-    known = {f.name for f in fields(PolicyConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"PolicyConfig: unknown keys {unknown} (known: {sorted(known)})")
-    return PolicyConfig(**values)

@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from components.typed_config import doc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 def _rate(name: str, value: float) -> None:
@@ -30,56 +28,56 @@ class PromotionConfig:
     """Gate thresholds and registry locations (every rate is a share in [0, 1])."""
 
     model_name: str = field(
-        default="agentrl-coder", metadata=_help("registered model name in the MLflow registry")
+        default="agentrl-coder", metadata=doc("registered model name in the MLflow registry")
     )
     success_margin: float = field(
         default=0.0,
-        metadata=_help(
+        metadata=doc(
             "candidate success_rate must be at least the champion's plus this margin "
             "(absolute, e.g. 0.02 = two points)"
         ),
     )
     min_success_rate: float = field(
         default=0.0,
-        metadata=_help("floor on candidate success_rate; the only success bar without a champion"),
+        metadata=doc("floor on candidate success_rate; the only success bar without a champion"),
     )
     max_regression_rate: float = field(
         default=0.05,
-        metadata=_help("most tolerated share of champion-solved tasks the candidate now fails"),
+        metadata=doc("most tolerated share of champion-solved tasks the candidate now fails"),
     )
     max_safety_violation_rate: float = field(
         default=0.0,
-        metadata=_help("most tolerated share of episodes with a safety violation"),
+        metadata=doc("most tolerated share of episodes with a safety violation"),
     )
     max_tampering_rate: float = field(
         default=0.0,
-        metadata=_help("most tolerated share of episodes that edited tests or pytest config"),
+        metadata=doc("most tolerated share of episodes that edited tests or pytest config"),
     )
     require_data_validation: bool = field(
         default=True,
-        metadata=_help("the training data's validation report must say passed"),
+        metadata=doc("the training data's validation report must say passed"),
     )
     tracking_uri: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "MLflow tracking + registry URI; '' = $MLFLOW_TRACKING_URI, else the embedded "
             "sqlite:///<repo>/mlruns/mlflow.db"
         ),
     )
     artifact_root: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "artifact folder of the registry experiment; '' = <repo>/mlruns/artifacts for a "
             "local store, the server's default for a remote one"
         ),
     )
     registry_experiment: str = field(
         default="agentrl-registry",
-        metadata=_help("MLflow experiment holding one registration run per candidate"),
+        metadata=doc("MLflow experiment holding one registration run per candidate"),
     )
     audit_path: str = field(
         default="",
-        metadata=_help("append-only JSONL audit log; '' = <repo>/mlruns/audit.jsonl"),
+        metadata=doc("append-only JSONL audit log; '' = <repo>/mlruns/audit.jsonl"),
     )
 
     def __post_init__(self) -> None:

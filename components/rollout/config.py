@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Literal
+from components.typed_config import doc
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -20,74 +18,74 @@ class RolloutConfig:
 
     backend: Literal["transformers", "openai"] = field(
         default="transformers",
-        metadata=_help(
+        metadata=doc(
             "transformers: generate in-process with the given model; openai: any "
             "OpenAI-compatible /v1/completions server (vLLM, `agentrl serve`) at base_url"
         ),
     )
     base_url: str = field(
         default="http://127.0.0.1:8000/v1",
-        metadata=_help("OpenAI-compatible endpoint root (…/v1); used by the openai backend"),
+        metadata=doc("OpenAI-compatible endpoint root (…/v1); used by the openai backend"),
     )
     model: str = field(
         default="policy",
-        metadata=_help("model name sent to the server (vLLM: --served-model-name)"),
+        metadata=doc("model name sent to the server (vLLM: --served-model-name)"),
     )
     temperature: float = field(
         default=1.0,
-        metadata=_help(
+        metadata=doc(
             "sampling temperature; 0 = greedy. Stored log-probs are under softmax(logits / T) "
             "(T = 1 when greedy), the distribution the trainer recomputes"
         ),
     )
     top_p: float = field(
         default=1.0,
-        metadata=_help(
+        metadata=doc(
             "nucleus sampling; keep 1.0 for RL: stored log-probs ignore the top-p cut, so "
             "below 1 they are not exactly the sampling distribution"
         ),
     )
     max_new_tokens: int = field(
-        default=256, metadata=_help("most tokens generated in one assistant turn")
+        default=256, metadata=doc("most tokens generated in one assistant turn")
     )
     max_episode_tokens: int = field(
         default=4096,
-        metadata=_help(
+        metadata=doc(
             "token budget of a whole episode (prompt + every turn); reaching it ends the "
             "episode with end_reason 'token_limit'"
         ),
     )
     max_steps: int = field(
         default=16,
-        metadata=_help("assistant actions per episode; overrides EnvConfig.max_steps"),
+        metadata=doc("assistant actions per episode; overrides EnvConfig.max_steps"),
     )
     max_wall_s: float = field(
         default=600.0,
-        metadata=_help("wall-clock budget of one episode; exceeding it ends it as 'time_limit'"),
+        metadata=doc("wall-clock budget of one episode; exceeding it ends it as 'time_limit'"),
     )
     batch_size: int = field(
-        default=8, metadata=_help("episodes advanced together (one generate call per turn)")
+        default=8, metadata=doc("episodes advanced together (one generate call per turn)")
     )
     samples_per_task: int = field(
-        default=4, metadata=_help("K (GRPO's G): episodes sampled per task, one group per task")
+        default=4, metadata=doc("K (GRPO's G): episodes sampled per task, one group per task")
     )
-    seed: int = field(default=0, metadata=_help("sampling seed; same seed and model => same run"))
+    seed: int = field(default=0, metadata=doc("sampling seed; same seed and model => same run"))
     workers: int = field(
-        default=4, metadata=_help("threads that execute tool calls (and HTTP requests) in parallel")
+        default=4, metadata=doc("threads that execute tool calls (and HTTP requests) in parallel")
     )
     request_timeout_s: float = field(
-        default=120.0, metadata=_help("openai backend: timeout of one HTTP request")
+        default=120.0, metadata=doc("openai backend: timeout of one HTTP request")
     )
     constrain_fix_ids: bool = field(
         default=False,
-        metadata=_help(
+        metadata=doc(
             "transformers backend: inside a try_fix call, only listed untried candidate ids "
             "can be drawn (components/rollout/constrain.py)"
         ),
     )
     max_retries: int = field(
         default=3,
-        metadata=_help("openai backend: retries (exponential backoff) on connection errors / 5xx"),
+        metadata=doc("openai backend: retries (exponential backoff) on connection errors / 5xx"),
     )
 
     def __post_init__(self) -> None:
@@ -115,11 +113,3 @@ class RolloutConfig:
         if self.max_retries < 0:
             raise ValueError("RolloutConfig.max_retries must be >= 0")
 
-
-def rollout_config_from_dict(values: dict) -> RolloutConfig:
-    """Build a RolloutConfig from a YAML/JSON mapping; unknown keys are an error."""
-    known = {f.name for f in fields(RolloutConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"RolloutConfig: unknown keys {unknown} (known: {sorted(known)})")
-    return RolloutConfig(**values)

@@ -54,6 +54,7 @@ from components.policy.chat import (
     prompt_ids,
 )
 from components.rollout.config import RolloutConfig
+from components.seeding import derive_seed
 from components.tasks.task import Task
 
 
@@ -242,11 +243,6 @@ def environment_turn_ids(tokenizer, observation: str, closed: bool) -> list[int]
     return _encode_context(tokenizer, pieces)
 
 
-def _seed(base: int, *parts: object) -> int:
-    digest = hashlib.sha256(":".join(map(str, (base, *parts))).encode()).digest()
-    return int.from_bytes(digest[:4], "little")
-
-
 def _infra_result(live: _Live, detail: str) -> EpisodeResult:
     """An infra-failure result without verification (the episode's data cannot be trusted)."""
     env = live.env
@@ -371,7 +367,7 @@ def sample_episodes(
                 ]
             try:
                 completions = generate(
-                    [ep.ids for ep in live], caps, _seed(config.seed, turn), **extra
+                    [ep.ids for ep in live], caps, derive_seed(config.seed, turn), **extra
                 )
             except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
                 completions = [Completion(error=f"backend failed: {exc!r}") for _ in live]
@@ -461,7 +457,7 @@ class ModelPolicy:
             from components.rollout.constrain import untried_fix_ids
 
             extra["allowed_fix_ids"] = [untried_fix_ids(events)]
-        (c,) = generate([ids], [cap], _seed(self.config.seed, task.id, self._turn), **extra)
+        (c,) = generate([ids], [cap], derive_seed(self.config.seed, task.id, self._turn), **extra)
         if c.error:
             raise RuntimeError(c.error)  # run_episode cleans up; evaluation reports the fault
         return parse_tool_call(self.tokenizer.decode(c.token_ids, skip_special_tokens=False))

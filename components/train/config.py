@@ -12,13 +12,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from components.typed_config import doc
 
 # Shipped DeepSpeed configs, relative to the repository root.
 DEEPSPEED_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -27,14 +25,14 @@ class DeepSpeedConfig:
 
     zero_stage: Literal[0, 2, 3] = field(
         default=2,
-        metadata=_help(
+        metadata=doc(
             "ZeRO stage: 0 plain data parallel, 2 shards optimizer state and gradients, "
             "3 also shards the parameters"
         ),
     )
     config_path: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "DeepSpeed JSON; '' = the shipped configs/deepspeed/zero{stage}.json "
             "(stage 0 uses zero2.json with the stage set to 0)"
         ),
@@ -98,58 +96,58 @@ class DeepSpeedConfig:
 class SFTConfig:
     """Supervised fine-tuning on trajectories: loss on the assistant's tokens only."""
 
-    learning_rate: float = field(default=2e-4, metadata=_help("peak learning rate (AdamW)"))
+    learning_rate: float = field(default=2e-4, metadata=doc("peak learning rate (AdamW)"))
     lr_scheduler: Literal["constant", "linear", "cosine"] = field(
-        default="cosine", metadata=_help("learning-rate schedule after warmup")
+        default="cosine", metadata=doc("learning-rate schedule after warmup")
     )
-    warmup_steps: int = field(default=0, metadata=_help("linear warmup optimizer steps"))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay"))
+    warmup_steps: int = field(default=0, metadata=doc("linear warmup optimizer steps"))
+    weight_decay: float = field(default=0.0, metadata=doc("AdamW weight decay"))
     max_grad_norm: float = field(
-        default=1.0, metadata=_help("clip the gradient norm to this (0 = no clipping)")
+        default=1.0, metadata=doc("clip the gradient norm to this (0 = no clipping)")
     )
     epochs: float = field(
-        default=1.0, metadata=_help("passes over the examples (if max_steps <= 0)")
+        default=1.0, metadata=doc("passes over the examples (if max_steps <= 0)")
     )
     max_steps: int = field(
-        default=-1, metadata=_help("optimizer steps; > 0 overrides epochs (the examples repeat)")
+        default=-1, metadata=doc("optimizer steps; > 0 overrides epochs (the examples repeat)")
     )
-    batch_size: int = field(default=4, metadata=_help("sequences per micro-batch (per device)"))
+    batch_size: int = field(default=4, metadata=doc("sequences per micro-batch (per device)"))
     grad_accum: int = field(
-        default=1, metadata=_help("micro-batches accumulated into one optimizer step")
+        default=1, metadata=doc("micro-batches accumulated into one optimizer step")
     )
     max_seq_len: int = field(
         default=2048,
-        metadata=_help("longest training sequence; longer transcripts keep their beginning"),
+        metadata=doc("longest training sequence; longer transcripts keep their beginning"),
     )
     pad_to_multiple_of: int = field(
         default=32,
-        metadata=_help(
+        metadata=doc(
             "pad each batch to a multiple of this many tokens: measured, it keeps memory ~flat "
             "and throughput 2x (fewer distinct shapes for the kernels/allocator); 0 = off"
         ),
     )
     bf16: bool = field(
         default=False,
-        metadata=_help("bfloat16 autocast; works on CPU too (slower than fp32 on most CPUs)"),
+        metadata=doc("bfloat16 autocast; works on CPU too (slower than fp32 on most CPUs)"),
     )
     use_cpu: bool = field(
         default=False,
-        metadata=_help("train on CPU even where a GPU is visible (tests and golden values)"),
+        metadata=doc("train on CPU even where a GPU is visible (tests and golden values)"),
     )
-    seed: int = field(default=0, metadata=_help("seed of the data order and any sampling"))
-    log_every: int = field(default=1, metadata=_help("log loss / lr / tokens/s every N steps"))
+    seed: int = field(default=0, metadata=doc("seed of the data order and any sampling"))
+    log_every: int = field(default=1, metadata=doc("log loss / lr / tokens/s every N steps"))
     output_dir: str = field(
-        default="runs/sft", metadata=_help("where the trained policy (save_policy) is written")
+        default="runs/sft", metadata=doc("where the trained policy (save_policy) is written")
     )
     mlflow_tracking_uri: str = field(
-        default="", metadata=_help("MLflow tracking URI ('' = do not log to MLflow)")
+        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
     )
     mlflow_experiment: str = field(
-        default="agentrl-sft", metadata=_help("MLflow experiment name of the run")
+        default="agentrl-sft", metadata=doc("MLflow experiment name of the run")
     )
     deepspeed: DeepSpeedConfig | None = field(
         default=None,
-        metadata=_help("train through DeepSpeed ZeRO (launch with torchrun/deepspeed); None = TRL"),
+        metadata=doc("train through DeepSpeed ZeRO (launch with torchrun/deepspeed); None = TRL"),
     )
 
     def __post_init__(self) -> None:
@@ -179,33 +177,33 @@ class RejectionSamplingConfig:
     """Rejection sampling (RFT / STaR): sample K per task, keep verified successes, SFT on them."""
 
     samples_per_task: int = field(
-        default=8, metadata=_help("K: trajectories sampled per task by the rollout stage")
+        default=8, metadata=doc("K: trajectories sampled per task by the rollout stage")
     )
     successes_only: bool = field(
         default=True,
-        metadata=_help(
+        metadata=doc(
             "keep verified successes only (False: keep every scored, non-infra episode)"
         ),
     )
     dedupe: bool = field(
         default=True,
-        metadata=_help("drop identical transcripts of the same task (same events, same text)"),
+        metadata=doc("drop identical transcripts of the same task (same events, same text)"),
     )
     max_per_task: int = field(
         default=0,
-        metadata=_help("keep at most this many per task, so easy tasks do not dominate (0 = all)"),
+        metadata=doc("keep at most this many per task, so easy tasks do not dominate (0 = all)"),
     )
     prefer_fewest_steps: bool = field(
         default=False,
-        metadata=_help(
+        metadata=doc(
             "when max_per_task trims, keep the successes with the fewest actions (the right "
             "fix tried soonest) instead of a seeded random choice"
         ),
     )
-    seed: int = field(default=0, metadata=_help("seed of the choice when max_per_task trims"))
+    seed: int = field(default=0, metadata=doc("seed of the choice when max_per_task trims"))
     sft: SFTConfig = field(
         default_factory=lambda: SFTConfig(output_dir="runs/rejection_sampling"),
-        metadata=_help("fine-tuning settings applied to the kept trajectories"),
+        metadata=doc("fine-tuning settings applied to the kept trajectories"),
     )
 
     def __post_init__(self) -> None:
@@ -222,50 +220,50 @@ class DPOConfig:
     """DPO on whole multi-turn trajectories: success vs failure of the same task."""
 
     beta: float = field(
-        default=0.1, metadata=_help("strength of the implicit KL to the reference policy")
+        default=0.1, metadata=doc("strength of the implicit KL to the reference policy")
     )
     loss_type: Literal["sigmoid", "hinge", "ipo", "robust"] = field(
-        default="sigmoid", metadata=_help("DPO loss variant (losses.dpo_loss)")
+        default="sigmoid", metadata=doc("DPO loss variant (losses.dpo_loss)")
     )
     label_smoothing: float = field(
-        default=0.0, metadata=_help("conservative DPO: assumed share of flipped preferences")
+        default=0.0, metadata=doc("conservative DPO: assumed share of flipped preferences")
     )
-    learning_rate: float = field(default=5e-5, metadata=_help("peak learning rate (AdamW)"))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay"))
+    learning_rate: float = field(default=5e-5, metadata=doc("peak learning rate (AdamW)"))
+    weight_decay: float = field(default=0.0, metadata=doc("AdamW weight decay"))
     max_grad_norm: float = field(
-        default=1.0, metadata=_help("clip the gradient norm to this (0 = no clipping)")
+        default=1.0, metadata=doc("clip the gradient norm to this (0 = no clipping)")
     )
-    warmup_steps: int = field(default=0, metadata=_help("linear warmup optimizer steps"))
-    max_steps: int = field(default=100, metadata=_help("optimizer steps (the pairs repeat)"))
-    batch_size: int = field(default=2, metadata=_help("preference pairs per micro-batch"))
-    grad_accum: int = field(default=1, metadata=_help("micro-batches per optimizer step"))
+    warmup_steps: int = field(default=0, metadata=doc("linear warmup optimizer steps"))
+    max_steps: int = field(default=100, metadata=doc("optimizer steps (the pairs repeat)"))
+    batch_size: int = field(default=2, metadata=doc("preference pairs per micro-batch"))
+    grad_accum: int = field(default=1, metadata=doc("micro-batches per optimizer step"))
     pairs_per_task: int = field(
-        default=4, metadata=_help("at most this many (success, failure) pairs per task")
+        default=4, metadata=doc("at most this many (success, failure) pairs per task")
     )
     max_seq_len: int = field(
-        default=2048, metadata=_help("longest trajectory; longer ones keep their beginning")
+        default=2048, metadata=doc("longest trajectory; longer ones keep their beginning")
     )
     pad_to_multiple_of: int = field(
-        default=32, metadata=_help("pad each batch to a multiple of this many tokens (0 = off)")
+        default=32, metadata=doc("pad each batch to a multiple of this many tokens (0 = off)")
     )
     reference_path: str = field(
         default="",
-        metadata=_help(
+        metadata=doc(
             "checkpoint of the frozen reference policy; '' = a frozen copy of the start policy"
         ),
     )
-    bf16: bool = field(default=False, metadata=_help("bfloat16 autocast (CPU or GPU)"))
-    use_cpu: bool = field(default=False, metadata=_help("train on CPU even where a GPU is visible"))
-    seed: int = field(default=0, metadata=_help("seed of the pair choice and the data order"))
-    log_every: int = field(default=1, metadata=_help("log metrics every N steps"))
+    bf16: bool = field(default=False, metadata=doc("bfloat16 autocast (CPU or GPU)"))
+    use_cpu: bool = field(default=False, metadata=doc("train on CPU even where a GPU is visible"))
+    seed: int = field(default=0, metadata=doc("seed of the pair choice and the data order"))
+    log_every: int = field(default=1, metadata=doc("log metrics every N steps"))
     output_dir: str = field(
-        default="runs/dpo", metadata=_help("where the trained policy (save_policy) is written")
+        default="runs/dpo", metadata=doc("where the trained policy (save_policy) is written")
     )
     mlflow_tracking_uri: str = field(
-        default="", metadata=_help("MLflow tracking URI ('' = do not log to MLflow)")
+        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
     )
     mlflow_experiment: str = field(
-        default="agentrl-dpo", metadata=_help("MLflow experiment name of the run")
+        default="agentrl-dpo", metadata=doc("MLflow experiment name of the run")
     )
 
     def __post_init__(self) -> None:

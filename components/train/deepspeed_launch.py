@@ -133,11 +133,12 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch.distributed as dist
 
-    from components.policy.config import policy_config_from_dict
+    from components.policy.config import PolicyConfig
+    from components.typed_config import config_from_dict
     from components.policy.model import build_policy
     from components.train.sft import train_sft
 
-    policy_config = policy_config_from_dict(json.loads(Path(args.policy_config).read_text()))
+    policy_config = config_from_dict(PolicyConfig, json.loads(Path(args.policy_config).read_text()))
     config = SFTConfig(**json.loads(Path(args.sft_config).read_text()))
     if config.deepspeed is None:
         raise SystemExit("--sft-config must set 'deepspeed' (e.g. {\"zero_stage\": 2})")

@@ -68,6 +68,7 @@ import torch
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
 from components.rollout.config import RolloutConfig
+from components.seeding import derive_seed
 from components.rollout.engine import GenerateFn, Rollout, sample_episodes
 from components.tasks.task import Task
 from components.train.losses import (
@@ -78,10 +79,8 @@ from components.train.losses import (
     token_logprobs,
     turn_token_advantages,
 )
+from components.typed_config import doc
 
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -89,94 +88,94 @@ class GRPOConfig:
     """GRPO on multi-turn episodes: run length, groups, objective, optimizer, checkpoints."""
 
     iterations: int = field(
-        default=10, metadata=_help("total iterations (sample -> verify -> update) of the run")
+        default=10, metadata=doc("total iterations (sample -> verify -> update) of the run")
     )
     tasks_per_iteration: int = field(
-        default=4, metadata=_help("tasks (groups) sampled per iteration, from a seeded permutation")
+        default=4, metadata=doc("tasks (groups) sampled per iteration, from a seeded permutation")
     )
     group_size: int = field(
         default=4,
-        metadata=_help("G: episodes per task; overrides RolloutConfig.samples_per_task"),
+        metadata=doc("G: episodes per task; overrides RolloutConfig.samples_per_task"),
     )
-    learning_rate: float = field(default=1e-6, metadata=_help("AdamW learning rate (constant)"))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay"))
+    learning_rate: float = field(default=1e-6, metadata=doc("AdamW learning rate (constant)"))
+    weight_decay: float = field(default=0.0, metadata=doc("AdamW weight decay"))
     epsilon_low: float = field(
-        default=0.2, metadata=_help("lower clip: the ratio is clipped below at 1 - epsilon_low")
+        default=0.2, metadata=doc("lower clip: the ratio is clipped below at 1 - epsilon_low")
     )
     epsilon_high: float = field(
         default=0.2,
-        metadata=_help("upper clip: the ratio is clipped above at 1 + epsilon_high (DAPO: 0.28)"),
+        metadata=doc("upper clip: the ratio is clipped above at 1 + epsilon_high (DAPO: 0.28)"),
     )
     beta: float = field(
         default=0.0,
-        metadata=_help("weight of the k3 KL to the frozen reference; 0 = no reference model"),
+        metadata=doc("weight of the k3 KL to the frozen reference; 0 = no reference model"),
     )
     loss_type: Literal["grpo", "token", "dapo", "bnpo", "dr_grpo"] = field(
         default="grpo",
-        metadata=_help(
+        metadata=doc(
             "reduction of the per-token loss (losses.grpo_loss): grpo = per-sequence mean; "
             "token/dapo/bnpo = over all tokens; dr_grpo = sum / (B * max_episode_tokens)"
         ),
     )
     scale_by_std: bool = field(
         default=True,
-        metadata=_help("divide advantages by the group's reward std (GRPO); off = Dr. GRPO"),
+        metadata=doc("divide advantages by the group's reward std (GRPO); off = Dr. GRPO"),
     )
     leave_one_out: bool = field(
         default=False,
-        metadata=_help("baseline = mean reward of the *other* samples of the group (RLOO)"),
+        metadata=doc("baseline = mean reward of the *other* samples of the group (RLOO)"),
     )
     top_entropy_quantile: float = field(
         default=1.0,
-        metadata=_help(
+        metadata=doc(
             "policy term only on this top fraction of each micro-batch's assistant tokens by "
             "entropy (Wang et al. 2025: 0.2; TRL's top_entropy_quantile); 1.0 = all tokens"
         ),
     )
     turn_credit: bool = field(
         default=False,
-        metadata=_help(
+        metadata=doc(
             "add each turn's own process reward (EpisodeResult.step_rewards), normalised over "
             "the group's turns, to the advantage of that turn's tokens"
         ),
     )
     ppo_epochs: int = field(
         default=1,
-        metadata=_help(
+        metadata=doc(
             "mu: passes over each iteration's batch; > 1 reuses the samples and the clip matters"
         ),
     )
     minibatch_size: int = field(
         default=0,
-        metadata=_help("episodes per optimizer step; 0 = the whole batch (one step per epoch)"),
+        metadata=doc("episodes per optimizer step; 0 = the whole batch (one step per epoch)"),
     )
     micro_batch_size: int = field(
         default=4,
-        metadata=_help("episodes per forward/backward (gradient accumulation inside a minibatch)"),
+        metadata=doc("episodes per forward/backward (gradient accumulation inside a minibatch)"),
     )
     max_grad_norm: float = field(
-        default=1.0, metadata=_help("clip the gradient norm to this (0 = no clipping)")
+        default=1.0, metadata=doc("clip the gradient norm to this (0 = no clipping)")
     )
     seed: int = field(
-        default=0, metadata=_help("seed of the task order, the sampling seeds and minibatch order")
+        default=0, metadata=doc("seed of the task order, the sampling seeds and minibatch order")
     )
     checkpoint_every: int = field(
         default=1,
-        metadata=_help("write a resumable checkpoint every N iterations (and at the end)"),
+        metadata=doc("write a resumable checkpoint every N iterations (and at the end)"),
     )
     keep_checkpoints: int = field(
-        default=2, metadata=_help("most recent checkpoints kept on disk (>= 1)")
+        default=2, metadata=doc("most recent checkpoints kept on disk (>= 1)")
     )
-    use_cpu: bool = field(default=False, metadata=_help("train on CPU even where a GPU is visible"))
+    use_cpu: bool = field(default=False, metadata=doc("train on CPU even where a GPU is visible"))
     output_dir: str = field(
         default="runs/grpo",
-        metadata=_help("checkpoints/, metrics.jsonl and the final policy/ are written here"),
+        metadata=doc("checkpoints/, metrics.jsonl and the final policy/ are written here"),
     )
     mlflow_tracking_uri: str = field(
-        default="", metadata=_help("MLflow tracking URI ('' = do not log to MLflow)")
+        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
     )
     mlflow_experiment: str = field(
-        default="agentrl-grpo", metadata=_help("MLflow experiment name of the run")
+        default="agentrl-grpo", metadata=doc("MLflow experiment name of the run")
     )
 
     def __post_init__(self) -> None:
@@ -222,14 +221,9 @@ def pick_tasks(num_tasks: int, position: int, count: int, seed: int) -> list[int
     for p in range(position, position + count):
         epoch, offset = divmod(p, num_tasks)
         order = list(range(num_tasks))
-        random.Random(_derive(seed, "epoch", epoch)).shuffle(order)
+        random.Random(derive_seed(seed, "epoch", epoch)).shuffle(order)
         picked.append(order[offset])
     return picked
-
-
-def _derive(seed: int, *parts: object) -> int:
-    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
-    return int.from_bytes(digest[:4], "little")
 
 
 def config_hash(config: GRPOConfig, rollout_config: RolloutConfig) -> str:
@@ -454,7 +448,7 @@ def _update(
                     ref_logps[start + i] = lp[i, : len(r.input_ids) - 1].float().cpu()
 
     # Minibatch order from (seed, iteration): nothing drawn from the global RNG.
-    generator = torch.Generator().manual_seed(_derive(config.seed, "minibatch", iteration))
+    generator = torch.Generator().manual_seed(derive_seed(config.seed, "minibatch", iteration))
     sums: dict[str, float] = {}
     steps = 0
     for _epoch in range(config.ppo_epochs):
@@ -623,7 +617,7 @@ def train_grpo(
             position += config.tasks_per_iteration
             # One sampling seed per iteration: fresh samples each time, the same on a replay.
             sampling = dataclasses.replace(
-                rollout_config, seed=_derive(config.seed, "sample", iteration)
+                rollout_config, seed=derive_seed(config.seed, "sample", iteration)
             )
             model.eval()
             rollouts = sample_episodes(

@@ -37,7 +37,7 @@ def test_config_validates_where_defined():
         LauncherConfig(mode="docker")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not a quantity"):
         LauncherConfig(resources={"gpu": {"memory": "64 GB"}})
-    with pytest.raises(ValueError, match="unknown launcher settings"):
+    with pytest.raises(ValueError, match="unknown key"):
         launcher_config_from_dict({"namspace": "x"})
     with pytest.raises(ValueError, match="not in pools"):
         LauncherConfig(stage_pools={"train": "tpu"})

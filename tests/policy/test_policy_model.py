@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from components.policy.chat import IM_END, prompt_ids
-from components.policy.config import PolicyConfig, policy_config_from_dict
+from components.policy.config import PolicyConfig
+from components.typed_config import config_from_dict
 from components.policy.model import build_policy, ensure_chat_tokens, load_policy, save_policy
 
 torch.set_num_threads(2)
@@ -42,9 +43,9 @@ def test_config_rejects_bad_values(bad):
 def test_config_fields_have_help_and_dict_loading():
     for f in dataclasses.fields(PolicyConfig):
         assert f.metadata.get("help"), f.name
-    assert policy_config_from_dict({"num_layers": 2}).num_layers == 2
-    with pytest.raises(ValueError, match="unknown keys"):
-        policy_config_from_dict({"num_layers": 2, "n_layers": 2})
+    assert config_from_dict(PolicyConfig, {"num_layers": 2}).num_layers == 2
+    with pytest.raises(ValueError, match="unknown key"):
+        config_from_dict(PolicyConfig, {"num_layers": 2, "n_layers": 2})
 
 
 @pytest.mark.parametrize("architecture", ["qwen2", "llama"])

@@ -9,7 +9,8 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, prompt_ids
-from components.rollout.config import RolloutConfig, rollout_config_from_dict
+from components.rollout.config import RolloutConfig
+from components.typed_config import config_from_dict
 from components.rollout.engine import (
     Completion,
     ModelPolicy,
@@ -56,8 +57,8 @@ def test_config_is_validated_and_documented():
                 {"samples_per_task": 0}, {"max_wall_s": 0}):  # fmt: skip
         with pytest.raises(ValueError):
             RolloutConfig(**bad)
-    with pytest.raises(ValueError, match="unknown keys"):
-        rollout_config_from_dict({"temprature": 1.0})
+    with pytest.raises(ValueError, match="unknown key"):
+        config_from_dict(RolloutConfig, {"temprature": 1.0})
 
 
 def test_groups_and_untrained_model_sanity(sampled, tasks):
