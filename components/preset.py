@@ -94,3 +94,14 @@ def validate_preset(preset: Preset) -> None:
     for name in SECTIONS:
         if name in preset.sections:
             preset.section(name)
+
+
+def stage_config(preset_path: str | Path, name: str, **overrides):
+    """Section `name` of the preset at `preset_path` as its typed config, with `overrides`
+    (fields a stage sets from its own arguments, e.g. output_dir) replacing those fields;
+    overrides whose value is None are left out, so optional flags pass through as they are."""
+    import dataclasses
+
+    config = load_preset(preset_path).section(name)
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(config, **changes) if changes else config

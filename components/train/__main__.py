@@ -51,11 +51,9 @@ def _parser(prog: str, doc: str) -> argparse.ArgumentParser:
 
 
 def _section(args, name: str, **overrides):
-    from components.preset import load_preset
+    from components.preset import stage_config
 
-    cfg = load_preset(args.preset).section(name)
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(cfg, **changes) if changes else cfg
+    return stage_config(args.preset, name, **overrides)
 
 
 def _write_result(out: Path, result: dict) -> int:
