@@ -21,7 +21,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy
-from components.env.policies import make_policy
+from components.env.scripted import make_policy
 from components.env.sandbox import SandboxConfig, isolation_report, run_sandboxed
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.task import load_tasks

@@ -60,7 +60,7 @@ from components.env.baseline import (  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy, wilson_interval  # noqa: E402
-from components.env.policies import make_policy  # noqa: E402
+from components.env.scripted import make_policy  # noqa: E402
 from components.env.sandbox import SandboxConfig  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.rollout_throughput import bare_generate  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
-from components.env.policies import make_policy  # noqa: E402
+from components.env.scripted import make_policy  # noqa: E402
 from components.env.sandbox import SandboxConfig  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402

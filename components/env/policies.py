@@ -218,15 +218,3 @@ class OraclePolicy:
         steps.append(Action("finish", {"summary": "The tests pass."}))
         return steps
 
-
-def make_policy(name: str, *, seed: int = 0):
-    """The scripted policies by name (model policies come from components.policy).
-    `oracle-fixes` is the oracle that works only through list_fixes / try_fix (it gives up
-    where the reference fix is not a candidate, so its successes are all in that style)."""
-    if name == "oracle":
-        return OraclePolicy(seed=seed)
-    if name == "oracle-fixes":
-        return OraclePolicy(seed=seed, style="fixes", fallback=False)
-    if name == "noop":
-        return NoopPolicy()
-    raise ValueError(f"unknown policy {name!r}; choose oracle, oracle-fixes or noop")

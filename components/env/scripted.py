@@ -1,0 +1,93 @@
+"""Every scripted policy by name: the one registry that `agentrl env eval`, `evaluate run`,
+the retrain flow's expert stage and bench/learning.py use.
+
+Two of them order a candidate-fix search by statistics of the training tasks' listings
+(`FixStatistics`, computed once from the train split with `fix_statistics`); the others
+need nothing but a seed. Model policies are evaluated through the rollout engine instead
+(components/evaluate/episodes.py), never one turn at a time through this registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from components.env.baseline import (
+    ListingOrderPolicy,
+    PriorFixesPolicy,
+    RandomFixesPolicy,
+    ScriptedBaselinePolicy,
+    kind_listing_shares,
+    kind_success_rates,
+)
+from components.env.policies import NoopPolicy, OraclePolicy
+from components.tasks.task import Task
+from components.typed_config import doc
+
+# name -> what it is (shown by --help and in errors)
+SCRIPTED_POLICIES: dict[str, str] = {
+    "oracle": "knows the reference fix; explores, edits and reruns like an engineer",
+    "oracle-fixes": "knows the reference fix; acts only through list_fixes / try_fix",
+    "noop": "finishes at once (success must be 0%)",
+    "scripted-baseline": "one random single-token edit on the blamed line",
+    "random-fixes": "tries uniformly random listed candidate fixes",
+    "listing-order": "tries one candidate of each listed kind, in listed order",
+    "random-kinds": "searches kinds in a random order, each drawn inversely to its listing share",
+    "prior-fixes": "searches kinds in order of how often each was the fix on the train split",
+}
+NEEDS_STATISTICS = ("random-kinds", "prior-fixes")
+
+
+@dataclass(frozen=True)
+class FixStatistics:
+    """What the statistics-driven searches know of the training tasks' listings."""
+
+    kind_success_rates: dict[str, float] = field(
+        default_factory=dict, metadata=doc("per kind: share of its listed candidates that were the fix")
+    )
+    kind_listing_shares: dict[str, float] = field(
+        default_factory=dict, metadata=doc("per kind: share of listings that show it")
+    )
+
+
+def fix_statistics(train_tasks: list[Task], max_fixes: int = 64) -> FixStatistics:
+    """Both statistics from the training split (no val/test task may be passed here)."""
+    return FixStatistics(
+        kind_success_rates=kind_success_rates(train_tasks, max_fixes),
+        kind_listing_shares=kind_listing_shares(train_tasks, max_fixes),
+    )
+
+
+def make_policy(
+    name: str,
+    *,
+    seed: int = 0,
+    max_tries: int = 4,
+    statistics: FixStatistics | None = None,
+    max_fixes: int = 64,
+):
+    """A fresh scripted policy. `max_tries`: fix tries of the searches (a model episode's
+    turns minus list and finish); `max_fixes` must equal EnvConfig.max_fixes so the
+    oracle's ids agree with the listing."""
+    if name not in SCRIPTED_POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(SCRIPTED_POLICIES)}")
+    if name in NEEDS_STATISTICS and statistics is None:
+        raise ValueError(f"policy {name!r} needs the train split's fix statistics")
+    if name == "oracle":
+        return OraclePolicy(seed=seed, max_fixes=max_fixes)
+    if name == "oracle-fixes":
+        return OraclePolicy(
+            seed=seed, style="fixes", fallback=False, max_fixes=max_fixes, name="oracle-fixes"
+        )
+    if name == "noop":
+        return NoopPolicy()
+    if name == "scripted-baseline":
+        return ScriptedBaselinePolicy(seed=seed)
+    if name == "random-fixes":
+        return RandomFixesPolicy(seed=seed, max_tries=max_tries)
+    if name == "listing-order":
+        return ListingOrderPolicy(max_tries=max_tries)
+    if name == "random-kinds":
+        weights = {k: 1.0 / v for k, v in statistics.kind_listing_shares.items() if v > 0}
+        return RandomFixesPolicy(seed=seed, max_tries=max_tries, by_kind=True,
+                                 name="random-kinds", kind_weights=weights)  # fmt: skip
+    return PriorFixesPolicy(statistics.kind_success_rates, max_tries=max_tries)
