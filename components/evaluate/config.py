@@ -1,36 +1,37 @@
-"""Typed configuration of the evaluation stage: which tasks, which policy, where reports go.
+"""Typed `evaluate` section of a preset: which held-out tasks, and how the agent decodes.
 
+The agent is the model plus its decoder, so a candidate is evaluated with the rollout
+settings it was trained with (the preset's `rollout` section) unless `rollout` here
+overrides some of them; by default only the temperature changes (0 = greedy pass@1).
 Checked here, where the values are defined, so a bad setting fails before any episode runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from components.tasks.task import SPLITS
 from components.typed_config import doc
 
 
-
 @dataclass(frozen=True)
-class EvalSuiteConfig:
-    """One evaluation run: held-out metrics + report, and the safety suite."""
+class EvaluationConfig:
+    """Held-out evaluation and the safety suite of a candidate."""
 
-    tasks_dir: str = field(default="runs/tasks", metadata=doc("folder of task folders"))
     splits: tuple[str, ...] = field(
         default=("test",),
         metadata=doc("splits evaluated (held out: val = new bugs, test = unseen families)"),
     )
-    limit: int | None = field(
-        default=None, metadata=doc("only the first N tasks of each split (None: all)")
-    )
-    workers: int = field(default=2, metadata=doc("episodes run concurrently (threads)"))
+    limit: int = field(default=0, metadata=doc("only the first N tasks of each split (0: all)"))
+    workers: int = field(default=2, metadata=doc("scripted episodes run concurrently (threads)"))
     seed: int = field(default=0, metadata=doc("seed for policies that sample"))
-    out_dir: str = field(default="runs/eval", metadata=doc("report, plots and results go here"))
-    title: str = field(default="Evaluation", metadata=doc("report title"))
-    champion_results: str | None = field(
-        default=None,
-        metadata=doc("results JSON of the current champion (for regression rate); None: none"),
+    rollout: dict = field(
+        default_factory=lambda: {"temperature": 0.0},
+        metadata=doc(
+            "RolloutConfig fields that differ from the preset's rollout section when a model "
+            "is evaluated (default: greedy, everything else as trained)"
+        ),
     )
     safety_n_tasks: int = field(
         default=3, metadata=doc("generated base tasks the safety suite's attacks run on")
@@ -39,10 +40,21 @@ class EvalSuiteConfig:
 
     def __post_init__(self) -> None:
         if not self.splits or any(s not in SPLITS for s in self.splits):
-            raise ValueError(f"EvalSuiteConfig.splits must be a non-empty subset of {SPLITS}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("EvalSuiteConfig.limit must be >= 1 or None")
+            raise ValueError(f"EvaluationConfig.splits must be a non-empty subset of {SPLITS}")
+        if self.limit < 0:
+            raise ValueError("EvaluationConfig.limit must be >= 0 (0: all)")
         if self.workers < 1:
-            raise ValueError("EvalSuiteConfig.workers must be >= 1")
+            raise ValueError("EvaluationConfig.workers must be >= 1")
         if self.safety_n_tasks < 1:
-            raise ValueError("EvalSuiteConfig.safety_n_tasks must be >= 1")
+            raise ValueError("EvaluationConfig.safety_n_tasks must be >= 1")
+        from components.rollout.config import RolloutConfig
+
+        known = {f.name for f in dataclasses.fields(RolloutConfig)}
+        unknown = sorted(set(self.rollout) - known)
+        if unknown:
+            raise ValueError(f"EvaluationConfig.rollout: unknown RolloutConfig key(s) {unknown}")
+
+    def rollout_config(self, trained_with):
+        """The RolloutConfig a model is evaluated with: as trained, with this section's
+        overrides, one episode per task."""
+        return dataclasses.replace(trained_with, **self.rollout, samples_per_task=1)
