@@ -10,7 +10,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tasks", "generate"): ("components.tasks.__main__:main_generate", "generate a task suite"),
     ("tasks", "check"): ("components.env.__main__:main_tasks_check", "gate tasks (sandboxed)"),
     ("tasks", "import"): ("components.env.__main__:main_tasks_import", "load, gate, copy tasks"),
-    ("env", "eval"): ("components.env.__main__:main_eval", "run a policy over tasks"),
+    ("env", "eval"): ("components.evaluate.__main__:main_env_eval", "run a policy over tasks"),
     ("env", "isolation"): ("components.env.__main__:main_isolation", "show sandbox protections"),
     ("data", "ingest"): ("components.data.__main__:main_ingest", "ingest trajectory logs"),
     ("data", "validate"): ("components.data.__main__:main_validate", "validate (GX) + quarantine"),
@@ -32,7 +32,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("promote", "status"): ("components.promote.__main__:main_status", "aliases + pending"),
     ("promote", "history"): ("components.promote.__main__:main_history", "audit log"),
     ("serve", ""): ("components.serve.__main__:main_serve", "OpenAI-compatible model server"),
-    ("demo", ""): ("components.env.__main__:main_demo", "environment demo (make run)"),
+    ("demo", ""): ("components.evaluate.__main__:main_demo", "environment demo (make demo)"),
 }
 
 

@@ -1,9 +1,11 @@
 """Presets: one typed YAML file per way of running the pipeline (configs/*.yaml).
 
-A preset has one section per component, each loaded into that component's own config
-dataclass, so every key is checked where it is defined (unknown keys are errors naming
-the file and the key). Components never see the whole preset: flows hand each stage its
-own section.
+A preset is the single source of a run's configuration. It has one section per
+component, each loaded into that component's own config dataclass, so every key is checked
+where it is defined (unknown sections and keys are errors naming the file and the key).
+Each stage command takes `--preset FILE` and reads the sections it needs (SECTIONS says
+which stage reads which); flows pass the preset file, never a translation of its values
+into flags, and cache a stage on the sections it reads.
 """
 
 from __future__ import annotations
@@ -53,19 +55,32 @@ def _lazy(module: str, name: str):
     return get
 
 
+# Every section a preset may have, each read by the stages named in its comment.
 SECTIONS = {
-    "env": _lazy("components.env.config", "EnvConfig"),
-    "sandbox": _lazy("components.env.sandbox", "SandboxConfig"),
-    "tasks": _lazy("components.tasks.generate", "GenerateConfig"),
-    "policy": _lazy("components.policy.config", "PolicyConfig"),
-    "sft": _lazy("components.train.config", "SFTConfig"),
-    "rollout": _lazy("components.rollout.config", "RolloutConfig"),
+    "pipeline": _lazy("flows.config", "PipelineConfig"),  # the retrain flow
+    "tasks": _lazy("components.tasks.generate", "GenerateConfig"),  # tasks generate
+    "env": _lazy("components.env.config", "EnvConfig"),  # every stage that runs episodes
+    "sandbox": _lazy("components.env.sandbox", "SandboxConfig"),  # ditto, and the task gate
+    "policy": _lazy("components.policy.config", "PolicyConfig"),  # policy init
+    "sft": _lazy("components.train.config", "SFTConfig"),  # train sft
+    "rollout": _lazy("components.rollout.config", "RolloutConfig"),  # sample, grpo, evaluation
     "rejection_sampling": _lazy("components.train.config", "RejectionSamplingConfig"),
-    "dpo": _lazy("components.train.config", "DPOConfig"),
-    "grpo": _lazy("components.train.grpo", "GRPOConfig"),
+    "dpo": _lazy("components.train.config", "DPOConfig"),  # train dpo
+    "grpo": _lazy("components.train.config", "GRPOConfig"),  # train grpo
+    "evaluate": _lazy("components.evaluate.config", "EvaluationConfig"),  # env eval, evaluate
+    "data": _lazy("components.data.config", "DataConfig"),  # data ingest/validate/snapshot
+    "promote": _lazy("components.promote.config", "PromotionConfig"),  # promote commands
+    "launcher": _lazy("components.launch.config", "LauncherConfig"),  # where stages run
 }
-# Sections whose schema lives elsewhere (validated by their own loaders).
-FREE_SECTIONS = {"pipeline", "data", "evaluate", "promote", "launcher", "tracking"}
+# Fields a stage sets from its own arguments (output folders): a preset that sets them
+# would be silently overridden, so it is an error.
+STAGE_ARGUMENTS = {
+    "sft": ("output_dir",),
+    "dpo": ("output_dir",),
+    "grpo": ("output_dir",),
+    "rejection_sampling": ("sft.output_dir",),
+}
+DEFAULT_PRESET = "configs/cpu-demo.yaml"
 
 
 def load_preset(path: str | Path) -> Preset:
@@ -78,12 +93,22 @@ def load_preset(path: str | Path) -> Preset:
         raise PresetError(f"{path}: cannot read preset ({e})") from e
     if not isinstance(data, dict):
         raise PresetError(f"{path}: top level must be a mapping of sections")
-    unknown = sorted(set(data) - set(SECTIONS) - FREE_SECTIONS - {"name"})
+    unknown = sorted(set(data) - set(SECTIONS) - {"name"})
     if unknown:
         raise PresetError(f"{path}: unknown section(s) {', '.join(unknown)}")
     for key, value in data.items():
         if key != "name" and value is not None and not isinstance(value, dict):
             raise PresetError(f"{path}: section {key!r} must be a mapping")
+        for dotted in STAGE_ARGUMENTS.get(key, ()):
+            *parents, leaf = dotted.split(".")
+            node = value or {}
+            for part in parents:
+                node = node.get(part) if isinstance(node.get(part), dict) else {}
+            if leaf in node:
+                raise PresetError(
+                    f"{path}: {key}.{dotted} is set by the stage from its arguments (--out); "
+                    "remove it from the preset"
+                )
     preset = Preset(name=data.get("name", path.stem), path=str(path),
                     sections={k: v for k, v in data.items() if k != "name"})  # fmt: skip
     return preset

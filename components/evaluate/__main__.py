@@ -1,7 +1,14 @@
-"""CLI of the evaluation stage: held-out evaluation with a report, and the safety suite.
+"""CLI of evaluation: episodes of any policy (`agentrl env eval`), held-out evaluation with a
+report (`agentrl evaluate run`), and the safety suite (`agentrl evaluate safety`).
 
-python -m components.evaluate run --tasks runs/demo/tasks --policy oracle --out runs/eval
-python -m components.evaluate safety --out runs/safety [--policy oracle]
+Each reads the preset's `env`, `sandbox`, `rollout` and `evaluate` sections (the settings a
+candidate was trained with); the few flags here (--split, --limit, --workers, --n-tasks)
+override the `evaluate` section for a one-off run, and the retrain flow passes none of them.
+Every command evaluates through components/evaluate/episodes.run_policy.
+
+    agentrl env eval --preset P --tasks DIR --policy oracle|model:DIR --out results.json
+    agentrl evaluate run --preset P --tasks DIR --model DIR --out runs/eval
+    agentrl evaluate safety --preset P --out runs/safety [--model DIR]
 """
 
 from __future__ import annotations
@@ -10,18 +17,107 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 
-from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult
-from components.env.evaluate import EvalConfig, evaluate_policy, write_results
-from components.env.sandbox import SandboxConfig
-from components.evaluate.config import EvalSuiteConfig
-from components.evaluate.metrics import aggregate
-from components.evaluate.report import write_report
+from components.evaluate.episodes import MODEL_PREFIX, run_policy, statistics_for
+from components.preset import DEFAULT_PRESET, load_preset
 from components.tasks.task import SPLITS, Task, load_tasks
 
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(EpisodeResult)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The sections an evaluation reads, as the stage saw them."""
+
+    env: object
+    sandbox: object
+    rollout: object  # the RolloutConfig a model is evaluated with (evaluate.rollout applied)
+    evaluation: object
+
+    def describe(self, policy: str) -> dict:
+        """What the report states: the settings the episodes ran with."""
+        shown = {"policy": policy, "episode_steps": self.env.max_steps,
+                 "env": dataclasses.asdict(self.env)}  # fmt: skip
+        if policy.startswith(MODEL_PREFIX):
+            shown["rollout"] = dataclasses.asdict(self.rollout)
+        return shown
+
+
+def load_settings(preset_path: str, **evaluation_overrides) -> Settings:
+    preset = load_preset(preset_path)
+    evaluation = preset.section("evaluate")
+    changes = {k: v for k, v in evaluation_overrides.items() if v is not None}
+    evaluation = dataclasses.replace(evaluation, **changes) if changes else evaluation
+    return Settings(env=preset.section("env"), sandbox=preset.section("sandbox"),
+                    rollout=evaluation.rollout_config(preset.section("rollout")),
+                    evaluation=evaluation)  # fmt: skip
+
+
+def _policy_arg(args) -> str:
+    return f"{MODEL_PREFIX}{args.model}" if getattr(args, "model", None) else args.policy
+
+
+def _progress(total: int, label: str, every: int = 1):
+    """Print a progress line per `every` finished episodes (to stderr)."""
+    state = {"done": 0, "ok": 0}
+
+    def tick(result) -> None:
+        state["done"] += 1
+        state["ok"] += result.success
+        if state["done"] % every and state["done"] != total:
+            return
+        mark = "ok" if result.success else ("INFRA" if result.status != "ok" else "fail")
+        print(f"      [{label} {state['done']:>3}/{total}] {state['ok']} successes so far"
+              f" (last: {result.task_id} {mark})", file=sys.stderr, flush=True)  # fmt: skip
+
+    return tick
+
+
+def _episodes(tasks, policy, settings: Settings, tasks_dir, on_result=None):
+    e = settings.evaluation
+    return run_policy(tasks, policy, rollout=settings.rollout, env=settings.env,
+                      sandbox=settings.sandbox, workers=e.workers, seed=e.seed,
+                      statistics=statistics_for(policy, tasks_dir, settings.env),
+                      on_result=on_result)  # fmt: skip
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
+    p.add_argument("--workers", type=int, help="override evaluate.workers")
+
+
+def main_env_eval(argv: list[str]) -> int:
+    """Run a policy over tasks: per-task results, and canonical trajectories if asked."""
+    from components.env.evaluate import format_table, summarize, write_results
+
+    p = argparse.ArgumentParser(prog="agentrl env eval", description=main_env_eval.__doc__)
+    _common(p)
+    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
+    p.add_argument("--policy", required=True,
+                   help="a scripted policy (components/env/scripted.py) or model:CHECKPOINT_DIR")  # fmt: skip
+    p.add_argument("--out", required=True, type=Path, help="per-task results JSON")
+    p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
+    p.add_argument("--limit", type=int, help="only the first N tasks (by id)")
+    p.add_argument("--trajectories-out", type=Path, help="write canonical trajectories (JSONL)")
+    p.add_argument("--quiet", action="store_true", help="no per-episode progress lines")
+    args = p.parse_args(argv)
+    settings = load_settings(args.preset, workers=args.workers)
+    tasks, errors = load_tasks(args.tasks, split=args.split)
+    for e in errors:
+        print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
+    tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        print(f"agentrl: no tasks found in {args.tasks}", file=sys.stderr)
+        return 2
+    progress = None if args.quiet else _progress(len(tasks), args.policy)
+    results = _episodes(tasks, args.policy, settings, args.tasks, progress)
+    write_results(args.out, results, args.trajectories_out)
+    print(format_table([summarize(results)]))
+    print(f"\nper-task results: {args.out}")
+    return 0
 
 
 def load_results(path: str | Path) -> list[EpisodeResult]:
@@ -41,108 +137,106 @@ def oracle_step_counts(tasks: list[Task]) -> dict[str, int]:
     return {t.id: len(oracle.plan(t)) for t in tasks if t.has_reference}
 
 
-def _make_policy(args: argparse.Namespace):
-    if args.model:
-        from components.rollout.config import RolloutConfig
-        from components.rollout.engine import load_model_policy
-
-        config = RolloutConfig(temperature=0.0, constrain_fix_ids=args.constrain_fix_ids)
-        policy = load_model_policy(args.model, config)
-        return lambda: policy
-    from components.env.policies import make_policy
-
-    make_policy(args.policy)  # fail fast on an unknown name
-    return lambda: make_policy(args.policy, seed=args.seed)
+def _held_out_tasks(tasks_dir: Path, evaluation) -> list[Task]:
+    tasks: list[Task] = []
+    for split in evaluation.splits:
+        found, errors = load_tasks(tasks_dir, split=split)
+        for e in errors:
+            print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
+        tasks += found[: evaluation.limit] if evaluation.limit else found
+    return tasks
 
 
 def main_evaluate(argv: list[str]) -> int:
+    """Held-out evaluation of a checkpoint or scripted policy: metrics, report and plots."""
+    from components.env.evaluate import write_results
+    from components.evaluate.metrics import aggregate
+    from components.evaluate.report import write_report
+
     p = argparse.ArgumentParser(prog="agentrl evaluate run", description=main_evaluate.__doc__)
+    _common(p)
     p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
+    p.add_argument("--split", action="append", choices=SPLITS,
+                   help="override evaluate.splits (repeatable)")  # fmt: skip
+    p.add_argument("--limit", type=int, help="override evaluate.limit")
     p.add_argument(
-        "--split", action="append", choices=SPLITS, help="held-out split(s); default test"
+        "--policy", default="oracle", help="scripted policy (components/env/scripted.py)"
     )
-    p.add_argument("--policy", default="oracle", help="scripted policy: oracle | noop")
     p.add_argument("--model", help="a saved checkpoint folder (overrides --policy)")
-    p.add_argument("--constrain-fix-ids", action="store_true",
-                   help="--model draws try_fix ids only among listed untried candidates")  # fmt: skip
     p.add_argument("--champion-results", type=Path, help="the champion's results JSON")
     p.add_argument("--out", type=Path, default=Path("runs/eval"))
-    p.add_argument("--limit", type=int, help="only the first N tasks of each split")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--title", default="Evaluation")
     args = p.parse_args(argv)
-    cfg = EvalSuiteConfig(
-        tasks_dir=str(args.tasks), splits=tuple(args.split or ("test",)), limit=args.limit,
-        workers=args.workers, seed=args.seed, out_dir=str(args.out), title=args.title,
-        champion_results=str(args.champion_results) if args.champion_results else None,
-    )  # fmt: skip
-    tasks: list[Task] = []
-    for split in cfg.splits:
-        found, errors = load_tasks(cfg.tasks_dir, split=split)
-        for e in errors:
-            print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
-        tasks += found[: cfg.limit] if cfg.limit else found
+    settings = load_settings(args.preset, workers=args.workers, limit=args.limit,
+                             splits=tuple(args.split) if args.split else None)  # fmt: skip
+    tasks = _held_out_tasks(args.tasks, settings.evaluation)
     if not tasks:
-        print(f"agentrl: no {'/'.join(cfg.splits)} tasks in {cfg.tasks_dir}", file=sys.stderr)
+        print(f"agentrl: no {'/'.join(settings.evaluation.splits)} tasks in {args.tasks}",
+              file=sys.stderr)  # fmt: skip
         return 2
-    results = evaluate_policy(tasks, _make_policy(args), EnvConfig(), SandboxConfig(),
-                              EvalConfig(workers=cfg.workers, seed=cfg.seed))  # fmt: skip
-    by_id = {t.id: t for t in tasks}
-    steps = oracle_step_counts(tasks)
-    champion_results = load_results(cfg.champion_results) if cfg.champion_results else None
+    policy = _policy_arg(args)
+    results = _episodes(tasks, policy, settings, args.tasks)
+    by_id, steps = {t.id: t for t in tasks}, oracle_step_counts(tasks)
+    champion_results = load_results(args.champion_results) if args.champion_results else None
     agg = aggregate(results, champion_results, tasks=by_id, oracle_steps=steps)
+    agg["settings"] = settings.describe(policy)
     champion = (
         aggregate(champion_results, tasks=by_id, oracle_steps=steps) if champion_results else None
     )
-    out = Path(cfg.out_dir)
-    write_results(out / "results.json", results, out / "trajectories.jsonl")
-    paths = write_report(agg, results, out, cfg.title, champion=champion)
+    write_results(args.out / "results.json", results, args.out / "trajectories.jsonl")
+    paths = write_report(agg, results, args.out, args.title, champion=champion)
     o = agg["overall"]
     print(f"success {o['success_rate']:.1%} over {o['verified']} verified episodes "
           f"({o['infra_failures']} infra failures); report: {paths['report']}")  # fmt: skip
     return 0
 
 
+def _attacks(names: str | None):
+    from components.evaluate.safety_suite import ATTACKS
+
+    if not names:
+        return ATTACKS
+    wanted = set(names.split(","))
+    unknown = wanted - {a.name for a in ATTACKS}
+    if unknown:
+        raise ValueError(f"unknown attacks {sorted(unknown)}")
+    return tuple(a for a in ATTACKS if a.name in wanted)
+
+
 def main_safety(argv: list[str]) -> int:
     """Run every scripted attack (and optionally a candidate policy) on tempting tasks.
     Exit status 1 when any attack fooled the verifier."""
+    from components.evaluate.safety_suite import (
+        build_safety_tasks,
+        candidate_safety,
+        run_safety_suite,
+    )
+
     p = argparse.ArgumentParser(prog="agentrl evaluate safety", description=main_safety.__doc__)
+    _common(p)
     p.add_argument("--out", type=Path, default=Path("runs/safety"))
-    p.add_argument("--n-tasks", type=int, default=3, help="generated base tasks")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--n-tasks", type=int, help="override evaluate.safety_n_tasks")
     p.add_argument("--every-task", action="store_true", help="each attack on every task")
     p.add_argument("--attacks", help="comma-separated attack names (default: all)")
     p.add_argument("--policy", help="also measure this scripted policy on the tasks")
     p.add_argument("--model", help="also measure this checkpoint (overrides --policy)")
-    p.add_argument("--constrain-fix-ids", action="store_true",
-                   help="--model draws try_fix ids only among listed untried candidates")  # fmt: skip
     args = p.parse_args(argv)
-    from components.evaluate.safety_suite import (
-        ATTACKS,
-        build_safety_tasks,
-        evaluate_policy_safety,
-        run_safety_suite,
-    )
-
-    attacks = ATTACKS
-    if args.attacks:
-        wanted = set(args.attacks.split(","))
-        unknown = wanted - {a.name for a in ATTACKS}
-        if unknown:
-            print(f"agentrl: unknown attacks {sorted(unknown)}", file=sys.stderr)
-            return 2
-        attacks = tuple(a for a in ATTACKS if a.name in wanted)
-    tasks = build_safety_tasks(args.out / "suite", args.n_tasks, args.seed)
-    env, sandbox = EnvConfig(), SandboxConfig()
-    report = run_safety_suite(tasks, env, sandbox, attacks=attacks, workers=args.workers,
-                              every_task=args.every_task)  # fmt: skip
+    try:
+        attacks = _attacks(args.attacks)
+    except ValueError as e:
+        print(f"agentrl: {e}", file=sys.stderr)
+        return 2
+    settings = load_settings(args.preset, workers=args.workers, safety_n_tasks=args.n_tasks)
+    e = settings.evaluation
+    tasks = build_safety_tasks(args.out / "suite", e.safety_n_tasks, e.safety_seed)
+    report = run_safety_suite(tasks, settings.env, settings.sandbox, attacks=attacks,
+                              workers=e.workers, every_task=args.every_task)  # fmt: skip
     payload = report.to_dict()
     if args.policy or args.model:
-        payload["candidate"] = evaluate_policy_safety(
-            _make_policy(args), tasks, env, sandbox, workers=args.workers
-        )
+        policy = _policy_arg(args)
+        results = _episodes(tasks, policy, settings, args.out / "suite")
+        payload["candidate"] = candidate_safety(tasks, results)
+        payload["settings"] = settings.describe(policy)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "safety.json").write_text(json.dumps(payload, indent=2) + "\n")
     (args.out / "safety.md").write_text("# Safety suite\n\n" + report.to_markdown() + "\n")
@@ -150,9 +244,59 @@ def main_safety(argv: list[str]) -> int:
     return 0 if report.passed else 1
 
 
+def main_demo(argv: list[str]) -> int:
+    """Generate the built-in suite, gate the test split, compare oracle and noop on it."""
+    from components.env.evaluate import format_table, summarize, write_results
+    from components.env.sandbox import isolation_report
+    from components.env.verifier import sandboxed_test_runner
+    from components.tasks.gate import check_tasks
+    from components.tasks.generate import GenerateConfig, generate_suite
+
+    p = argparse.ArgumentParser(prog="agentrl demo", description=main_demo.__doc__)
+    _common(p)
+    p.add_argument("--out", type=Path, default=Path("runs/demo"))
+    p.add_argument("--n", type=int, default=300, help="tasks to generate")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    settings = load_settings(args.preset, workers=args.workers, seed=args.seed)
+    t0 = time.monotonic()
+    tasks_dir = args.out / "tasks"
+    print(f"[1/4] generating {args.n} tasks (seed {args.seed}) into {tasks_dir}", flush=True)
+    report = generate_suite(tasks_dir, GenerateConfig(n_tasks=args.n, seed=args.seed))
+    print(f"      {report.summary_line()}", flush=True)
+    tasks, errors = load_tasks(tasks_dir, split="test")
+    for e in errors:
+        print(f"      invalid task: {e}")
+    print(f"[2/4] gating the {len(tasks)} test-split tasks in the sandbox", flush=True)
+    runner = sandboxed_test_runner(settings.env, settings.sandbox)
+    gate = check_tasks(tasks, runner, workers=settings.evaluation.workers)
+    for task_id, reason in sorted(gate.failed.items()):
+        print(f"      gate FAILED {task_id}: {reason}")
+    gated = [t for t in tasks if t.id in set(gate.passed)]
+    print(f"      {len(gated)} passed, {len(gate.failed)} reported", flush=True)
+    summaries = []
+    for i, name in enumerate(("oracle", "noop"), start=3):
+        print(f"[{i}/4] {name} policy on the test split", flush=True)
+        results = _episodes(gated, name, settings, tasks_dir, _progress(len(gated), name, 10))
+        write_results(args.out / f"results-{name}.json", results, args.out / f"traj-{name}.jsonl")
+        summaries.append(summarize(results))
+    print("\nEnvironment demo: oracle vs noop on the test split (unseen function families)\n")
+    print(format_table(summaries))
+    for label, summary in zip(("oracle", "noop  "), summaries, strict=True):
+        terms = summary["mean_reward_terms"]
+        print(f"mean reward terms ({label}): "
+              + ", ".join(f"{k}={v:+.2f}" for k, v in terms.items()))  # fmt: skip
+    print(f"\nresults: {args.out}/results-*.json   trajectories: {args.out}/traj-*.jsonl")
+    print(f"sandbox: {isolation_report(settings.sandbox).get('summary', '')}")
+    print(f"total {time.monotonic() - t0:.0f}s")
+    return 0
+
+
 if __name__ == "__main__":
-    commands = {"run": main_evaluate, "safety": main_safety}
+    commands = {"run": main_evaluate, "safety": main_safety, "episodes": main_env_eval,
+                "demo": main_demo}  # fmt: skip
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        print("usage: python -m components.evaluate {run,safety} [options]", file=sys.stderr)
+        print("usage: python -m components.evaluate {run,safety,episodes,demo} [options]",
+              file=sys.stderr)  # fmt: skip
         sys.exit(2)
-    sys.exit(main_evaluate(sys.argv[2:]) if sys.argv[1] == "run" else main_safety(sys.argv[2:]))
+    sys.exit(commands[sys.argv[1]](sys.argv[2:]))

@@ -148,6 +148,23 @@ def _plots(
     return paths
 
 
+def _settings_lines(settings: dict | None) -> list[str]:
+    """The decoding and episode settings the episodes ran with (the agent is the model plus
+    its decoder: a number without them cannot be compared)."""
+    if not settings:
+        return []
+    lines = ["## Settings", "", f"Episodes of at most {settings['episode_steps']} steps."]
+    rollout = settings.get("rollout")
+    if rollout:
+        lines.append(
+            f"Decoding: temperature {rollout['temperature']}, top_p {rollout['top_p']}, "
+            f"{rollout['max_new_tokens']} new tokens per turn, {rollout['max_episode_tokens']} "
+            f"tokens per episode, try_fix ids constrained: {rollout['constrain_fix_ids']}, "
+            f"{rollout['samples_per_task']} episode(s) per task, seed {rollout['seed']}."
+        )
+    return [*lines, ""]
+
+
 def write_report(
     aggregate: dict,
     results: list[EpisodeResult],
@@ -168,6 +185,7 @@ def write_report(
     splits = {f"split {k}": v for k, v in aggregate["by_split"].items()}
     md = [f"# {title}", "", f"Policy: `{aggregate['policy']}`"
           + (f"; champion: `{champion['policy']}`" if champion else "; no champion to compare"), ""]  # fmt: skip
+    md += _settings_lines(aggregate.get("settings"))
     md += ["## Headline metrics", "", *_headline_table({**overall, **splits}), ""]
     reg = aggregate.get("regression")
     if reg is not None:

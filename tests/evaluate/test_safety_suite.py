@@ -11,13 +11,14 @@ from __future__ import annotations
 import pytest
 
 from components.env.config import EnvConfig
+from components.env.episode import run_episode
 from components.env.policies import NoopPolicy, OraclePolicy
 from components.env.sandbox import SandboxConfig
 from components.evaluate.safety_suite import (
     ATTACKS,
     build_safety_tasks,
     canary_for,
-    evaluate_policy_safety,
+    candidate_safety,
     run_safety_suite,
 )
 
@@ -84,10 +85,10 @@ def test_report_lists_fooled_and_unrecorded(fast_report):
 
 def test_candidate_policy_safety_rates(tasks):
     """The oracle fixes without violating; noop neither fixes nor violates."""
-    oracle = evaluate_policy_safety(OraclePolicy, tasks[:1], ENV, SANDBOX, workers=1)
+    oracle = candidate_safety(tasks[:1], [run_episode(tasks[0], OraclePolicy(), ENV, SANDBOX)])
     assert oracle["success_rate"] == 1.0 and oracle["violation_rate"] == 0.0
     assert oracle["canary_leak_rate"] == 0.0 and oracle["tampering_rate"] == 0.0
-    noop = evaluate_policy_safety(NoopPolicy, tasks[1:2], ENV, SANDBOX, workers=1)
+    noop = candidate_safety(tasks[1:2], [run_episode(tasks[1], NoopPolicy(), ENV, SANDBOX)])
     assert noop["success_rate"] == 0.0 and noop["violation_rate"] == 0.0
 
 

@@ -1,0 +1,55 @@
+"""Typed `pipeline` section of a preset: what the retrain flow runs, on which splits.
+
+Every other setting of a run lives in its stage's own section; this one only says which
+stages run and where their artefacts go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from components.typed_config import doc
+
+ALGORITHMS = ("rs", "dpo", "grpo")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Which stages the retrain flow runs and on what."""
+
+    workdir: str = field(
+        default="runs/pipeline", metadata=doc("folder of the run's artefacts (tasks, policies)")
+    )
+    algorithms: tuple[str, ...] = field(
+        default=("grpo",),
+        metadata=doc("RL stages after SFT, each from the SFT policy: any of rs, dpo, grpo"),
+    )
+    train_split: str = field(
+        default="train", metadata=doc("task split of the expert data and of RL")
+    )
+    expert_policy: str = field(
+        default="oracle",
+        metadata=doc(
+            "scripted policy whose trajectories SFT learns from (components/env/scripted.py)"
+        ),
+    )
+    sample_tasks: int = field(
+        default=8, metadata=doc("train tasks sampled for rs / dpo (rollout.samples_per_task each)")
+    )
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.algorithms if a not in ALGORITHMS]
+        if not self.algorithms or unknown:
+            raise ValueError(f"PipelineConfig.algorithms: need some of {ALGORITHMS}, got {unknown}")
+        if self.sample_tasks < 1:
+            raise ValueError("PipelineConfig.sample_tasks must be >= 1")
+        from components.tasks.task import SPLITS
+
+        if self.train_split not in SPLITS:
+            raise ValueError(f"PipelineConfig.train_split must be one of {SPLITS}")
+        from components.env.scripted import SCRIPTED_POLICIES
+
+        if self.expert_policy not in SCRIPTED_POLICIES:
+            raise ValueError(
+                f"PipelineConfig.expert_policy: unknown {self.expert_policy!r}; "
+                f"choose one of {', '.join(SCRIPTED_POLICIES)}"
+            )
