@@ -3,15 +3,22 @@
 This is the contract shared by the sandbox (which executes tools), the data layer (which
 validates logged trajectories) and the policy (whose chat template lists the tools).
 Schemas follow the OpenAI function-calling shape so they can be handed to any chat model.
+
+Each description says what the tool returns, and nothing it does not:
+tests/env/test_tool_descriptions.py runs every tool in an episode and checks the claims.
 """
 
 from __future__ import annotations
 
+from components.env.sandbox import DEFAULT_ALLOWED_PROGRAMS
+
 TOOL_SPECS: dict[str, dict] = {
     "run_command": {
         "description": (
-            "Run one allow-listed program in the repository (argv is parsed without a shell; "
-            "no pipes, redirects or globs). Example: python -m pytest -q"
+            "Run one program in the repository (allowed by default: "
+            f"{', '.join(DEFAULT_ALLOWED_PROGRAMS)}; argv is parsed without a shell: no pipes, "
+            "redirects or globs); prints its output, then its exit code. "
+            "Example: python -m pytest -q"
         ),
         "parameters": {
             "type": "object",
@@ -33,7 +40,10 @@ TOOL_SPECS: dict[str, dict] = {
         },
     },
     "read_file": {
-        "description": "Show a file with line numbers, optionally only lines start..end.",
+        "description": (
+            "Show a file's lines, each prefixed with its number (`12| text`), optionally only "
+            "lines start_line..end_line."
+        ),
         "parameters": {
             "type": "object",
             "properties": {
@@ -69,8 +79,9 @@ TOOL_SPECS: dict[str, dict] = {
     },
     "list_fixes": {
         "description": (
-            "Run the tests and list numbered one-edit candidate fixes of the module they "
-            "blame (or of `path`), with the module's numbered lines."
+            "Run the tests and list the one-edit candidate fixes of the module they blame (or "
+            "of `path`): the test summary, then one line per kind of change, e.g. "
+            "`cmp (2): 1) line 5: <= -> < | 2) ...`, whose ids are kind-number (cmp-1, cmp-2)."
         ),
         "parameters": {
             "type": "object",
@@ -81,8 +92,8 @@ TOOL_SPECS: dict[str, dict] = {
     },
     "try_fix": {
         "description": (
-            "Apply candidate `id` of the last list_fixes (undoing any earlier try) and rerun "
-            "the tests."
+            "Apply candidate `id` of the last list_fixes (undoing any earlier try), rerun the "
+            "tests and say whether they PASSED or FAILED."
         ),
         "parameters": {
             "type": "object",
