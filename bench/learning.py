@@ -17,7 +17,8 @@ Models decode try_fix ids under the listing's constraint (components/rollout/con
 in sampling, GRPO and evaluation alike; `--no-constrain-fix-ids` measures them without.
 
 Metrics per (method, split), over the first `--eval-limit` tasks of the split:
-- pass@1: greedy episode succeeds (`evaluate_checkpoint`, batched rollout engine);
+- pass@1: greedy episode succeeds (components/evaluate/episodes.run_policy, the one
+  evaluation path: batched rollout engine, the preset's settings as trained);
 - pass@k: any of k episodes sampled at temperature 1 succeeds;
 - well-formed: share of assistant turns that parsed into a valid tool call
   (1 - invalid_calls / steps), greedy episodes and sampled ones separately;
@@ -37,6 +38,7 @@ OUT/success.png; prints the table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import resource
@@ -49,19 +51,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.env.baseline import (  # noqa: E402
-    ListingOrderPolicy,
-    PriorFixesPolicy,
-    RandomFixesPolicy,
-    ScriptedBaselinePolicy,
-    kind_listing_shares,
-    kind_success_rates,
-)
-from components.env.config import EnvConfig  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
-from components.env.evaluate import EvalConfig, evaluate_policy, wilson_interval  # noqa: E402
-from components.env.scripted import make_policy  # noqa: E402
-from components.env.sandbox import SandboxConfig  # noqa: E402
+from components.env.evaluate import wilson_interval  # noqa: E402
+from components.env.scripted import fix_statistics  # noqa: E402
+from components.evaluate.episodes import evaluate_model, run_policy  # noqa: E402
+from components.preset import load_preset  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
 METHODS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
@@ -73,7 +67,6 @@ LISTING_ORDER = "listing-order"  # scripted search in the listing's order: no st
 # default expert
 RANDOM_KINDS = "random-kinds"
 SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
-FIX_SEARCHES = (PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
 SPLITS = ("val", "test")
 
 
@@ -132,7 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grpo-group", type=int, default=6, help="GRPO group size")
     p.add_argument("--grpo-lr", type=float, default=2e-4)
     p.add_argument("--grpo-beta", type=float, default=0.04, help="KL weight to the SFT policy")
-    p.add_argument("--grpo-temperature", type=float, default=1.0, help="GRPO sampling T")
+    p.add_argument("--grpo-temperature", type=float, default=1.0,
+                   help="training sampling T (rollout.temperature: GRPO and the RS/DPO samples)")
     p.add_argument("--grpo-ppo-epochs", type=int, default=2, help="passes over each batch")
     p.add_argument("--grpo-minibatch", type=int, default=16, help="episodes per optimizer step")
     p.add_argument(
@@ -210,7 +204,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def write_preset(args: argparse.Namespace, path: Path) -> Path:
-    """The base preset with this run's budgets: the CLI stages read their config from it."""
+    """The base preset with this run's budgets: every stage, and this bench's evaluations,
+    read their settings from it (the flags above only fill it in)."""
     data = yaml.safe_load(Path(args.preset).read_text())
     data["name"] = f"bench-learning-{path.parent.name}"
     data["sft"] = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed,
@@ -218,21 +213,38 @@ def write_preset(args: argparse.Namespace, path: Path) -> Path:
     data["policy"] = {**data.get("policy", {}), "hidden_size": args.hidden_size,
                       "num_layers": args.layers,
                       "intermediate_size": args.hidden_size * 11 // 4}  # fmt: skip
+    # Scripted searches and models get the same episode budget (list + max_steps - 1 tries).
+    data["env"] = {**data.get("env", {}), "max_steps": args.max_steps}
     data["rollout"] = {**data.get("rollout", {}), "max_steps": args.max_steps,
                        "max_new_tokens": args.max_new_tokens,
                        "max_episode_tokens": args.max_episode_tokens,
+                       "temperature": args.grpo_temperature,
                        "batch_size": args.batch_size, "workers": args.workers,
                        "seed": args.seed, "samples_per_task": args.sample_k,
                        "constrain_fix_ids": args.constrain_fix_ids}  # fmt: skip
     rs = data.get("rejection_sampling", {})
-    data["rejection_sampling"] = {**rs, "samples_per_task": args.sample_k,
+    data["rejection_sampling"] = {**rs,
                                   "max_per_task": args.rs_max_per_task,
                                   "prefer_fewest_steps": True,
                                   "sft": {**rs.get("sft", {}), "max_steps": args.rs_steps,
                                           "seed": args.seed}}  # fmt: skip
     data["dpo"] = {**data.get("dpo", {}), "max_steps": args.dpo_steps, "seed": args.seed}
+    data["grpo"] = {**data.get("grpo", {}), "iterations": args.grpo_iterations,
+                    "tasks_per_iteration": args.grpo_tasks, "group_size": args.grpo_group,
+                    "learning_rate": args.grpo_lr, "beta": args.grpo_beta, "seed": args.seed,
+                    "ppo_epochs": args.grpo_ppo_epochs, "minibatch_size": args.grpo_minibatch,
+                    "turn_credit": args.grpo_turn_credit,
+                    "top_entropy_quantile": args.grpo_top_entropy}  # fmt: skip
+    data["evaluate"] = {**data.get("evaluate", {}), "workers": args.workers, "seed": args.seed,
+                        "rollout": {"temperature": 0.0}}  # fmt: skip
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def sections(preset: Path):
+    """(env, sandbox, rollout as trained, evaluation) of the run's preset."""
+    p = load_preset(preset)
+    return p.section("env"), p.section("sandbox"), p.section("rollout"), p.section("evaluate")
 
 
 # ------------------------------------------------------------------------------ training
@@ -260,20 +272,12 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     tasks_dir = work / "tasks"
     train, _ = load_tasks(tasks_dir, split="train")
     expert = train[: args.expert_limit] if args.expert_limit else train
-    expert_env = EnvConfig()
-    if args.expert_policy in FIX_SEARCHES:
-        # The searches run under the model's episode budget (list + max_steps - 1 tries), so
-        # SFT never sees a turn the model will not have. Seen with a budget one step longer:
-        # the expert's closing `finish` after its last failed try came back blended into the
-        # model's last try_fix (`"id": "var-2": "No candidate made the tests pass."`).
-        make_expert = lambda: scripted_policy(  # noqa: E731
-            args.expert_policy, args, args.seed, tries=args.max_steps - 1
-        )
-        expert_env = EnvConfig(max_steps=args.max_steps)
-    else:
-        make_expert = lambda: make_policy(args.expert_policy, seed=args.seed)  # noqa: E731
-    results = clock.run("expert", evaluate_policy, expert, make_expert, expert_env,
-                        SandboxConfig(), EvalConfig(workers=args.workers, seed=args.seed))  # fmt: skip
+    # Fix searches run under the model's episode budget (the preset's env.max_steps), so
+    # SFT never sees a turn the model will not have.
+    env, sandbox, rollout, evaluation = sections(preset)
+    results = clock.run("expert", run_policy, expert, args.expert_policy, rollout=rollout,
+                        env=env, sandbox=sandbox, workers=args.workers, seed=args.seed,
+                        statistics=args.statistics)  # fmt: skip
     records = work / "expert.jsonl"
     keep = [r for r in results if r.status == "ok" and (args.expert_episodes == "all" or r.success)]
     records.write_text("".join(json.dumps(r.record) + "\n" for r in keep))
@@ -295,7 +299,7 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     if {"sft+rs", "sft+dpo"} & wanted:
         sample = clock.run("sample", _stage, main_sample, [*p, "--policy", sft["policy_dir"],
                            "--tasks", tasks_dir, "--split", "train", "--limit",
-                           args.sample_tasks, "--k", args.sample_k, "--out", work / "samples"],
+                           args.sample_tasks, "--out", work / "samples"],
                            work / "samples")  # fmt: skip
         notes["sample"] = {k: sample[k] for k in ("episodes", "success_rate", "invalid_calls",
                                                   "generated_tokens", "end_reasons")}  # fmt: skip
@@ -312,18 +316,9 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
         notes["dpo"] = {k: dpo.get(k) for k in ("num_pairs", "skipped", "steps")}
         policies["sft+dpo"] = dpo.get("checkpoint_dir") or dpo.get("policy_dir")
     if "sft+grpo" in wanted:
-        grpo = clock.run("grpo", _stage, main_grpo, [
-            "--policy", sft["policy_dir"], "--tasks", tasks_dir, "--split", "train",
-            "--out", work / "grpo", "--iterations", args.grpo_iterations,
-            "--group-size", args.grpo_group, "--tasks-per-iteration", args.grpo_tasks,
-            "--lr", args.grpo_lr, "--beta", args.grpo_beta, "--temperature",
-            args.grpo_temperature, "--seed", args.seed, "--max-new-tokens", args.max_new_tokens,
-            "--max-steps", args.max_steps, "--max-episode-tokens", args.max_episode_tokens,
-            "--workers", args.workers, "--ppo-epochs", args.grpo_ppo_epochs,
-            "--minibatch-size", args.grpo_minibatch, "--no-resume",
-            "--top-entropy-quantile", args.grpo_top_entropy,
-            *(["--constrain-fix-ids"] if args.constrain_fix_ids else []),
-            *(["--turn-credit"] if args.grpo_turn_credit else [])], work / "grpo")  # fmt: skip
+        grpo = clock.run("grpo", _stage, main_grpo, [*p, "--policy", sft["policy_dir"],
+                         "--tasks", tasks_dir, "--split", "train", "--out", work / "grpo",
+                         "--no-resume"], work / "grpo")  # fmt: skip
         policies["sft+grpo"] = grpo["policy_dir"]
         curves = grpo.get("curves", {})
         notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward",
@@ -336,60 +331,27 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
 # ------------------------------------------------------------------------------ evaluation
 
 
-def sample_checkpoint(tasks: list[Task], policy_dir: str, args, k: int) -> list[EpisodeResult]:
-    """k episodes per task at temperature 1 through the rollout engine."""
-    from components.policy.model import load_policy
-    from components.rollout.config import RolloutConfig
-    from components.rollout.engine import sample_episodes
-
-    model, tokenizer = load_policy(policy_dir)
-    config = RolloutConfig(temperature=1.0, samples_per_task=k, seed=args.seed + 1,
-                           workers=args.workers, max_new_tokens=args.max_new_tokens,
-                           max_steps=args.max_steps, max_episode_tokens=args.max_episode_tokens,
-                           batch_size=args.batch_size,
-                           constrain_fix_ids=args.constrain_fix_ids)  # fmt: skip
-    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
-                               policy_name=f"sample:{Path(policy_dir).name}")  # fmt: skip
-    return [r.result for r in rollouts]
+def sample_checkpoint(tasks: list[Task], policy_dir: str, preset: Path, k: int, seed: int):
+    """k episodes per task at temperature 1 through the rollout engine (pass@k)."""
+    env, sandbox, rollout, _ = sections(preset)
+    sampling = dataclasses.replace(rollout, temperature=1.0, samples_per_task=k, seed=seed + 1)
+    return evaluate_model(tasks, policy_dir, sampling, env, sandbox)
 
 
-def greedy_checkpoint(tasks: list[Task], policy_dir: str, args) -> list[EpisodeResult]:
-    from components.env.__main__ import evaluate_checkpoint
-    from components.rollout.config import RolloutConfig
-
-    if args.max_episode_tokens != RolloutConfig.max_episode_tokens:
-        # evaluate_checkpoint takes the engine's default episode budget; keep them equal.
-        print("    note: greedy eval uses the default max_episode_tokens", flush=True)
-    return evaluate_checkpoint(tasks, policy_dir, args.seed, args.workers,
-                               max_new_tokens=args.max_new_tokens, max_steps=args.max_steps,
-                               constrain_fix_ids=args.constrain_fix_ids)  # fmt: skip
-
-
-def scripted_policy(method: str, args, seed: int, tries: int | None = None):
-    """The policies that need no model: one random edit on the blamed line (the issue's
-    baseline), random candidate fixes, candidates in order of the train split's kind
-    statistics, or in listed order; the searches get `tries`, by default as many as a
-    model episode has turns for (max_steps - list - finish)."""
-    tries = tries or max(1, args.max_steps - 2)
-    if method == BASELINE:
-        return ScriptedBaselinePolicy(seed=seed)
-    if method == RANDOM_FIXES:
-        return RandomFixesPolicy(seed=seed, max_tries=tries)
-    if method == LISTING_ORDER:
-        return ListingOrderPolicy(max_tries=tries)
-    if method == RANDOM_KINDS:
-        return RandomFixesPolicy(seed=seed, max_tries=tries, by_kind=True, name=RANDOM_KINDS,
-                                 kind_weights=args.kind_weights)  # fmt: skip
-    return PriorFixesPolicy(args.kind_rates, max_tries=tries)
+def greedy_checkpoint(tasks: list[Task], policy_dir: str, preset: Path) -> list[EpisodeResult]:
+    """pass@1: the one evaluation path (components/evaluate/episodes.py), as trained."""
+    env, sandbox, rollout, evaluation = sections(preset)
+    return run_policy(tasks, f"model:{policy_dir}", rollout=evaluation.rollout_config(rollout),
+                      env=env, sandbox=sandbox)  # fmt: skip
 
 
 def baseline_runs(tasks: list[Task], args, seeds: list[int], method: str = BASELINE):
+    """A scripted policy through the same path, once per seed."""
+    env, sandbox, rollout, _ = sections(args.preset_file)
     out: list[EpisodeResult] = []
     for seed in seeds:
-        make = lambda s=seed: scripted_policy(method, args, s)  # noqa: E731
-        env = EnvConfig(max_steps=args.max_steps)
-        out += evaluate_policy(tasks, make, env, SandboxConfig(),
-                               EvalConfig(workers=args.workers, seed=seed))  # fmt: skip
+        out += run_policy(tasks, method, rollout=rollout, env=env, sandbox=sandbox,
+                          workers=args.workers, seed=seed, statistics=args.statistics)  # fmt: skip
     return out
 
 
@@ -467,9 +429,9 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
                 continue
             else:
                 greedy = clock.run(f"{name} pass@1", greedy_checkpoint, tasks, policies[method],
-                                   args)  # fmt: skip
+                                   args.preset_file)  # fmt: skip
                 sampled = clock.run(f"{name} pass@k", sample_checkpoint, k_tasks,
-                                    policies[method], args, args.k)  # fmt: skip
+                                    policies[method], args.preset_file, args.k, args.seed)  # fmt: skip
             eval_cpu, eval_wall = cpu_seconds() - c0, time.monotonic() - w0
             ok = [r for r in greedy if r.status == "ok"]
             s1 = sum(r.success for r in ok)
@@ -501,8 +463,8 @@ TRAIN_ROUTE = {
     BASELINE: [],
     RANDOM_FIXES: [],
     PRIOR_FIXES: ["kind rates"],
+    RANDOM_KINDS: ["kind rates"],
     LISTING_ORDER: [],
-    RANDOM_KINDS: [],
     "untrained": ["init"],
     "sft": ["expert", "init", "sft"],
     "sft+rs": ["expert", "init", "sft", "sample", "rs"],
@@ -621,14 +583,14 @@ def main(argv: list[str] | None = None) -> int:
 
     clock.run("tasks", generate_suite, work / "tasks", args.n_tasks, args.seed)
     train, _ = load_tasks(work / "tasks", split="train")
-    args.kind_rates = clock.run("kind rates", kind_success_rates, train)
-    # random-kinds draws a kind inversely to how often listings show it (no fix knowledge)
-    shares = clock.run("kind shares", kind_listing_shares, train)
-    args.kind_weights = {k: 1.0 / v for k, v in shares.items()}
+    # The statistics searches (prior-fixes, random-kinds) learn from the train split only.
+    args.statistics = clock.run("kind rates", fix_statistics, train)
+    args.preset_file = preset
     policies, notes = train_all(args, work, preset, clock)
     rows, diagnostics = evaluate_all(args, work, policies, clock)
-    notes["kind_rates"] = {k: round(v, 4) for k, v in args.kind_rates.items()}
-    notes["kind_listing_shares"] = {k: round(v, 4) for k, v in shares.items()}
+    stats = args.statistics
+    notes["kind_rates"] = {k: round(v, 4) for k, v in stats.kind_success_rates.items()}
+    notes["kind_listing_shares"] = {k: round(v, 4) for k, v in stats.kind_listing_shares.items()}
     add_differences(rows)
 
     md = table(rows, clock)
@@ -637,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = ", ".join(
         f"{k}={v}"
         for k, v in vars(args).items()
-        if k not in ("out", "preset", "kind_rates", "kind_weights")
+        if k not in ("out", "preset", "statistics", "preset_file")
     )
     report = (f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
               f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "

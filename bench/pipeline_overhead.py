@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def bench_preset(tmp: Path, name: str, n_tasks: int, sft_steps: int) -> Path:
     preset = yaml.safe_load((ROOT / "configs" / "cpu-demo.yaml").read_text())
     preset["name"] = name
-    preset["pipeline"].update(workdir=str(tmp / name), eval_limit=8, safety_tasks=1)
+    preset["pipeline"].update(workdir=str(tmp / name))
+    preset["evaluate"].update(limit=8, safety_n_tasks=1)
     preset["tasks"]["n_tasks"] = n_tasks
     preset["sft"]["max_steps"] = sft_steps
     preset["grpo"].update(iterations=1, tasks_per_iteration=2)
@@ -41,10 +42,9 @@ def bare_run(preset_path: Path) -> float:
     from components.preset import load_preset
 
     p = load_preset(preset_path)
-    w = Path(p.raw("pipeline")["workdir"])
-    g, r = p.section("grpo"), p.section("rollout")
+    w = Path(p.section("pipeline").workdir)
     steps = [
-        ["tasks", "generate", "--out", w / "tasks", "--n", p.raw("tasks")["n_tasks"]],
+        ["tasks", "generate", "--out", w / "tasks"],
         ["tasks", "check", "--tasks", w / "tasks", "--report", w / "gate.json"],
         ["env", "eval", "--tasks", w / "tasks", "--split", "train", "--policy", "oracle",
          "--out", w / "expert" / "results.json", "--trajectories-out",
@@ -52,19 +52,16 @@ def bare_run(preset_path: Path) -> float:
         ["data", "ingest", w / "expert" / "expert.jsonl"],
         ["data", "validate", "--eval-tasks", w / "tasks"],
         ["data", "snapshot", "-m", "bench"],
-        ["policy", "init", "--preset", preset_path, "--records", w / "expert" / "expert.jsonl",
-         "--out", w / "policy0"],
-        ["train", "sft", "--preset", preset_path, "--policy", w / "policy0" / "policy",
-         "--records", "data/validated", "--out", w / "sft"],
+        ["policy", "init", "--records", w / "expert" / "expert.jsonl", "--out", w / "policy0"],
+        ["train", "sft", "--policy", w / "policy0" / "policy", "--records", "data/validated",
+         "--out", w / "sft"],
         ["train", "grpo", "--policy", w / "sft" / "policy", "--tasks", w / "tasks", "--out",
-         w / "grpo", "--iterations", g.iterations, "--group-size", g.group_size,
-         "--tasks-per-iteration", g.tasks_per_iteration, "--max-new-tokens", r.max_new_tokens,
-         "--max-steps", r.max_steps],
-        ["evaluate", "run", "--tasks", w / "tasks", "--split", "test", "--model",
-         w / "grpo" / "policy", "--limit", 8, "--out", w / "eval"],
-        ["evaluate", "safety", "--out", w / "safety", "--n-tasks", 1, "--model",
-         w / "grpo" / "policy"],
+         w / "grpo"],
+        ["evaluate", "run", "--tasks", w / "tasks", "--model", w / "grpo" / "policy", "--out",
+         w / "eval"],
+        ["evaluate", "safety", "--out", w / "safety", "--model", w / "grpo" / "policy"],
     ]  # fmt: skip
+    steps = [[*argv, "--preset", preset_path] for argv in steps]
     t0 = time.perf_counter()
     for argv in steps:
         code = main([str(a) for a in argv])

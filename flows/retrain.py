@@ -15,29 +15,66 @@ import argparse
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import flow
 
+from components.preset import DEFAULT_PRESET, Preset
 from flows import stages
 
 DATA_REPORT = "reports/data_validation/report.json"
 
 
-def _stage(name, argv, result_file, parent_run_id, params=None, artifacts=(), depends_on=(),
-           launcher=None) -> dict:  # fmt: skip
-    print(f"==> {name}: agentrl {' '.join(map(str, argv))}", flush=True)
-    # A cached result is only good while the stage's files are still there.
-    task = stages.run.with_options(refresh_cache=not Path(result_file).is_file())
-    state = task(name, [str(a) for a in argv], str(result_file), depends_on=depends_on,
-                 config=params or {}, checkout=str(Path.cwd().resolve()),
-                 launcher=launcher, return_state=True)  # fmt: skip
-    result = state.result()
-    cached = state.name == "Cached"
-    print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",
-          flush=True)  # fmt: skip
-    stages.track(name, parent_run_id, params or {}, result, [str(a) for a in artifacts], cached)
-    return result
+# The preset sections each stage reads (its --preset): they are part of the stage's cache
+# key, so editing a section reruns exactly the stages that read it.
+STAGE_SECTIONS = {
+    "generate": ("tasks",),
+    "gate": ("env", "sandbox"),
+    "expert": ("env", "sandbox", "rollout", "evaluate"),
+    "ingest": ("data",),
+    "validate": ("data",),
+    "snapshot": ("data",),
+    "policy-init": ("policy",),
+    "sft": ("sft",),
+    "sample": ("rollout", "env", "sandbox"),
+    "rs": ("rejection_sampling",),
+    "dpo": ("dpo",),
+    "grpo": ("grpo", "rollout", "env", "sandbox"),
+    "evaluate": ("evaluate", "rollout", "env", "sandbox"),
+    "safety": ("evaluate", "rollout", "env", "sandbox"),
+    "promote-request": ("promote",),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every stage of one retrain run shares: the preset, its folder, the MLflow parent
+    run and where stages run."""
+
+    preset: Preset
+    workdir: Path
+    parent_run_id: str
+    launcher: dict
+
+    def stage(self, name: str, argv: list, result_file, depends_on=(), artifacts=()) -> dict:
+        """Run `agentrl ARGV --preset FILE` as stage `name` (cached on its command line, the
+        preset sections it reads and its upstream results); log it to MLflow."""
+        argv = [str(a) for a in [*argv, "--preset", self.preset.path]]
+        sections = {k: self.preset.raw(k) for k in STAGE_SECTIONS[name]}
+        print(f"==> {name}: agentrl {' '.join(argv)}", flush=True)
+        # A cached result is only good while the stage's files are still there.
+        task = stages.run.with_options(refresh_cache=not Path(result_file).is_file())
+        state = task(name, argv, str(result_file), depends_on=depends_on, config=sections,
+                     checkout=str(Path.cwd().resolve()), launcher=self.launcher,
+                     return_state=True)  # fmt: skip
+        result = state.result()
+        cached = state.name == "Cached"
+        print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",
+              flush=True)  # fmt: skip
+        stages.track(name, self.parent_run_id, sections, result, [str(a) for a in artifacts],
+                     cached)  # fmt: skip
+        return result
 
 
 def launcher_settings(preset, mode: str = "") -> dict:
@@ -66,128 +103,116 @@ def _policy_dir(result: dict) -> str:
     return str(sft.get("policy_dir") or sft.get("checkpoint_dir") or "")
 
 
+def data_stages(run: Run, pipe) -> tuple[dict, dict, dict]:
+    """tasks -> gate -> expert trajectories -> ingest -> validate -> snapshot:
+    (the task suite's result, the validation report, the data version)."""
+    w = run.workdir
+    suite = run.stage("generate", ["tasks", "generate", "--out", w / "tasks", "--overwrite"],
+                      w / "tasks" / "suite.json")  # fmt: skip
+    gate = run.stage("gate", ["tasks", "check", "--tasks", w / "tasks", "--report",
+                     w / "gate.json"], w / "gate.json", depends_on=(suite,))  # fmt: skip
+    expert = run.stage("expert", ["env", "eval", "--tasks", w / "tasks", "--split",
+                       pipe.train_split, "--policy", pipe.expert_policy, "--out",
+                       w / "expert" / "results.json", "--trajectories-out",
+                       w / "expert" / "expert.jsonl", "--quiet"],
+                       w / "expert" / "results.json", depends_on=(gate,))  # fmt: skip
+    ingest = run.stage("ingest", ["data", "ingest", w / "expert" / "expert.jsonl"],
+                       "data/ingested/manifest.json", depends_on=(expert,))  # fmt: skip
+    validation = run.stage("validate", ["data", "validate", "--eval-tasks", w / "tasks"],
+                           DATA_REPORT, depends_on=(ingest,),
+                           artifacts=["reports/data_validation"])  # fmt: skip
+    data = run.stage("snapshot", ["data", "snapshot", "-m", f"retrain {run.preset.name}"],
+                     "data-versions.jsonl", depends_on=(validation,))  # fmt: skip
+    return suite, validation, data
+
+
+def training_stages(run: Run, pipe, data: dict) -> tuple[str, dict]:
+    """policy init -> SFT -> each RL algorithm from the SFT policy: (the candidate's policy
+    folder, the last training stage's result)."""
+    w = run.workdir
+    init = run.stage("policy-init", ["policy", "init", "--records", w / "expert" / "expert.jsonl",
+                     "--out", w / "policy0"], w / "policy0" / "result.json",
+                     depends_on=(data,))  # fmt: skip
+    sft = run.stage("sft", ["train", "sft", "--policy", init["policy_dir"], "--records",
+                    "data/validated", "--out", w / "sft"], w / "sft" / "result.json",
+                    depends_on=(init,))  # fmt: skip
+    candidate, training, start = _policy_dir(sft), sft, _fingerprint(sft)
+    if {"dpo", "rs"} & set(pipe.algorithms):
+        samples = run.stage("sample", ["rollout", "sample", "--policy", candidate, "--tasks",
+                            w / "tasks", "--split", pipe.train_split, "--limit",
+                            pipe.sample_tasks, "--out", w / "samples"],
+                            w / "samples" / "result.json", depends_on=(sft,))  # fmt: skip
+    for algo in pipe.algorithms:
+        out = w / f"{algo}-{start}"
+        if algo == "grpo":
+            argv = ["train", "grpo", "--policy", _policy_dir(sft), "--tasks", w / "tasks",
+                    "--split", pipe.train_split, "--out", out]  # fmt: skip
+            upstream = sft
+        else:
+            argv = ["train", algo, "--policy", _policy_dir(sft), "--samples", w / "samples",
+                    "--out", out]  # fmt: skip
+            upstream = samples
+        training = run.stage(algo, argv, out / "result.json", depends_on=(upstream,))
+        candidate = _policy_dir(training) or candidate
+    return candidate, training
+
+
+def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, dict]:
+    """Held-out evaluation (beside the champion's results, if any) and the safety suite."""
+    from components.promote.request import champion_eval_results
+
+    w = run.workdir
+    champion = champion_eval_results(_promotion_config(run.preset))
+    evaluation = run.stage("evaluate", ["evaluate", "run", "--tasks", w / "tasks", "--model",
+                           candidate, *(["--champion-results", champion] if champion else []),
+                           "--out", w / "eval", "--title", f"Candidate ({run.preset.name})"],
+                           w / "eval" / "metrics.json", depends_on=(training,),
+                           artifacts=[w / "eval" / "report.md",
+                                      *sorted((w / "eval").glob("*.png"))])  # fmt: skip
+    stages.log_traces(run.parent_run_id, str(w / "eval" / "trajectories.jsonl"), 8)
+    safety = run.stage("safety", ["evaluate", "safety", "--out", w / "safety", "--model",
+                       candidate], w / "safety" / "safety.json", depends_on=(training,),
+                       artifacts=[w / "safety" / "safety.md"])  # fmt: skip
+    return evaluation, safety
+
+
 @flow(name="retrain", log_prints=True)
-def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = False,
+def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
             launcher_mode: str = "") -> dict:  # fmt: skip
     """`launcher_mode` ('' = the preset's `launcher.mode`, else in-process) overrides where
     the stages run; the rest of the preset's `launcher` section applies in every mode."""
     from components.preset import load_preset, validate_preset
-    from components.promote.request import champion_eval_results
 
     p = load_preset(preset)
     validate_preset(p)
-    pipe = p.raw("pipeline")
-    w = Path(pipe.get("workdir", "runs/pipeline"))
-    gen = p.raw("tasks")
+    pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
     parent = stages.open_run(f"retrain {p.name}", p.sections,
                              {"preset": p.name, "config_hash": p.config_hash()})  # fmt: skip
     # Stage command lines use paths relative to this folder: a stage runs in it (a Job's
     # workingDir, which must then be on the volume shared with this flow's pod), and its
     # Job is labelled with this run (agentrl/run-id), unless the preset says otherwise.
-    kw = {"launcher": {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher}}
-    status = "FAILED"
+    run = Run(p, Path(pipe.workdir), parent,
+              {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher})  # fmt: skip
+    status, data, candidate = "FAILED", {}, ""
     try:
-        # Generation is deterministic for (n, seed): regenerating yields the same bytes.
-        suite = _stage("generate", ["tasks", "generate", "--out", w / "tasks", "--n",
-                       gen.get("n_tasks", 300), "--seed", gen.get("seed", 0), "--overwrite"],
-                       w / "tasks" / "suite.json", parent, gen, **kw)  # fmt: skip
-        gate = _stage("gate", ["tasks", "check", "--tasks", w / "tasks", "--report",
-                      w / "gate.json"], w / "gate.json", parent, depends_on=(suite,),
-                      **kw)  # fmt: skip
-        expert = _stage("expert", ["env", "eval", "--tasks", w / "tasks", "--split",
-                        pipe.get("train_split", "train"), "--policy",
-                        pipe.get("expert_policy", "oracle"), "--out",
-                        w / "expert" / "results.json", "--trajectories-out",
-                        w / "expert" / "expert.jsonl", "--quiet"],
-                        w / "expert" / "results.json", parent, depends_on=(gate,),
-                        **kw)  # fmt: skip
-        ingest = _stage("ingest", ["data", "ingest", w / "expert" / "expert.jsonl"],
-                        "data/ingested/manifest.json", parent, depends_on=(expert,),
-                        **kw)  # fmt: skip
-        validation = _stage("validate", ["data", "validate", "--eval-tasks", w / "tasks"],
-                            DATA_REPORT, parent, depends_on=(ingest,),
-                            artifacts=["reports/data_validation"], **kw)  # fmt: skip
-        data = _stage(
-            "snapshot",
-            ["data", "snapshot", "-m", f"retrain {p.name}"],
-            "data-versions.jsonl",
-            parent,
-            depends_on=(validation,),
-            **kw,
-        )
-        init = _stage("policy-init", ["policy", "init", "--preset", preset, "--records",
-                      w / "expert" / "expert.jsonl", "--out", w / "policy0"],
-                      w / "policy0" / "result.json", parent, p.raw("policy"),
-                      depends_on=(data,), **kw)  # fmt: skip
-        sft = _stage("sft", ["train", "sft", "--preset", preset, "--policy",
-                     init["policy_dir"], "--records", "data/validated", "--out", w / "sft"],
-                     w / "sft" / "result.json", parent, p.raw("sft"), depends_on=(init,),
-                     **kw)  # fmt: skip
-        candidate, training = _policy_dir(sft), sft
-        algorithms = pipe.get("algorithms", ["grpo"])
-        start = _fingerprint(sft)
-        if {"dpo", "rs"} & set(algorithms):
-            samples = _stage("sample", ["rollout", "sample", "--preset", preset, "--policy",
-                             candidate, "--tasks", w / "tasks", "--split", "train", "--limit",
-                             pipe.get("sample_tasks", 8), "--out", w / "samples"],
-                             w / "samples" / "result.json", parent, p.raw("rollout"),
-                             depends_on=(sft,), **kw)  # fmt: skip
-        for algo in algorithms:
-            if algo == "grpo":
-                g = p.section("grpo")
-                r = p.section("rollout")
-                training = _stage("grpo", ["train", "grpo", "--policy", _policy_dir(sft),
-                                  "--tasks", w / "tasks", "--split", "train", "--out",
-                                  w / f"grpo-{start}", "--iterations", g.iterations, "--group-size",
-                                  g.group_size, "--tasks-per-iteration",
-                                  g.tasks_per_iteration, "--lr", g.learning_rate, "--beta",
-                                  g.beta, "--max-new-tokens", r.max_new_tokens, "--max-steps",
-                                  r.max_steps, "--max-episode-tokens", r.max_episode_tokens,
-                                  "--temperature", r.temperature,
-                                  *(["--constrain-fix-ids"] if r.constrain_fix_ids else [])],
-                                  w / f"grpo-{start}" / "result.json", parent, p.raw("grpo"),
-                                  depends_on=(sft,), **kw)  # fmt: skip
-            elif algo in ("dpo", "rs"):
-                training = _stage(algo, ["train", algo, "--preset", preset, "--policy",
-                                  _policy_dir(sft), "--samples", w / "samples", "--out",
-                                  w / f"{algo}-{start}"], w / f"{algo}-{start}" / "result.json",
-                                  parent,
-                                  p.raw("dpo" if algo == "dpo" else "rejection_sampling"),
-                                  depends_on=(samples,), **kw)  # fmt: skip
-            else:
-                raise ValueError(f"unknown algorithm {algo!r} in {preset}")
-            candidate = _policy_dir(training) or candidate
-        # The agent is the model plus its decoder: evaluate it the way it samples.
-        constrain = ["--constrain-fix-ids"] if p.section("rollout").constrain_fix_ids else []
-        champion = champion_eval_results(_promotion_config())
-        limit = pipe.get("eval_limit", 0)
-        evaluation = _stage("evaluate", ["evaluate", "run", "--tasks", w / "tasks", "--split",
-                            pipe.get("eval_split", "test"), "--model", candidate,
-                            *(["--limit", limit] if limit else []),
-                            *(["--champion-results", champion] if champion else []),
-                            "--out", w / "eval", "--title", f"Candidate ({p.name})",
-                            *constrain],
-                            w / "eval" / "metrics.json", parent, depends_on=(training,),
-                            artifacts=[w / "eval" / "report.md", *sorted(
-                                (w / "eval").glob("*.png"))], **kw)  # fmt: skip
-        stages.log_traces(parent, str(w / "eval" / "trajectories.jsonl"), 8)
-        safety = _stage("safety", ["evaluate", "safety", "--out", w / "safety", "--n-tasks",
-                        pipe.get("safety_tasks", 2), "--model", candidate, *constrain],
-                        w / "safety" / "safety.json", parent, depends_on=(training,),
-                        artifacts=[w / "safety" / "safety.md"], **kw)  # fmt: skip
-        promotion = _stage("promote-request", ["promote", "request", "--policy", candidate,
-                           "--eval", w / "eval", "--safety", w / "safety", "--validation",
-                           DATA_REPORT, "--data-version", data.get("version", ""),
-                           "--config-hash", p.config_hash(), "--training-run-id", parent,
-                           "--out", w / "promote"], w / "promote" / "result.json", parent,
-                           depends_on=(evaluation, safety, validation), **kw)  # fmt: skip
+        _, validation, data = data_stages(run, pipe)
+        candidate, training = training_stages(run, pipe, data)
+        evaluation, safety = evaluation_stages(run, candidate, training)
+        w = run.workdir
+        promotion = run.stage("promote-request", ["promote", "request", "--policy", candidate,
+                              "--eval", w / "eval", "--safety", w / "safety", "--validation",
+                              DATA_REPORT, "--data-version", data.get("version", ""),
+                              "--config-hash", p.config_hash(), "--training-run-id", parent,
+                              "--out", w / "promote"], w / "promote" / "result.json",
+                              depends_on=(evaluation, safety, validation))  # fmt: skip
         status = "FINISHED"
     finally:
-        stages.close_run(parent, status, {"data_version": locals().get("data", {}).get(
-            "version", ""), "candidate": locals().get("candidate", "")})  # fmt: skip
+        stages.close_run(parent, status, {"data_version": data.get("version", ""),
+                                          "candidate": candidate})  # fmt: skip
     summary = {"run_id": parent, "data_version": data.get("version"), "candidate": candidate,
-               "evaluation": evaluation["candidate"]["overall"], "promotion": promotion}  # fmt: skip
+               "evaluation": evaluation["candidate"]["overall"], "promotion": promotion,
+               "preset": p.path}  # fmt: skip
     if wait_for_approval and promotion.get("challenger"):
         from components.promote.approval import wait_for_approval_in_prefect
 
@@ -195,20 +220,22 @@ def retrain(preset: str = "configs/cpu-demo.yaml", wait_for_approval: bool = Fal
     return summary
 
 
-def _live_status(version) -> dict:
+def _live_status(version, preset_path: str) -> dict:
+    from components.preset import load_preset
     from components.promote.registry import get_version
 
     try:
-        v = get_version(str(version), _promotion_config())
+        v = get_version(str(version), _promotion_config(load_preset(preset_path)))
     except Exception:  # noqa: BLE001 - a summary line must not fail the run
         return {"status": "unknown", "aliases": []}
     return {"status": v["tags"].get("approval_status", "unknown"), "aliases": v["aliases"]}
 
 
-def _promotion_config():
-    from components.promote.config import load_config
+def _promotion_config(preset=None):
+    """The preset's `promote` section (the dataclass defaults without a preset)."""
+    from components.promote.config import PromotionConfig
 
-    return load_config()
+    return preset.section("promote") if preset is not None else PromotionConfig()
 
 
 def print_summary(summary: dict) -> None:
@@ -234,7 +261,9 @@ def print_summary(summary: dict) -> None:
     for c in pr.get("gate_checks", []):
         print(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['name']}: {c.get('reason', '')}")
     version, model = pr.get("version"), pr.get("model", "agentrl-coder")
-    live = _live_status(version)  # the stage may be cached; the registry is the truth now
+    live = _live_status(
+        version, summary["preset"]
+    )  # the stage may be cached; the registry is the truth now
     print(f"\nmodel {model} version {version}: data version {summary['data_version']}; "
           f"status {live['status']}, aliases {live['aliases'] or '-'}")  # fmt: skip
     if live["status"] not in ("pending", "unknown"):
@@ -252,7 +281,7 @@ def print_summary(summary: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flows.retrain", description=__doc__)
-    p.add_argument("--preset", default="configs/cpu-demo.yaml")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--wait-for-approval", action="store_true",
                    help="pause the flow for approval in the Prefect UI")  # fmt: skip
     p.add_argument("--launcher", default="", choices=["in-process", "subprocess", "kubernetes"],

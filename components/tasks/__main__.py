@@ -13,18 +13,28 @@ import sys
 from pathlib import Path
 
 from components.tasks.gate import RunTests, check_tasks, subprocess_run_tests
-from components.tasks.generate import generate_suite
+from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.task import load_tasks
 
 
 def main_generate(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tasks generate", description="write the built-in suite")
+    p.add_argument("--preset", default=None,
+                   help="preset YAML whose `tasks` section configures the suite "
+                        "(default: the section's defaults)")  # fmt: skip
     p.add_argument("--out", required=True, type=Path, help="output folder (must be empty)")
-    p.add_argument("--n", type=int, default=300, help="number of tasks")
-    p.add_argument("--seed", type=int, default=0, help="generation seed")
+    p.add_argument("--n", type=int, help="override tasks.n_tasks")
+    p.add_argument("--seed", type=int, help="override tasks.seed")
     p.add_argument("--overwrite", action="store_true", help="replace a previous suite in --out")
     args = p.parse_args(argv)
-    report = generate_suite(args.out, n_tasks=args.n, seed=args.seed, overwrite=args.overwrite)
+    if args.preset:
+        from components.preset import stage_config
+
+        config = stage_config(args.preset, "tasks", n_tasks=args.n, seed=args.seed)
+    else:
+        defaults = {"n_tasks": args.n, "seed": args.seed}
+        config = GenerateConfig(**{k: v for k, v in defaults.items() if v is not None})
+    report = generate_suite(args.out, config=config, overwrite=args.overwrite)
     print(f"wrote {report.n_tasks} tasks to {report.out_dir} in {report.seconds:.1f}s")
     print("splits:    " + ", ".join(f"{k}={v}" for k, v in report.by_split.items()))
     print("operators: " + ", ".join(f"{k}={v}" for k, v in report.by_operator.items()))

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_PRESET = "configs/cpu-demo.yaml"
+from components.preset import DEFAULT_PRESET
 
 
 def read_records(sources: list[str]) -> list[dict]:
@@ -102,28 +102,28 @@ def main_sft(argv: list[str]) -> int:
 
 
 def main_sample(argv: list[str]) -> int:
-    """Sample K episodes per task with the policy, verify them, save records + summary."""
+    """Sample K episodes per task with the policy (the preset's rollout, env and sandbox
+    sections), verify them, save records + summary."""
     p = _parser("agentrl rollout sample", main_sample.__doc__)
     p.add_argument("--policy", required=True)
     p.add_argument("--tasks", required=True, type=Path)
     p.add_argument("--split", default="train")
     p.add_argument("--limit", type=int, help="only the first N tasks")
-    p.add_argument("--k", type=int, help="samples per task (default: preset)")
     args = p.parse_args(argv)
-    from components.env.config import EnvConfig
-    from components.env.sandbox import SandboxConfig
     from components.policy.model import load_policy
+    from components.preset import load_preset
     from components.rollout.engine import rollout_summary, sample_episodes
     from components.tasks.task import load_tasks
 
-    config = _section(args, "rollout", samples_per_task=args.k)
+    preset = load_preset(args.preset)
     tasks, errors = load_tasks(args.tasks, split=args.split)
     if errors:
         print("\n".join(f"agentrl: invalid task: {e}" for e in errors), file=sys.stderr)
     tasks = tasks[: args.limit] if args.limit else tasks
     model, tokenizer = load_policy(args.policy)
     t0 = time.monotonic()
-    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+    rollouts = sample_episodes(tasks, model, tokenizer, preset.section("rollout"),
+                               preset.section("env"), preset.section("sandbox"),
                                policy_name=Path(args.policy).name)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "samples.jsonl").open("w") as f:
