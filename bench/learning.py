@@ -120,13 +120,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="RS keeps at most this many successes per task, the fewest-step ones (0 = all)",
     )
     p.add_argument("--dpo-steps", type=int, default=20)
+    _grpo_arguments(p)
+    _evaluation_arguments(p)
+    args = p.parse_args(argv)
+    if args.expert_episodes is None:
+        no_knowledge = args.expert_policy in (LISTING_ORDER, RANDOM_KINDS)
+        args.expert_episodes = "all" if no_knowledge else "successes"
+    if args.quick:
+        for name, value in dict(n_tasks=40, expert_limit=12, sft_steps=15, sample_tasks=3,
+                                sample_k=2, rs_steps=4, dpo_steps=4, grpo_iterations=1,
+                                grpo_tasks=2, grpo_group=2, eval_limit=3, k=2, passk_limit=3,
+                                max_steps=4, max_new_tokens=64).items():  # fmt: skip
+            setattr(args, name, value)
+    if args.out is None:
+        args.out = Path("runs/bench-learning") / time.strftime("%Y%m%d-%H%M%S")
+    return args
+
+
+def _grpo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpo-iterations", type=int, default=8)
     p.add_argument("--grpo-tasks", type=int, default=8, help="tasks per GRPO iteration")
     p.add_argument("--grpo-group", type=int, default=6, help="GRPO group size")
     p.add_argument("--grpo-lr", type=float, default=2e-4)
     p.add_argument("--grpo-beta", type=float, default=0.04, help="KL weight to the SFT policy")
-    p.add_argument("--grpo-temperature", type=float, default=1.0,
-                   help="training sampling T (rollout.temperature: GRPO and the RS/DPO samples)")
+    p.add_argument(
+        "--grpo-temperature",
+        type=float,
+        default=1.0,
+        help="training sampling T (rollout.temperature: GRPO and the RS/DPO samples)",
+    )
     p.add_argument("--grpo-ppo-epochs", type=int, default=2, help="passes over each batch")
     p.add_argument("--grpo-minibatch", type=int, default=16, help="episodes per optimizer step")
     p.add_argument(
@@ -141,6 +163,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1.0,
         help="GRPOConfig.top_entropy_quantile: policy term on this top fraction of tokens",
     )
+
+
+def _evaluation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-limit", type=int, default=50, help="tasks per split evaluated")
     p.add_argument("--k", type=int, default=2, help="samples per task for pass@k")
     p.add_argument(
@@ -188,19 +213,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden-size", type=int, default=256, help="policy width")
     p.add_argument("--layers", type=int, default=4, help="policy decoder layers")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast in SFT (CPU AMP)")
-    args = p.parse_args(argv)
-    if args.expert_episodes is None:
-        no_knowledge = args.expert_policy in (LISTING_ORDER, RANDOM_KINDS)
-        args.expert_episodes = "all" if no_knowledge else "successes"
-    if args.quick:
-        for name, value in dict(n_tasks=40, expert_limit=12, sft_steps=15, sample_tasks=3,
-                                sample_k=2, rs_steps=4, dpo_steps=4, grpo_iterations=1,
-                                grpo_tasks=2, grpo_group=2, eval_limit=3, k=2, passk_limit=3,
-                                max_steps=4, max_new_tokens=64).items():  # fmt: skip
-            setattr(args, name, value)
-    if args.out is None:
-        args.out = Path("runs/bench-learning") / time.strftime("%Y%m%d-%H%M%S")
-    return args
 
 
 def write_preset(args: argparse.Namespace, path: Path) -> Path:

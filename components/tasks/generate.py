@@ -468,6 +468,55 @@ def build_suite(cfg: GenerateConfig) -> tuple[list[BuiltTask], dict]:
     return built, {"partition": partition, "rejected": dict(sorted(rejected.items()))}
 
 
+def _report(out: Path, cfg: GenerateConfig, built: list, info: dict) -> GenerateReport:
+    by_split = Counter(b.split for b in built)
+    by_family = Counter(b.variant.family for b in built)
+    by_operator = Counter(b.mutant.operator for b in built)
+    by_split_family: dict[str, dict[str, int]] = {}
+    for b in built:
+        d = by_split_family.setdefault(b.split, {})
+        d[b.variant.family] = d.get(b.variant.family, 0) + 1
+    return GenerateReport(
+        out_dir=str(out),
+        seed=cfg.seed,
+        n_tasks=len(built),
+        by_split={s: by_split.get(s, 0) for s in ("train", "val", "test")},
+        by_family=dict(sorted(by_family.items())),
+        by_operator=dict(sorted(by_operator.items())),
+        by_split_family={s: dict(sorted(d.items())) for s, d in sorted(by_split_family.items())},
+        family_partition=info["partition"],
+        rejected=info["rejected"],
+        task_ids=[b.task_id for b in built],
+    )
+
+
+def _suite_manifest(cfg: GenerateConfig, built: list, report: GenerateReport) -> dict:
+    """suite.json: the config, the family partition, counts and every task's mutation."""
+    return {
+        "generator": GENERATOR,
+        "seed": cfg.seed,
+        "n_tasks": len(built),
+        "config": asdict(cfg),
+        "family_partition": report.family_partition,
+        "counts": {
+            "split": report.by_split,
+            "family": report.by_family,
+            "operator": report.by_operator,
+            "split_family": report.by_split_family,
+        },
+        "rejected_mutants": report.rejected,
+        "tasks": {
+            b.task_id: {
+                "family": b.variant.family,
+                "bug_class": b.mutant.operator,
+                "split": b.split,
+                "mutation": b.mutant.description,
+            }
+            for b in built
+        },
+    }
+
+
 def generate_suite(
     out_dir: str | Path,
     n_tasks: int | GenerateConfig | None = None,
@@ -505,48 +554,8 @@ def generate_suite(
         family_split = "test" if b.variant.family in test_families else "train"
         write_built_task(out / b.task_id, b, seed, family_split)
 
-    by_split = Counter(b.split for b in built)
-    by_family = Counter(b.variant.family for b in built)
-    by_operator = Counter(b.mutant.operator for b in built)
-    by_split_family: dict[str, dict[str, int]] = {}
-    for b in built:
-        d = by_split_family.setdefault(b.split, {})
-        d[b.variant.family] = d.get(b.variant.family, 0) + 1
-    report = GenerateReport(
-        out_dir=str(out),
-        seed=seed,
-        n_tasks=len(built),
-        by_split={s: by_split.get(s, 0) for s in ("train", "val", "test")},
-        by_family=dict(sorted(by_family.items())),
-        by_operator=dict(sorted(by_operator.items())),
-        by_split_family={s: dict(sorted(d.items())) for s, d in sorted(by_split_family.items())},
-        family_partition=info["partition"],
-        rejected=info["rejected"],
-        task_ids=[b.task_id for b in built],
-    )
-    suite = {
-        "generator": GENERATOR,
-        "seed": seed,
-        "n_tasks": len(built),
-        "config": asdict(cfg),
-        "family_partition": report.family_partition,
-        "counts": {
-            "split": report.by_split,
-            "family": report.by_family,
-            "operator": report.by_operator,
-            "split_family": report.by_split_family,
-        },
-        "rejected_mutants": report.rejected,
-        "tasks": {
-            b.task_id: {
-                "family": b.variant.family,
-                "bug_class": b.mutant.operator,
-                "split": b.split,
-                "mutation": b.mutant.description,
-            }
-            for b in built
-        },
-    }
+    report = _report(out, cfg, built, info)
+    suite = _suite_manifest(cfg, built, report)
     (out / "suite.json").write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
     report.seconds = round(time.monotonic() - start, 3)
     return report
