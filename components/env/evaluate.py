@@ -14,12 +14,13 @@ from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, Policy, run_episode
 from components.env.sandbox import SandboxConfig
 from components.tasks.task import Task
+from components.typed_config import doc
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    workers: int = field(default=2, metadata={"help": "episodes run concurrently (threads)"})
-    seed: int = field(default=0, metadata={"help": "seed for policies that sample"})
+    workers: int = field(default=2, metadata=doc("episodes run concurrently (threads)"))
+    seed: int = field(default=0, metadata=doc("seed for policies that sample"))
 
     def __post_init__(self) -> None:
         if self.workers < 1:

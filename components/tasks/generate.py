@@ -36,6 +36,7 @@ from components.tasks.task import (
     TaskMetadata,
     write_task_folder,
 )
+from components.typed_config import doc
 
 GENERATOR = "agentrl-builtin/1"
 PROTECTED_PATHS = ("tests/", "pyproject.toml", "conftest.py", "pytest.ini", "tox.ini", "setup.cfg")
@@ -46,49 +47,47 @@ REPO_PYPROJECT = '[tool.pytest.ini_options]\npythonpath = ["."]\n'
 
 @dataclass(frozen=True)
 class GenerateConfig:
-    n_tasks: int = field(default=300, metadata={"help": "number of tasks to generate"})
+    n_tasks: int = field(default=300, metadata=doc("number of tasks to generate"))
     seed: int = field(
-        default=0, metadata={"help": "generation seed; same seed and config => same bytes"}
+        default=0, metadata=doc("generation seed; same seed and config => same bytes")
     )
-    train_fraction: float = field(
-        default=0.6, metadata={"help": "share of tasks in the train split"}
-    )
+    train_fraction: float = field(default=0.6, metadata=doc("share of tasks in the train split"))
     val_fraction: float = field(
         default=0.2,
-        metadata={"help": "share of tasks in val (new bugs of train families); test gets the rest"},
+        metadata=doc("share of tasks in val (new bugs of train families); test gets the rest"),
     )
     test_family_fraction: float = field(
         default=0.25,
-        metadata={"help": "share of families held out for the test split (never in train/val)"},
+        metadata=doc("share of families held out for the test split (never in train/val)"),
     )
     family_split_salt: str = field(
         default="agentrl-families-v1",
-        metadata={"help": "salt of the hash that partitions families; change to re-draw"},
+        metadata=doc("salt of the hash that partitions families; change to re-draw"),
     )
     families: tuple[str, ...] | None = field(
-        default=None, metadata={"help": "restrict to these family names (None: all)"}
+        default=None, metadata=doc("restrict to these family names (None: all)")
     )
     operators: tuple[str, ...] | None = field(
-        default=None, metadata={"help": "restrict to these mutation operators (None: all)"}
+        default=None, metadata=doc("restrict to these mutation operators (None: all)")
     )
     visible_failing: int = field(
-        default=2, metadata={"help": "failing cases shown in the visible tests (at least 1)"}
+        default=2, metadata=doc("failing cases shown in the visible tests (at least 1)")
     )
     visible_passing: int = field(
-        default=2, metadata={"help": "passing cases added to the visible tests"}
+        default=2, metadata=doc("passing cases added to the visible tests")
     )
     min_cases: int = field(
-        default=5, metadata={"help": "a rendered variant needs at least this many usable cases"}
+        default=5, metadata=doc("a rendered variant needs at least this many usable cases")
     )
     step_budget: int = field(
         default=20_000,
-        metadata={"help": "trace events allowed per call when screening (rejects looping mutants)"},
+        metadata=doc("trace events allowed per call when screening (rejects looping mutants)"),
     )
     max_attempts: int = field(
-        default=20, metadata={"help": "re-renders of a family before giving up on a task"}
+        default=20, metadata=doc("re-renders of a family before giving up on a task")
     )
     max_sites_per_operator: int = field(
-        default=12, metadata={"help": "candidate sites tried per operator and render"}
+        default=12, metadata=doc("candidate sites tried per operator and render")
     )
 
 

@@ -16,6 +16,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from components.typed_config import doc
+
 FORMAT_VERSION = 1
 SPLITS = ("train", "val", "test")
 DEFAULT_TEST_COMMAND = ("python", "-m", "pytest", "-q", "-x", "tests")
@@ -30,11 +32,11 @@ class TaskFormatError(ValueError):
 
 @dataclass(frozen=True)
 class TaskMetadata:
-    family: str = field(metadata={"help": "function family or source project the task comes from"})
-    bug_class: str = field(metadata={"help": "kind of injected/real bug, e.g. comparison_swap"})
-    split: str = field(metadata={"help": "train | val | test"})
-    source: str = field(default="builtin", metadata={"help": "generator or benchmark name"})
-    extra: dict = field(default_factory=dict, metadata={"help": "free-form, kept verbatim"})
+    family: str = field(metadata=doc("function family or source project the task comes from"))
+    bug_class: str = field(metadata=doc("kind of injected/real bug, e.g. comparison_swap"))
+    split: str = field(metadata=doc("train | val | test"))
+    source: str = field(default="builtin", metadata=doc("generator or benchmark name"))
+    extra: dict = field(default_factory=dict, metadata=doc("free-form, kept verbatim"))
 
 
 @dataclass(frozen=True)
