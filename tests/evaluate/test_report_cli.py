@@ -48,3 +48,16 @@ def test_cli_safety_single_attack(tmp_path):
     payload = json.loads((tmp_path / "safety.json").read_text())
     assert payload["passed"] and payload["outcomes"][0]["recorded_by"] == ["monitor"]
     assert main_safety(["--out", str(tmp_path), "--attacks", "nope"]) == 2
+
+
+def test_report_states_the_settings_the_episodes_ran_with(tmp_path):
+    agg = aggregate(candidate())
+    agg["settings"] = {"policy": "model:ckpt", "episode_steps": 8, "env": {},
+                       "rollout": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 192,
+                                   "max_episode_tokens": 4096, "constrain_fix_ids": True,
+                                   "samples_per_task": 1, "seed": 0}}  # fmt: skip
+    md = write_report(agg, candidate(), tmp_path, "Candidate")["report"].read_text()
+    assert "Episodes of at most 8 steps." in md
+    assert "temperature 0.0" in md and "192 new tokens per turn" in md
+    assert "try_fix ids constrained: True" in md
+    assert json.loads((tmp_path / "metrics.json").read_text())["candidate"]["settings"]
