@@ -7,7 +7,8 @@
     agentrl data versions [--json]
     agentrl data rollback VERSION
 
-Every command takes --config FILE (YAML with sections ingest / validate / versioning);
+Every command takes --preset FILE and reads its `data` section (sub-sections ingest /
+validate / versioning, components/data/config.py; no preset or no section: the defaults);
 flags given on the command line override it. Each function returns the exit status:
 0 done, 1 the stage failed (validation over threshold, rollback not verified), 2 usage.
 Also runnable as `python -m components.data <command> ...`.
@@ -16,22 +17,38 @@ Also runnable as `python -m components.data <command> ...`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-from components.data.config import FORMATS, DataConfig, load_config
+from components.data.config import FORMATS, DataConfig
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+def _parser(prog: str, description: str, repo_root: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"agentrl data {prog}", description=description)
     p.add_argument(
-        "--config", default=None, help="YAML config (sections: ingest, validate, versioning)"
+        "--preset", default=None, help="preset YAML; its `data` section configures the stage"
     )
+    if repo_root:
+        p.add_argument("--repo-root", default=None, help="repository root (default: .)")
     return p
 
 
 def _load(args) -> DataConfig:
-    return load_config(args.config)
+    if args.preset is None:
+        return DataConfig()
+    from components.preset import stage_config
+
+    return stage_config(args.preset, "data")
+
+
+def _with(config, **flags):
+    """`config` with the flags that were given (not None) replacing its fields."""
+    return dataclasses.replace(config, **{k: v for k, v in flags.items() if v is not None})
+
+
+def _versioning(args):
+    return _with(_load(args).versioning, repo_root=args.repo_root)
 
 
 def main_ingest(argv: list[str] | None = None) -> int:
@@ -49,14 +66,8 @@ def main_ingest(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from components.data.ingest import ingest
 
-    cfg = _load(args).ingest
-    for key, value in (
-        ("format", args.format),
-        ("out_dir", args.out),
-        ("rows_per_shard", args.rows_per_shard),
-    ):
-        if value is not None:
-            setattr(cfg, key, value)
+    cfg = _with(_load(args).ingest, format=args.format, out_dir=args.out,
+                rows_per_shard=args.rows_per_shard)  # fmt: skip
     try:
         result = ingest(args.sources, cfg)
     except FileNotFoundError as e:
@@ -106,20 +117,17 @@ def main_validate(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from components.data.validate import validate_dataset
 
-    cfg = _load(args).validate_
-    overrides = {
-        "in_dir": args.in_dir,
-        "out_dir": args.out,
-        "report_dir": args.report_dir,
-        "secret_policy": args.secret_policy,
-        "max_failure_rate": args.max_failure_rate,
-        "eval_task_root": args.eval_tasks,
-    }
-    for key, value in overrides.items():
-        if value is not None:
-            setattr(cfg, key, value)
-    if args.eval_task_id:
-        cfg.eval_task_ids = [*cfg.eval_task_ids, *args.eval_task_id]
+    cfg = _load(args).validate
+    cfg = _with(
+        cfg,
+        in_dir=args.in_dir,
+        out_dir=args.out,
+        report_dir=args.report_dir,
+        secret_policy=args.secret_policy,
+        max_failure_rate=args.max_failure_rate,
+        eval_task_root=args.eval_tasks,
+        eval_task_ids=(*cfg.eval_task_ids, *args.eval_task_id) if args.eval_task_id else None,
+    )
     try:
         report = validate_dataset(cfg)
     except FileNotFoundError as e:
@@ -152,18 +160,17 @@ def main_validate(argv: list[str] | None = None) -> int:
 
 
 def main_snapshot(argv: list[str] | None = None) -> int:
-    p = _parser("snapshot", "Version data/ with DVC (add + push); prints the version id.")
+    p = _parser(
+        "snapshot", "Version data/ with DVC (add + push); prints the version id.", repo_root=True
+    )
     p.add_argument("--message", "-m", default="", help="note stored in the version log")
     p.add_argument(
         "--init-only", action="store_true", help="only dvc init and configure the remote"
     )
-    p.add_argument("--repo-root", default=None, help="repository root (default: .)")
     args = p.parse_args(argv)
     from components.data.versioning import VersioningError, init_dvc, snapshot
 
-    cfg = _load(args).versioning
-    if args.repo_root:
-        cfg.repo_root = args.repo_root
+    cfg = _versioning(args)
     if args.init_only:
         for line in init_dvc(cfg) or ["already initialised"]:
             print(line)
@@ -179,16 +186,12 @@ def main_snapshot(argv: list[str] | None = None) -> int:
 
 
 def main_versions(argv: list[str] | None = None) -> int:
-    p = _parser("versions", "List dataset versions (newest last).")
+    p = _parser("versions", "List dataset versions (newest last).", repo_root=True)
     p.add_argument("--json", action="store_true", help="print the log entries as JSON lines")
-    p.add_argument("--repo-root", default=None, help="repository root (default: .)")
     args = p.parse_args(argv)
     from components.data.versioning import read_log
 
-    cfg = _load(args).versioning
-    if args.repo_root:
-        cfg.repo_root = args.repo_root
-    entries = read_log(cfg)
+    entries = read_log(_versioning(args))
     if args.json:
         for e in entries:
             print(json.dumps({k: v for k, v in e.items() if k not in ("files", "dvc_file")}))
@@ -211,17 +214,17 @@ def main_versions(argv: list[str] | None = None) -> int:
 
 
 def main_rollback(argv: list[str] | None = None) -> int:
-    p = _parser("rollback", "Restore data/ to a version (pulling from the remote if needed).")
+    p = _parser(
+        "rollback",
+        "Restore data/ to a version (pulling from the remote if needed).",
+        repo_root=True,
+    )
     p.add_argument("version", metavar="VERSION", help="version id or a unique prefix of one")
-    p.add_argument("--repo-root", default=None, help="repository root (default: .)")
     args = p.parse_args(argv)
     from components.data.versioning import VersioningError, rollback
 
-    cfg = _load(args).versioning
-    if args.repo_root:
-        cfg.repo_root = args.repo_root
     try:
-        result = rollback(cfg, args.version)
+        result = rollback(_versioning(args), args.version)
     except VersioningError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -133,6 +133,9 @@ def _tool_call(call: Any, field: str) -> tuple[str | None, str, Any]:
     return call.get("id"), fn["name"], args
 
 
+_MESSAGE_KEYS = {"role", "content", "tool_calls", "tool_call_id", "name", "function_call"}
+
+
 def _chat_events(
     messages: list, *, tool_alias: dict[str, tuple[str, dict[str, str]]], v1_bash: bool
 ) -> tuple[list[dict], list[str], dict]:
@@ -145,67 +148,23 @@ def _chat_events(
     system: list[str] = []
     exit_msg: dict = {}
     pending: dict[str, int] = {}  # tool_call_id -> index in events of the calling event
-    known = {"role", "content", "tool_calls", "tool_call_id", "name", "function_call"}
     for i, msg in enumerate(messages):
         field = f"messages[{i}]"
         if not isinstance(msg, dict):
             raise AdapterError(field, "message must be an object")
         role = msg.get("role")
-        extra = {k: v for k, v in msg.items() if k not in known}
-        extra = {k: v for k, v in extra.items() if v is not None}
+        extra = {k: v for k, v in msg.items() if k not in _MESSAGE_KEYS and v is not None}
         if role == "system":
             system.append(_text(msg.get("content"), f"{field}.content") or "")
         elif role == "user":
-            text = _text(msg.get("content"), f"{field}.content") or ""
-            last = events[-1] if events else None
-            if v1_bash and last and last["role"] == "assistant" and last.get("action"):
-                # mini-swe-agent v1: the command's output comes back as a user message.
-                events.append(
-                    {"role": "environment", "observation": text, "truncated": _cut(text), **extra}
-                )
-            else:
-                events.append({"role": "user", "content": text, **extra})
+            events.append(_user_event(msg, field, extra, events, v1_bash))
         elif role == "assistant":
-            text = _text(msg.get("content"), f"{field}.content")
-            calls = msg.get("tool_calls") or []
-            if not isinstance(calls, list):
-                raise AdapterError(f"{field}.tool_calls", "must be a list")
-            if not calls and v1_bash and text is not None:
-                blocks = re.findall(r"```bash\s*\n(.*?)\n```", text, re.DOTALL)
-                if len(blocks) == 1:
-                    calls = [{"function": {"name": "bash", "arguments": {"command": blocks[0]}}}]
-            if not calls:
-                events.append({"role": "assistant", "action": None, "content": text, **extra})
-            for j, call in enumerate(calls):
-                call_id, name, args = _tool_call(call, f"{field}.tool_calls[{j}]")
-                if name in tool_alias and isinstance(args, dict):
-                    name, renames = tool_alias[name]
-                    args = {renames.get(k, k): v for k, v in args.items()}
-                ev: dict = {"role": "assistant", "action": name, "arguments": args}
-                if j == 0:
-                    ev["content"] = text or None
-                    ev.update(extra)
+            for ev, call_id in _assistant_events(msg, field, extra, tool_alias, v1_bash):
                 if call_id is not None:
-                    ev["tool_call_id"] = call_id
                     pending[call_id] = len(events)
                 events.append(ev)
         elif role in ("tool", "function"):
-            text = _text(msg.get("content"), f"{field}.content") or ""
-            obs = {"role": "environment", "observation": text, "truncated": _cut(text), **extra}
-            call_id = msg.get("tool_call_id")
-            if call_id is not None:
-                obs["tool_call_id"] = call_id
-            at = pending.pop(call_id, None) if call_id is not None else None
-            if at is None:
-                events.append(obs)  # unmatched: validation reports the broken order
-            else:
-                # Insert right after the calling event, so parallel calls come out as
-                # (action, observation) pairs whatever order the tool messages arrive in.
-                pos = at + 1
-                events.insert(pos, obs)
-                for k, v in pending.items():
-                    if v >= pos:
-                        pending[k] = v + 1
+            _add_observation(events, pending, msg, field, extra)
         elif role == "exit":
             exit_msg = {"content": msg.get("content"), **extra}
             last = events[-1] if events else None
@@ -221,6 +180,68 @@ def _chat_events(
         else:
             raise AdapterError(f"{field}.role", f"unknown chat role {role!r}")
     return events, system, exit_msg
+
+
+def _user_event(msg: dict, field: str, extra: dict, events: list[dict], v1_bash: bool) -> dict:
+    text = _text(msg.get("content"), f"{field}.content") or ""
+    last = events[-1] if events else None
+    if v1_bash and last and last["role"] == "assistant" and last.get("action"):
+        # mini-swe-agent v1: the command's output comes back as a user message.
+        return {"role": "environment", "observation": text, "truncated": _cut(text), **extra}
+    return {"role": "user", "content": text, **extra}
+
+
+def _assistant_events(
+    msg: dict, field: str, extra: dict, tool_alias: dict, v1_bash: bool
+) -> list[tuple[dict, str | None]]:
+    """(event, tool_call_id or None) per tool call of an assistant message; one event
+    without an action when it calls nothing."""
+    text = _text(msg.get("content"), f"{field}.content")
+    calls = msg.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise AdapterError(f"{field}.tool_calls", "must be a list")
+    if not calls and v1_bash and text is not None:
+        blocks = re.findall(r"```bash\s*\n(.*?)\n```", text, re.DOTALL)
+        if len(blocks) == 1:
+            calls = [{"function": {"name": "bash", "arguments": {"command": blocks[0]}}}]
+    if not calls:
+        return [({"role": "assistant", "action": None, "content": text, **extra}, None)]
+    out = []
+    for j, call in enumerate(calls):
+        call_id, name, args = _tool_call(call, f"{field}.tool_calls[{j}]")
+        if name in tool_alias and isinstance(args, dict):
+            name, renames = tool_alias[name]
+            args = {renames.get(k, k): v for k, v in args.items()}
+        ev: dict = {"role": "assistant", "action": name, "arguments": args}
+        if j == 0:
+            ev["content"] = text or None
+            ev.update(extra)
+        if call_id is not None:
+            ev["tool_call_id"] = call_id
+        out.append((ev, call_id))
+    return out
+
+
+def _add_observation(
+    events: list[dict], pending: dict[str, int], msg: dict, field: str, extra: dict
+) -> None:
+    """A tool message as an observation, placed right after the call it answers."""
+    text = _text(msg.get("content"), f"{field}.content") or ""
+    obs = {"role": "environment", "observation": text, "truncated": _cut(text), **extra}
+    call_id = msg.get("tool_call_id")
+    if call_id is not None:
+        obs["tool_call_id"] = call_id
+    at = pending.pop(call_id, None) if call_id is not None else None
+    if at is None:
+        events.append(obs)  # unmatched: validation reports the broken order
+        return
+    # Insert right after the calling event, so parallel calls come out as
+    # (action, observation) pairs whatever order the tool messages arrive in.
+    pos = at + 1
+    events.insert(pos, obs)
+    for k, v in pending.items():
+        if v >= pos:
+            pending[k] = v + 1
 
 
 def _cut(text: str) -> bool:

@@ -1,19 +1,23 @@
-"""Typed settings for the data stages: one model per component, each field with its help text.
+"""Typed settings for the data stages: one frozen dataclass per component, each field with
+its help text (components/typed_config.py says why dataclasses).
 
-Values are checked here, where they are defined, so a bad config fails when it is loaded
-rather than halfway through a run. `load_config(path)` reads a YAML file with the sections
-`ingest`, `validate` and `versioning`; every key is optional.
+Values are checked here, in `__post_init__`, so a bad config fails when it is loaded rather
+than halfway through a run. A preset's `data` section holds the sections `ingest`,
+`validate` and `versioning` (`DataConfig`); every key is optional and unknown keys are
+errors. The records themselves are checked by schema.py (pydantic: untrusted input).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from components.typed_config import config_from_dict, doc
 
 FORMATS = ("auto", "mission", "openai", "miniswe", "rollout")
+SECRET_POLICIES = ("redact", "reject")
 
 # A pattern may start with BOUNDARY ("not preceded by a word character"). Detection (GX,
 # pandas) runs the patterns as written, which RE2 can execute natively: no look-around, no
@@ -36,157 +40,193 @@ DEFAULT_SECRET_PATTERNS: dict[str, str] = {
 }
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+def _one_of(config, name: str, allowed: tuple) -> None:
+    value = getattr(config, name)
+    if value not in allowed:
+        raise ValueError(f"{type(config).__name__}.{name} must be one of {allowed}, got {value!r}")
 
 
-class IngestConfig(_Config):
-    format: Literal["auto", "mission", "openai", "miniswe", "rollout"] = Field(
-        "auto", description="input format; auto detects it per record from its keys"
-    )
-    out_dir: str = Field("data/ingested", description="folder for shards, manifest, quarantine")
-    rows_per_shard: int = Field(
-        50_000, ge=1, description="trajectories per Parquet shard (steps follow their shard)"
-    )
-    max_record_bytes: int = Field(
-        64 * 1024 * 1024,
-        ge=1,
-        description="a JSON line or file larger than this is quarantined unread",
-    )
-    default_source: str = Field(
-        "", description="source name for records that carry none ('' = the format's name)"
-    )
+def _positive(config, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{type(config).__name__}.{name} must be >= 1")
 
 
-class ValidationConfig(_Config):
-    in_dir: str = Field("data/ingested", description="ingested dataset to validate")
-    out_dir: str = Field("data/validated", description="folder for the validated dataset")
-    report_dir: str = Field(
-        "reports/data_validation",
-        description="report.json and Great Expectations data docs (HTML) go here",
+def _compiles(pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"invalid regular expression {pattern!r}: {e}") from e
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """`agentrl data ingest`: how input files become Parquet shards."""
+
+    format: Literal["auto", "mission", "openai", "miniswe", "rollout"] = field(
+        default="auto", metadata=doc("input format; auto detects it per record from its keys")
     )
-    max_failure_rate: float = Field(
-        0.05,
-        ge=0.0,
-        le=1.0,
-        description="the stage fails when quarantined / ingested exceeds this share",
+    out_dir: str = field(
+        default="data/ingested", metadata=doc("folder for shards, manifest, quarantine")
     )
-    secret_policy: Literal["redact", "reject"] = Field(
-        "redact",
-        description="redact: replace API keys with [REDACTED:<kind>]; reject: quarantine",
+    rows_per_shard: int = field(
+        default=50_000, metadata=doc("trajectories per Parquet shard (steps follow their shard)")
     )
-    secret_patterns: dict[str, str] = Field(
+    max_record_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata=doc("a JSON line or file larger than this is quarantined unread"),
+    )
+    default_source: str = field(
+        default="", metadata=doc("source name for records that carry none ('' = the format's name)")
+    )
+
+    def __post_init__(self) -> None:
+        _one_of(self, "format", FORMATS)
+        _positive(self, "rows_per_shard", "max_record_bytes")
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """`agentrl data validate`: the Great Expectations rules and the quarantine threshold."""
+
+    in_dir: str = field(default="data/ingested", metadata=doc("ingested dataset to validate"))
+    out_dir: str = field(default="data/validated", metadata=doc("folder for the validated dataset"))
+    report_dir: str = field(
+        default="reports/data_validation",
+        metadata=doc("report.json and Great Expectations data docs (HTML) go here"),
+    )
+    max_failure_rate: float = field(
+        default=0.05,
+        metadata=doc("the stage fails when quarantined / ingested exceeds this share"),
+    )
+    secret_policy: Literal["redact", "reject"] = field(
+        default="redact",
+        metadata=doc("redact: replace API keys with [REDACTED:<kind>]; reject: quarantine"),
+    )
+    secret_patterns: dict[str, str] = field(
         default_factory=lambda: dict(DEFAULT_SECRET_PATTERNS),
-        description="name -> regular expression of a credential that must not be stored",
+        metadata=doc("name -> regular expression of a credential that must not be stored"),
     )
-    reward_min: float = Field(-3.0, description="lowest valid total reward (sum of penalties)")
-    reward_max: float = Field(1.0, description="highest valid total reward")
-    reward_term_min: float = Field(-1.0, description="lowest valid value of one reward term")
-    reward_term_max: float = Field(1.0, description="highest valid value of one reward term")
-    min_steps: int = Field(2, ge=1, description="fewest events in a trajectory")
-    max_steps: int = Field(1000, ge=1, description="most events in a trajectory")
-    max_task_chars: int = Field(100_000, ge=1, description="longest task instruction")
-    max_observation_chars: int = Field(
-        100_000, ge=1, description="longest single observation (oversized ones are rejected)"
+    reward_min: float = field(
+        default=-3.0, metadata=doc("lowest valid total reward (sum of penalties)")
     )
-    max_content_chars: int = Field(100_000, ge=1, description="longest user/assistant text")
-    id_pattern: str = Field(
-        r"^[A-Za-z0-9][A-Za-z0-9._:/@+\-]*$",
-        description="regular expression every trajectory and task id must match",
+    reward_max: float = field(default=1.0, metadata=doc("highest valid total reward"))
+    reward_term_min: float = field(
+        default=-1.0, metadata=doc("lowest valid value of one reward term")
     )
-    eval_splits: list[str] = Field(
-        default_factory=lambda: ["val", "test"],
-        description="task splits whose tasks must never appear in training data",
+    reward_term_max: float = field(
+        default=1.0, metadata=doc("highest valid value of one reward term")
     )
-    eval_task_root: str | None = Field(
-        None, description="task folder; tasks in eval_splits found there are contamination"
+    min_steps: int = field(default=2, metadata=doc("fewest events in a trajectory"))
+    max_steps: int = field(default=1000, metadata=doc("most events in a trajectory"))
+    max_task_chars: int = field(default=100_000, metadata=doc("longest task instruction"))
+    max_observation_chars: int = field(
+        default=100_000, metadata=doc("longest single observation (oversized ones are rejected)")
     )
-    eval_task_ids: list[str] = Field(
-        default_factory=list, description="extra task ids that must not appear (eval sets)"
+    max_content_chars: int = field(default=100_000, metadata=doc("longest user/assistant text"))
+    id_pattern: str = field(
+        default=r"^[A-Za-z0-9][A-Za-z0-9._:/@+\-]*$",
+        metadata=doc("regular expression every trajectory and task id must match"),
+    )
+    eval_splits: tuple[str, ...] = field(
+        default=("val", "test"),
+        metadata=doc("task splits whose tasks must never appear in training data"),
+    )
+    eval_task_root: str | None = field(
+        default=None,
+        metadata=doc("task folder; tasks in eval_splits found there are contamination"),
+    )
+    eval_task_ids: tuple[str, ...] = field(
+        default=(), metadata=doc("extra task ids that must not appear (eval sets)")
     )
 
-    @field_validator("secret_patterns", "id_pattern")
-    @classmethod
-    def _compiles(cls, value):
-        for pattern in value.values() if isinstance(value, dict) else [value]:
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"invalid regular expression {pattern!r}: {e}") from e
-        return value
-
-    @model_validator(mode="after")
-    def _ranges(self):
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_failure_rate <= 1.0:
+            raise ValueError(
+                f"ValidationConfig.max_failure_rate must be in [0, 1], got {self.max_failure_rate}"
+            )
+        _one_of(self, "secret_policy", SECRET_POLICIES)
+        _positive(self, "min_steps", "max_steps", "max_task_chars", "max_observation_chars",
+                  "max_content_chars")  # fmt: skip
+        for pattern in (*self.secret_patterns.values(), self.id_pattern):
+            _compiles(pattern)
         if self.reward_min > self.reward_max:
             raise ValueError("reward_min must be <= reward_max")
         if self.reward_term_min > self.reward_term_max:
             raise ValueError("reward_term_min must be <= reward_term_max")
         if self.min_steps > self.max_steps:
             raise ValueError("min_steps must be <= max_steps")
-        return self
 
 
-class S3RemoteConfig(_Config):
-    url: str = Field(description="s3://bucket/prefix of the DVC remote")
-    endpointurl: str | None = Field(
-        None, description="S3-compatible endpoint (MinIO, Ceph...); None = AWS"
+@dataclass(frozen=True)
+class S3RemoteConfig:
+    """An S3-compatible DVC remote (no credentials: those come from the environment)."""
+
+    url: str = field(metadata=doc("s3://bucket/prefix of the DVC remote"))
+    endpointurl: str | None = field(
+        default=None, metadata=doc("S3-compatible endpoint (MinIO, Ceph...); None = AWS")
     )
-    region: str | None = Field(None, description="bucket region, if the endpoint needs one")
+    region: str | None = field(
+        default=None, metadata=doc("bucket region, if the endpoint needs one")
+    )
     # Credentials are deliberately absent: DVC reads AWS_ACCESS_KEY_ID /
     # AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (or a profile) from the environment.
-    profile: str | None = Field(None, description="AWS profile name from ~/.aws (optional)")
-
-    @field_validator("url")
-    @classmethod
-    def _is_s3(cls, value: str) -> str:
-        if not value.startswith("s3://"):
-            raise ValueError(f"S3 remote url must start with s3://, got {value!r}")
-        return value
-
-
-class VersioningConfig(_Config):
-    repo_root: str = Field(".", description="git repository holding data.dvc and .dvc/")
-    data_dir: str = Field("data", description="folder tracked by data.dvc (relative to root)")
-    version_log: str = Field(
-        "data-versions.jsonl",
-        description="git-tracked log of snapshots: id, date, counts, sources, file hashes",
-    )
-    remote_name: str = Field("local", description="DVC remote used by snapshot and rollback")
-    local_remote: str = Field(
-        ".dvc-remote",
-        description="folder of the default local remote (relative paths: to repo_root)",
-    )
-    s3: S3RemoteConfig | None = Field(
-        None, description="use this S3-compatible remote instead of the local folder"
+    profile: str | None = field(
+        default=None, metadata=doc("AWS profile name from ~/.aws (optional)")
     )
 
-    @field_validator("remote_name")
-    @classmethod
-    def _remote_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_\-]+", value):
-            raise ValueError(f"remote_name must be letters, digits, - or _, got {value!r}")
-        return value
+    def __post_init__(self) -> None:
+        if not self.url.startswith("s3://"):
+            raise ValueError(f"S3 remote url must start with s3://, got {self.url!r}")
 
 
-class DataConfig(_Config):
-    ingest: IngestConfig = Field(default_factory=IngestConfig, description="ingest stage")
-    validate_: ValidationConfig = Field(
-        default_factory=ValidationConfig, alias="validate", description="validate stage"
+@dataclass(frozen=True)
+class VersioningConfig:
+    """`agentrl data snapshot / versions / rollback`: where DVC keeps the data versions."""
+
+    repo_root: str = field(default=".", metadata=doc("git repository holding data.dvc and .dvc/"))
+    data_dir: str = field(
+        default="data", metadata=doc("folder tracked by data.dvc (relative to root)")
     )
-    versioning: VersioningConfig = Field(
-        default_factory=VersioningConfig, description="DVC snapshots and rollback"
+    version_log: str = field(
+        default="data-versions.jsonl",
+        metadata=doc("git-tracked log of snapshots: id, date, counts, sources, file hashes"),
+    )
+    remote_name: str = field(
+        default="local", metadata=doc("DVC remote used by snapshot and rollback")
+    )
+    local_remote: str = field(
+        default=".dvc-remote",
+        metadata=doc("folder of the default local remote (relative paths: to repo_root)"),
+    )
+    s3: S3RemoteConfig | None = field(
+        default=None, metadata=doc("use this S3-compatible remote instead of the local folder")
     )
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", self.remote_name):
+            raise ValueError(
+                f"remote_name must be letters, digits, - or _, got {self.remote_name!r}"
+            )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """A preset's `data` section: one config per data stage."""
+
+    ingest: IngestConfig = field(default_factory=IngestConfig, metadata=doc("ingest stage"))
+    validate: ValidationConfig = field(
+        default_factory=ValidationConfig, metadata=doc("validate stage")
+    )
+    versioning: VersioningConfig = field(
+        default_factory=VersioningConfig, metadata=doc("DVC snapshots and rollback")
+    )
 
 
 def load_config(path: str | Path | None) -> DataConfig:
-    """Read a YAML config (sections ingest / validate / versioning); None gives defaults."""
+    """Read a YAML file with the sections ingest / validate / versioning; None gives defaults."""
     if path is None:
         return DataConfig()
     import yaml
 
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: top level must be a mapping")
-    return DataConfig.model_validate(raw)
+    return config_from_dict(DataConfig, yaml.safe_load(Path(path).read_text()), str(path))

@@ -28,6 +28,7 @@ from typing import Any
 
 from components.data.adapters import AdapterError, detect_format, to_canonical
 from components.data.config import DEFAULT_SECRET_PATTERNS, IngestConfig
+from components.data.redaction import redact_text, secret_regex
 from components.data.schema import SCHEMA_VERSION, parse_record, record_to_rows
 
 _SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]")
@@ -239,8 +240,6 @@ def write_dataset(
     Quarantined raw text has credentials redacted: it is versioned and pushed like the data.
     """
     import pyarrow.parquet as pq
-
-    from components.data.validate import redact_text, secret_regex
 
     rx = secret_regex(DEFAULT_SECRET_PATTERNS if secret_patterns is None else secret_patterns)
 

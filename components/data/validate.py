@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.data.config import BOUNDARY, ValidationConfig
+from components.data.config import ValidationConfig
 from components.data.ingest import (
     QUARANTINE,
     read_manifest,
@@ -36,10 +36,9 @@ from components.data.ingest import (
     reconcile,
     write_dataset,
 )
+from components.data.redaction import redact_text, secret_detector, secret_regex
 from components.data.schema import ROLES, SCHEMA_VERSION, rows_to_record
 from components.env.tool_specs import TOOL_NAMES, TOOL_SPECS, argument_errors
-
-REDACTED = "[REDACTED:{kind}]"
 
 
 class ValidationFailed(RuntimeError):
@@ -47,31 +46,6 @@ class ValidationFailed(RuntimeError):
 
 
 # ------------------------------------------------------------------ secrets
-
-
-def secret_regex(patterns: dict[str, str]) -> re.Pattern:
-    """One alternation with a named group per credential kind, for redaction in Python."""
-    lookbehind = "(?<![A-Za-z0-9_])"
-    return re.compile(
-        "|".join(
-            f"(?P<{name}>{lookbehind + rx.removeprefix(BOUNDARY) if rx.startswith(BOUNDARY) else rx})"
-            for name, rx in patterns.items()
-        )
-    )
-
-
-def secret_detector(patterns: dict[str, str]) -> str:
-    """The same patterns as one RE2-friendly alternation (for vectorised pre-filtering)."""
-    return "|".join(f"(?:{rx})" for rx in patterns.values())
-
-
-def redact_text(text: str, rx: re.Pattern, counts: dict[str, int] | None = None) -> str:
-    def _sub(m: re.Match) -> str:
-        if counts is not None:
-            counts[m.lastgroup] = counts.get(m.lastgroup, 0) + 1
-        return REDACTED.format(kind=m.lastgroup)
-
-    return rx.sub(_sub, text)
 
 
 def _redact_series(series, rx: re.Pattern, detector: str, counts: dict[str, int]):
@@ -180,6 +154,10 @@ class Check:
     field: Callable[[dict], str]  # row -> field path in the canonical record
     problem: Callable[[dict], str]  # row -> what is wrong
 
+    def __post_init__(self) -> None:
+        # GX hands results back per expectation; the name maps each one back to its check.
+        self.expectation.meta = {"check": self.name}
+
 
 def _step_field(col: str) -> Callable[[dict], str]:
     return lambda r: f"trajectory[{r['step']}].{col}"
@@ -190,175 +168,204 @@ def _const(text: str) -> Callable[[dict], str]:
 
 
 def build_checks(cfg: ValidationConfig, eval_ids: set[str]) -> list[Check]:
+    """Every rule of both suites, trajectories first (the order reasons are listed in)."""
     import great_expectations.expectations as gxe
 
-    checks: list[Check] = []
+    return [
+        *_record_checks(gxe, cfg),
+        *_range_checks(gxe, cfg),
+        *_contamination_checks(gxe, cfg, eval_ids),
+        *_step_checks(gxe, cfg),
+        *_secret_checks(gxe, cfg),
+    ]
 
-    def add(name, table, expectation, field, problem):
-        expectation.meta = {"check": name}
-        checks.append(Check(name, table, expectation, field, problem))
 
-    for col in ("id", "task_id", "source", "task", "schema_version", "num_steps"):
-        add(
-            f"required_{col}",
+def _record_checks(gxe, cfg: ValidationConfig) -> list[Check]:
+    """Required fields, the schema version and the ids of each trajectory."""
+    checks = [
+        Check(f"required_{col}", "trajectories", gxe.ExpectColumnValuesToNotBeNull(column=col),
+              _const(col), _const("required field is missing"))
+        for col in ("id", "task_id", "source", "task", "schema_version", "num_steps")
+    ]  # fmt: skip
+    checks += [
+        Check(
+            "schema_version",
             "trajectories",
-            gxe.ExpectColumnValuesToNotBeNull(column=col),
-            _const(col),
-            _const("required field is missing"),
-        )
-    add(
-        "schema_version",
-        "trajectories",
-        gxe.ExpectColumnValuesToBeInSet(column="schema_version", value_set=[SCHEMA_VERSION]),
-        _const("schema_version"),
-        lambda r: f"unsupported schema_version {r['schema_version']}",
-    )
-    add(
-        "unique_id",
-        "trajectories",
-        gxe.ExpectColumnValuesToBeUnique(column="id"),
-        _const("id"),
-        lambda r: f"duplicate id {r['id']!r} (first seen at {r['_first_seen']})",
-    )
-    for col in ("id", "task_id"):
-        add(
-            f"{col}_pattern",
+            gxe.ExpectColumnValuesToBeInSet(column="schema_version", value_set=[SCHEMA_VERSION]),
+            _const("schema_version"),
+            lambda r: f"unsupported schema_version {r['schema_version']}",
+        ),
+        Check(
+            "unique_id",
             "trajectories",
-            gxe.ExpectColumnValuesToMatchRegex(column=col, regex=cfg.id_pattern),
-            _const(col),
-            lambda r, c=col: f"{r[c]!r} does not match {cfg.id_pattern}",
-        )
-    add(
-        "reward_range",
-        "trajectories",
-        gxe.ExpectColumnValuesToBeBetween(
-            column="reward", min_value=cfg.reward_min, max_value=cfg.reward_max
+            gxe.ExpectColumnValuesToBeUnique(column="id"),
+            _const("id"),
+            lambda r: f"duplicate id {r['id']!r} (first seen at {r['_first_seen']})",
         ),
-        _const("reward"),
-        lambda r: f"{r['reward']} is outside [{cfg.reward_min}, {cfg.reward_max}]",
-    )
-    add(
-        "reward_term_min",
-        "trajectories",
-        gxe.ExpectColumnValuesToBeBetween(column="reward_terms_min", min_value=cfg.reward_term_min),
-        _const("reward_terms"),
-        lambda r: (
-            f"a term is {r['reward_terms_min']} (< {cfg.reward_term_min}): {r['reward_terms']}"
+    ]
+    checks += [
+        Check(f"{col}_pattern", "trajectories",
+              gxe.ExpectColumnValuesToMatchRegex(column=col, regex=cfg.id_pattern), _const(col),
+              lambda r, c=col: f"{r[c]!r} does not match {cfg.id_pattern}")
+        for col in ("id", "task_id")
+    ]  # fmt: skip
+    return checks
+
+
+def _range_checks(gxe, cfg: ValidationConfig) -> list[Check]:
+    """Rewards, reward terms, trajectory length and task text within the configured bounds."""
+    between = gxe.ExpectColumnValuesToBeBetween
+    return [
+        Check(
+            "reward_range",
+            "trajectories",
+            between(column="reward", min_value=cfg.reward_min, max_value=cfg.reward_max),
+            _const("reward"),
+            lambda r: f"{r['reward']} is outside [{cfg.reward_min}, {cfg.reward_max}]",
         ),
-    )
-    add(
-        "reward_term_max",
-        "trajectories",
-        gxe.ExpectColumnValuesToBeBetween(column="reward_terms_max", max_value=cfg.reward_term_max),
-        _const("reward_terms"),
-        lambda r: (
-            f"a term is {r['reward_terms_max']} (> {cfg.reward_term_max}): {r['reward_terms']}"
+        Check(
+            "reward_term_min",
+            "trajectories",
+            between(column="reward_terms_min", min_value=cfg.reward_term_min),
+            _const("reward_terms"),
+            lambda r: (
+                f"a term is {r['reward_terms_min']} (< {cfg.reward_term_min}): {r['reward_terms']}"
+            ),
         ),
-    )
-    add(
-        "num_steps",
-        "trajectories",
-        gxe.ExpectColumnValuesToBeBetween(
-            column="num_steps", min_value=cfg.min_steps, max_value=cfg.max_steps
+        Check(
+            "reward_term_max",
+            "trajectories",
+            between(column="reward_terms_max", max_value=cfg.reward_term_max),
+            _const("reward_terms"),
+            lambda r: (
+                f"a term is {r['reward_terms_max']} (> {cfg.reward_term_max}): {r['reward_terms']}"
+            ),
         ),
-        _const("trajectory"),
-        lambda r: f"{r['num_steps']} events (allowed {cfg.min_steps}..{cfg.max_steps})",
-    )
-    add(
-        "task_length",
-        "trajectories",
-        gxe.ExpectColumnValueLengthsToBeBetween(
-            column="task", min_value=1, max_value=cfg.max_task_chars
+        Check(
+            "num_steps",
+            "trajectories",
+            between(column="num_steps", min_value=cfg.min_steps, max_value=cfg.max_steps),
+            _const("trajectory"),
+            lambda r: f"{r['num_steps']} events (allowed {cfg.min_steps}..{cfg.max_steps})",
         ),
-        _const("task"),
-        lambda r: f"task text is {len(r['task'])} chars (allowed 1..{cfg.max_task_chars})",
-    )
+        Check(
+            "task_length",
+            "trajectories",
+            gxe.ExpectColumnValueLengthsToBeBetween(
+                column="task", min_value=1, max_value=cfg.max_task_chars
+            ),
+            _const("task"),
+            lambda r: f"task text is {len(r['task'])} chars (allowed 1..{cfg.max_task_chars})",
+        ),
+    ]
+
+
+def _contamination_checks(gxe, cfg: ValidationConfig, eval_ids: set[str]) -> list[Check]:
+    """No trajectory of an evaluation task or labelled with an evaluation split."""
+    checks = []
     if eval_ids:
-        add(
-            "eval_task",
-            "trajectories",
-            gxe.ExpectColumnValuesToNotBeInSet(column="task_id", value_set=sorted(eval_ids)),
-            _const("task_id"),
-            lambda r: (
-                f"task {r['task_id']!r} is in an evaluation split ({'/'.join(cfg.eval_splits)}): contamination"
-            ),
-        )
-    if cfg.eval_splits:
-        add(
-            "eval_split",
-            "trajectories",
-            gxe.ExpectColumnValuesToNotBeInSet(column="split", value_set=list(cfg.eval_splits)),
-            _const("metadata.split"),
-            lambda r: (
-                f"trajectory is labelled split {r['split']!r}, an evaluation split: contamination"
-            ),
-        )
-
-    for col in ("trajectory_id", "step", "role"):
-        add(
-            f"required_step_{col}",
-            "steps",
-            gxe.ExpectColumnValuesToNotBeNull(column=col),
-            _step_field(col),
-            _const("required field is missing"),
-        )
-    add(
-        "role",
-        "steps",
-        gxe.ExpectColumnValuesToBeInSet(column="role", value_set=list(ROLES)),
-        _step_field("role"),
-        lambda r: f"unknown role {r['role']!r}",
-    )
-    add(
-        "role_order",
-        "steps",
-        gxe.ExpectColumnValuesToBeInSet(column="order_status", value_set=["ok"]),
-        _step_field("role"),
-        lambda r: r["order_status"],
-    )
-    add(
-        "tool_known",
-        "steps",
-        gxe.ExpectColumnValuesToBeInSet(column="action", value_set=list(TOOL_NAMES)),
-        _step_field("action"),
-        lambda r: f"unknown tool {r['action']!r} (known: {', '.join(TOOL_NAMES)})",
-    )
-    add(
-        "tool_arguments",
-        "steps",
-        gxe.ExpectColumnValuesToBeNull(column="argument_problem"),
-        _step_field("arguments"),
-        lambda r: r["argument_problem"],
-    )
-    add(
-        "observation_length",
-        "steps",
-        gxe.ExpectColumnValueLengthsToBeBetween(
-            column="observation", max_value=cfg.max_observation_chars
-        ),
-        _step_field("observation"),
-        lambda r: f"observation is {len(r['observation'])} chars (max {cfg.max_observation_chars})",
-    )
-    add(
-        "content_length",
-        "steps",
-        gxe.ExpectColumnValueLengthsToBeBetween(column="content", max_value=cfg.max_content_chars),
-        _step_field("content"),
-        lambda r: f"content is {len(r['content'])} chars (max {cfg.max_content_chars})",
-    )
-    patterns = list(cfg.secret_patterns.values())
-    if patterns:
-        for col in ("observation", "content", "arguments"):
-            add(
-                f"secret_{col}",
-                "steps",
-                gxe.ExpectColumnValuesToNotMatchRegexList(column=col, regex_list=patterns),
-                _step_field(col),
-                lambda r, c=col: (
-                    f"contains a credential ({_secret_kinds(r[c], cfg)}); secret_policy=reject"
+        splits = "/".join(cfg.eval_splits)
+        checks.append(
+            Check(
+                "eval_task",
+                "trajectories",
+                gxe.ExpectColumnValuesToNotBeInSet(column="task_id", value_set=sorted(eval_ids)),
+                _const("task_id"),
+                lambda r: (
+                    f"task {r['task_id']!r} is in an evaluation split ({splits}): contamination"
                 ),
             )
+        )
+    if cfg.eval_splits:
+        checks.append(
+            Check(
+                "eval_split",
+                "trajectories",
+                gxe.ExpectColumnValuesToNotBeInSet(column="split", value_set=list(cfg.eval_splits)),
+                _const("metadata.split"),
+                lambda r: (
+                    f"trajectory is labelled split {r['split']!r}, an evaluation split: contamination"
+                ),
+            )
+        )
     return checks
+
+
+def _step_checks(gxe, cfg: ValidationConfig) -> list[Check]:
+    """Each event: required fields, a known role in order, a known tool with valid
+    arguments, text within the length limits."""
+    in_set, lengths = gxe.ExpectColumnValuesToBeInSet, gxe.ExpectColumnValueLengthsToBeBetween
+    checks = [
+        Check(f"required_step_{col}", "steps", gxe.ExpectColumnValuesToNotBeNull(column=col),
+              _step_field(col), _const("required field is missing"))
+        for col in ("trajectory_id", "step", "role")
+    ]  # fmt: skip
+    return [
+        *checks,
+        Check(
+            "role",
+            "steps",
+            in_set(column="role", value_set=list(ROLES)),
+            _step_field("role"),
+            lambda r: f"unknown role {r['role']!r}",
+        ),
+        Check(
+            "role_order",
+            "steps",
+            in_set(column="order_status", value_set=["ok"]),
+            _step_field("role"),
+            lambda r: r["order_status"],
+        ),
+        Check(
+            "tool_known",
+            "steps",
+            in_set(column="action", value_set=list(TOOL_NAMES)),
+            _step_field("action"),
+            lambda r: f"unknown tool {r['action']!r} (known: {', '.join(TOOL_NAMES)})",
+        ),
+        Check(
+            "tool_arguments",
+            "steps",
+            gxe.ExpectColumnValuesToBeNull(column="argument_problem"),
+            _step_field("arguments"),
+            lambda r: r["argument_problem"],
+        ),
+        Check(
+            "observation_length",
+            "steps",
+            lengths(column="observation", max_value=cfg.max_observation_chars),
+            _step_field("observation"),
+            lambda r: (
+                f"observation is {len(r['observation'])} chars (max {cfg.max_observation_chars})"
+            ),
+        ),
+        Check(
+            "content_length",
+            "steps",
+            lengths(column="content", max_value=cfg.max_content_chars),
+            _step_field("content"),
+            lambda r: f"content is {len(r['content'])} chars (max {cfg.max_content_chars})",
+        ),
+    ]
+
+
+def _secret_checks(gxe, cfg: ValidationConfig) -> list[Check]:
+    """No credential in any text column (checked on redacted text unless policy is reject)."""
+    patterns = list(cfg.secret_patterns.values())
+    if not patterns:
+        return []
+    return [
+        Check(
+            f"secret_{col}",
+            "steps",
+            gxe.ExpectColumnValuesToNotMatchRegexList(column=col, regex_list=patterns),
+            _step_field(col),
+            lambda r, c=col: (
+                f"contains a credential ({_secret_kinds(r[c], cfg)}); secret_policy=reject"
+            ),
+        )
+        for col in ("observation", "content", "arguments")
+    ]
 
 
 def _secret_kinds(text: str, cfg: ValidationConfig) -> str:
@@ -413,6 +420,8 @@ def run_suites(checks: list[Check], frames: dict, report_dir: Path) -> tuple[dic
 
 # ------------------------------------------------------------------ the stage
 
+TEXT_COLUMNS = ("observation", "content", "arguments")
+
 
 def validate_dataset(cfg: ValidationConfig) -> dict:
     """Validate cfg.in_dir into cfg.out_dir; returns the report (also written as JSON).
@@ -420,24 +429,72 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
     The report's `passed` is False when quarantined / ingested > cfg.max_failure_rate.
     """
     import numpy as np
-    import pyarrow as pa
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    in_dir, out_dir, report_dir = Path(cfg.in_dir), Path(cfg.out_dir), Path(cfg.report_dir)
+    in_dir, report_dir = Path(cfg.in_dir), Path(cfg.report_dir)
     manifest_in = read_manifest(in_dir)
     traj_tbl, step_tbl = read_tables(in_dir)
-    traj = traj_tbl.to_pandas()
-    steps = step_tbl.to_pandas()
+    traj, steps = traj_tbl.to_pandas(), step_tbl.to_pandas()
     timings["read_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
+    redacted, redactions = _prepare(cfg, traj, steps)
+    eval_ids, warnings = eval_task_ids(cfg)
+    timings["prepare_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()  # GX's share includes importing it and building the suites
+    checks = build_checks(cfg, eval_ids)
+    gx_traj = traj.drop(columns=["_first_seen"])
+    failing, docs = run_suites(checks, {"trajectories": gx_traj, "steps": steps}, report_dir)
+    timings["great_expectations_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    reasons, by_check = _row_reasons(checks, failing, traj, steps)
+    bad = np.zeros(len(traj), dtype=bool)
+    bad[list(reasons)] = True
+    counts, per_source = _write_validated(
+        cfg, manifest_in, (traj_tbl, step_tbl, traj, steps), redacted, bad, reasons,
+        {"redactions": redactions, "by_check": by_check},
+    )  # fmt: skip
+    timings["write_s"] = time.perf_counter() - t
+    timings["total_s"] = time.perf_counter() - t0
+    rate = _failure_rate(counts)
+    report = {
+        "passed": rate <= cfg.max_failure_rate,
+        "failure_rate": rate,
+        "max_failure_rate": cfg.max_failure_rate,
+        "counts": counts,
+        "sources": per_source,
+        "quarantined_by_check": by_check,
+        "secret_policy": cfg.secret_policy,
+        "redactions": redactions,
+        "eval_task_ids": len(eval_ids),
+        "warnings": warnings,
+        "expectations": [_expectation_summary(c, failing) for c in checks],
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+        "data_docs": docs,
+        "dataset": str(Path(cfg.out_dir)),
+        "quarantine": str(Path(cfg.out_dir) / QUARANTINE),
+    }
+    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return report
+
+
+def _prepare(cfg: ValidationConfig, traj, steps) -> tuple[dict, dict[str, int]]:
+    """Add the computed columns the suites check (in place) and redact the text columns.
+
+    Returns the redacted text columns (always what gets written) and the redaction counts;
+    with secret_policy=redact the suites see the redacted text, with reject the original.
+    """
+    import numpy as np
+
     rx = secret_regex(cfg.secret_patterns) if cfg.secret_patterns else None
     redactions: dict[str, int] = {}
-    text_cols = ("observation", "content", "arguments")
     detector = secret_detector(cfg.secret_patterns)
     redacted = {
-        c: _redact_series(steps[c], rx, detector, redactions) if rx else steps[c] for c in text_cols
+        c: _redact_series(steps[c], rx, detector, redactions) if rx else steps[c]
+        for c in TEXT_COLUMNS
     }
     steps["traj_row"] = np.repeat(np.arange(len(traj)), traj["num_steps"].to_numpy())
     steps["order_status"] = order_status(steps)
@@ -453,18 +510,13 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
     )
     traj["_first_seen"] = traj["id"].map(where)
     if cfg.secret_policy == "redact":
-        for c in text_cols:
+        for c in TEXT_COLUMNS:
             steps[c] = redacted[c]
-    eval_ids, warnings = eval_task_ids(cfg)
-    timings["prepare_s"] = time.perf_counter() - t
+    return redacted, redactions
 
-    t = time.perf_counter()  # GX's share includes importing it and building the suites
-    checks = build_checks(cfg, eval_ids)
-    gx_traj = traj.drop(columns=["_first_seen"])
-    failing, docs = run_suites(checks, {"trajectories": gx_traj, "steps": steps}, report_dir)
-    timings["great_expectations_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()
+def _row_reasons(checks: list[Check], failing: dict, traj, steps):
+    """({trajectory row: reasons}, {check: trajectories it quarantines}) from GX's rows."""
     reasons: dict[int, list[str]] = defaultdict(list)
     by_check: dict[str, int] = {}
     for check in checks:
@@ -482,28 +534,72 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
             hit.add(traj_row)
         if hit:
             by_check[check.name] = len(hit)
+    return reasons, by_check
 
+
+def _write_validated(cfg, manifest_in: dict, tables, redacted: dict, bad, reasons, found):
+    """Write the valid rows and the quarantine (earlier stages' plus ours) to cfg.out_dir.
+
+    `tables` is (trajectory table, step table, their pandas frames); `found` holds the
+    redaction counts and rows quarantined per check for the manifest. Returns the counts
+    and per-source counts.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    traj_tbl, step_tbl, traj, steps = tables
     # What gets written: redacted text always (quarantine is versioned by DVC as well).
     red_steps = step_tbl
-    for c in text_cols:
+    for c in TEXT_COLUMNS:
         red_steps = red_steps.set_column(
             red_steps.schema.get_field_index(c),
             c,
             pa.array(redacted[c], type=pa.string(), from_pandas=True),
         )
-    bad = np.zeros(len(traj), dtype=bool)
-    bad[list(reasons)] = True
     step_bad = bad[steps["traj_row"].to_numpy()] if len(steps) else np.zeros(0, dtype=bool)
+    quarantine = [
+        *read_quarantine(cfg.in_dir),
+        *_quarantine_entries(traj, traj_tbl, red_steps.filter(pa.array(step_bad)), bad, reasons),
+    ]
+    per_source = _per_source(manifest_in, traj, bad)
+    counts = reconcile(per_source)
+    rate = _failure_rate(counts)
+    validation = {
+        "passed": rate <= cfg.max_failure_rate,
+        "failure_rate": round(rate, 6),
+        "max_failure_rate": cfg.max_failure_rate,
+        "secret_policy": cfg.secret_policy,
+        "redactions": dict(sorted(found["redactions"].items())),
+        "quarantined_by_check": dict(sorted(found["by_check"].items())),
+        "input_content_hash": manifest_in["content_hash"],
+    }
+    write_dataset(
+        Path(cfg.out_dir),
+        traj_tbl.filter(pa.array(~bad)),
+        red_steps.filter(pa.array(~step_bad)),
+        quarantine,
+        {"stage": "validate", "counts": counts, "sources": per_source,
+         "skipped_files": manifest_in.get("skipped_files", []), "validation": validation},
+        _rows_per_shard(manifest_in),
+        secret_patterns=cfg.secret_patterns,
+    )  # fmt: skip
+    return counts, per_source
+
+
+def _quarantine_entries(traj, traj_tbl, bad_steps_tbl, bad, reasons) -> list[dict]:
+    """One quarantine line per rejected trajectory, its record rebuilt from the rows."""
+    import numpy as np
+    import pyarrow as pa
+
     offsets = np.concatenate([[0], np.cumsum(traj["num_steps"].to_numpy())])
-    quarantine = list(read_quarantine(in_dir))
-    bad_steps = red_steps.filter(pa.array(step_bad)).to_pylist()
+    bad_steps = bad_steps_tbl.to_pylist()
     bad_traj = traj_tbl.filter(pa.array(bad)).to_pylist()
-    cursor = 0
+    entries, cursor = [], 0
     for row_i, trow in zip(np.flatnonzero(bad), bad_traj, strict=True):
         n = int(offsets[row_i + 1] - offsets[row_i])
         record = rows_to_record(trow, bad_steps[cursor : cursor + n])
         cursor += n
-        quarantine.append(
+        entries.append(
             {
                 "record": trow["id"],
                 "source_file": trow["source_file"],
@@ -514,80 +610,44 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
                 "raw": record,
             }
         )
-    valid_traj = traj_tbl.filter(pa.array(~bad))
-    valid_steps = red_steps.filter(pa.array(~step_bad))
+    return entries
 
+
+def _per_source(manifest_in: dict, traj, bad) -> dict[str, dict]:
+    """Ingest's counts per source with this stage's quarantine added."""
     per_source: dict[str, dict] = {}
     valid_by_source = traj.loc[~bad, "source_file"].value_counts().to_dict()
     for src, c in manifest_in["sources"].items():
-        valid = int(valid_by_source.get(src, 0))
         per_source[src] = {
             "ingested": c["ingested"],
-            "valid": valid,
+            "valid": int(valid_by_source.get(src, 0)),
             "quarantined": c["quarantined"] + int(((traj["source_file"] == src) & bad).sum()),
             "formats": c.get("formats", {}),
         }
-    counts = reconcile(per_source)
-    rate = counts["quarantined"] / counts["ingested"] if counts["ingested"] else 0.0
-    passed = rate <= cfg.max_failure_rate
-    rows_per_shard = max(
+    return per_source
+
+
+def _failure_rate(counts: dict[str, int]) -> float:
+    return counts["quarantined"] / counts["ingested"] if counts["ingested"] else 0.0
+
+
+def _rows_per_shard(manifest_in: dict) -> int:
+    """The input's shard size, so validated shards line up with ingested ones."""
+    return max(
         1,
         max(
             (f["rows"] for n, f in manifest_in["files"].items() if n.startswith("trajectories-")),
             default=1,
         ),
     )
-    write_dataset(
-        out_dir,
-        valid_traj,
-        valid_steps,
-        quarantine,
-        {
-            "stage": "validate",
-            "counts": counts,
-            "sources": per_source,
-            "skipped_files": manifest_in.get("skipped_files", []),
-            "validation": {
-                "passed": passed,
-                "failure_rate": round(rate, 6),
-                "max_failure_rate": cfg.max_failure_rate,
-                "secret_policy": cfg.secret_policy,
-                "redactions": dict(sorted(redactions.items())),
-                "quarantined_by_check": dict(sorted(by_check.items())),
-                "input_content_hash": manifest_in["content_hash"],
-            },
-        },
-        rows_per_shard,
-        secret_patterns=cfg.secret_patterns,
-    )
-    timings["write_s"] = time.perf_counter() - t
-    timings["total_s"] = time.perf_counter() - t0
-    report = {
-        "passed": passed,
-        "failure_rate": rate,
-        "max_failure_rate": cfg.max_failure_rate,
-        "counts": counts,
-        "sources": per_source,
-        "quarantined_by_check": by_check,
-        "secret_policy": cfg.secret_policy,
-        "redactions": redactions,
-        "eval_task_ids": len(eval_ids),
-        "warnings": warnings,
-        "expectations": [
-            {
-                "check": c.name,
-                "suite": f"agentrl_{c.table}",
-                "expectation": c.expectation.expectation_type,
-                "column": c.expectation.column,
-                "success": c.name not in failing,
-                "unexpected_rows": len(failing.get(c.name, [])),
-            }
-            for c in checks
-        ],
-        "timings_s": {k: round(v, 4) for k, v in timings.items()},
-        "data_docs": docs,
-        "dataset": str(out_dir),
-        "quarantine": str(out_dir / QUARANTINE),
+
+
+def _expectation_summary(check: Check, failing: dict) -> dict:
+    return {
+        "check": check.name,
+        "suite": f"agentrl_{check.table}",
+        "expectation": check.expectation.expectation_type,
+        "column": check.expectation.column,
+        "success": check.name not in failing,
+        "unexpected_rows": len(failing.get(check.name, [])),
     }
-    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    return report

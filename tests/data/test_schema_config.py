@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from components.data.adapters import from_mission
 from components.data.config import (
@@ -18,6 +18,8 @@ from components.data.config import (
     load_config,
 )
 from components.data.schema import parse_record, record_to_rows, rows_to_record
+from components.preset import load_preset
+from components.typed_config import ConfigError, config_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "data"
@@ -73,16 +75,21 @@ def test_wrong_types_are_named_by_field(make_record):
 
 
 @pytest.mark.parametrize(
-    "model", [IngestConfig, ValidationConfig, VersioningConfig, S3RemoteConfig]
+    "model", [DataConfig, IngestConfig, ValidationConfig, VersioningConfig, S3RemoteConfig]
 )
 def test_every_config_field_has_help(model):
-    for name, field in model.model_fields.items():
-        assert field.description, f"{model.__name__}.{name} has no help string"
+    for field in dataclasses.fields(model):
+        assert field.metadata.get("help"), f"{model.__name__}.{field.name} has no help string"
 
 
-def test_shipped_config_loads():
-    cfg = load_config(REPO / "components" / "data" / "data_config.yaml")
-    assert isinstance(cfg, DataConfig) and cfg.validate_.secret_policy == "redact"
+def test_shipped_preset_data_section_loads(tmp_path):
+    cfg = load_preset(REPO / "configs" / "cpu-demo.yaml").section("data")
+    assert isinstance(cfg, DataConfig) and cfg.validate.secret_policy == "redact"
+    path = tmp_path / "data.yaml"
+    path.write_text("validate: {eval_splits: [test]}\nversioning: {s3: {url: s3://b/p}}\n")
+    loaded = load_config(path)
+    assert loaded.validate.eval_splits == ("test",) and loaded.versioning.s3.url == "s3://b/p"
+    assert loaded.ingest == IngestConfig()
 
 
 @pytest.mark.parametrize(
@@ -97,5 +104,5 @@ def test_shipped_config_loads():
     ],
 )
 def test_invalid_config_is_rejected_where_defined(bad):
-    with pytest.raises(ValidationError):
-        DataConfig.model_validate(bad)
+    with pytest.raises(ConfigError):
+        config_from_dict(DataConfig, bad)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
-from components.data.__main__ import main_ingest, main_validate
+import yaml
+
+from components.data.__main__ import main_ingest, main_validate, main_versions
 from components.data.config import DEFAULT_SECRET_PATTERNS
 from components.data.ingest import load_records, read_quarantine
-from components.data.validate import redact_text, secret_regex
+from components.data.redaction import redact_text, secret_regex
 
 KEYS = {
     "openai_key": "sk-proj-" + "Zx9" * 9,
@@ -92,3 +94,29 @@ def test_eval_task_ids_from_the_command_line(tmp_path, make_record):
     assert entry["reasons"] == [
         "record a-1 field task_id: task 'test-0042' is in an evaluation split (val/test): contamination"
     ]
+
+
+def test_the_presets_data_section_reaches_every_data_stage(tmp_path, make_record, capsys):
+    """Non-default values in a preset's `data` section configure ingest, validate and the
+    version log; a flag given on the command line still wins."""
+    folders = {name: str(tmp_path / name) for name in ("ingested", "validated", "report")}
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({"data": {
+        "ingest": {"out_dir": folders["ingested"], "rows_per_shard": 1},
+        "validate": {"in_dir": folders["ingested"], "out_dir": folders["validated"],
+                     "report_dir": folders["report"], "max_failure_rate": 0.2,
+                     "eval_task_ids": ["test-0042"]},
+        "versioning": {"repo_root": str(tmp_path), "version_log": "our-versions.jsonl"},
+    }}))  # fmt: skip
+    records = [make_record("a-1", task_id="test-0042"), make_record("b-1"), make_record("b-2")]
+    _write(tmp_path / "in.jsonl", records)
+    assert main_ingest([str(tmp_path / "in.jsonl"), "--preset", str(preset)]) == 0
+    assert len(list((tmp_path / "ingested").glob("trajectories-*.parquet"))) == 3
+    capsys.readouterr()
+    assert main_validate(["--preset", str(preset)]) == 1  # the preset's eval id and threshold
+    assert "1 of 3 records quarantined (33.3% > 20.0%)" in capsys.readouterr().err
+    assert main_validate(["--preset", str(preset), "--max-failure-rate", "0.5"]) == 0
+    (tmp_path / "our-versions.jsonl").write_text(json.dumps({"version": "v-preset"}) + "\n")
+    capsys.readouterr()
+    assert main_versions(["--preset", str(preset), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"version": "v-preset"}
