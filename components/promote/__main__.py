@@ -6,8 +6,9 @@
     agentrl promote status [--json]
     agentrl promote history [--version V] [--action A] [--json]
 
-Every command takes --config FILE (YAML, see promote_config.yaml), --model NAME,
---tracking-uri URI and --audit-path FILE. The approver defaults to $USER; a reason is
+Every command takes --preset FILE (its `promote` section, components/promote/config.py;
+no preset or no section: the defaults), and --model NAME, --tracking-uri URI and
+--audit-path FILE, which override it. The approver defaults to $USER; a reason is
 required. With --flow-run-id, approve/reject resume that paused Prefect run with the same
 answer as its UI form would, and the flow applies it (Prefect has no resume command).
 Exit status: 0 done, 1 refused by the rules, 2 usage.
@@ -20,12 +21,14 @@ import json
 import sys
 
 from components.promote.audit import default_actor
-from components.promote.config import load_config
+from components.promote.config import PromotionConfig, promotion_config
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"agentrl promote {prog}", description=description)
-    p.add_argument("--config", default=None, help="YAML config (promote_config.yaml format)")
+    p.add_argument(
+        "--preset", default=None, help="preset YAML; its `promote` section configures promotion"
+    )
     p.add_argument("--model", default=None, help="registered model name (default agentrl-coder)")
     p.add_argument("--tracking-uri", default=None, help="MLflow URI (default embedded SQLite)")
     p.add_argument("--audit-path", default=None, help="JSONL audit log (default mlruns/)")
@@ -39,9 +42,9 @@ def _person(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _config(args):
-    return load_config(
-        args.config,
+def _config(args) -> PromotionConfig:
+    return promotion_config(
+        args.preset,
         model_name=args.model,
         tracking_uri=args.tracking_uri,
         audit_path=args.audit_path,

@@ -27,9 +27,10 @@ from functools import lru_cache
 from typing import NoReturn
 
 from components.promote.audit import record_decision, utc_now
+from components.promote.client import mlflow_client
 from components.promote.config import PromotionConfig
 from components.promote.gates import GateDecision
-from components.promote.registry import CHALLENGER, CHAMPION, LINEAGE_KEYS, mlflow_client
+from components.promote.registry import CHALLENGER, CHAMPION, LINEAGE_KEYS
 
 DECIDED = ("approved", "rejected", "rolled_back")
 HISTORY_KEEP = 50  # champion_history entries kept in the registered-model tag
@@ -120,27 +121,26 @@ def request_approval(
     tags = _version_tags(client, config, version)
     dec = decision if isinstance(decision, GateDecision) else GateDecision.from_dict(decision)
     if tags is None:
-        _refuse(
-            "request_approval",
-            version,
-            actor,
-            "gates",
-            ["no such model version"],
-            before,
-            config,
-            client,
-        )
-    if tags.get("approval_status") in DECIDED:
-        _refuse(
-            "request_approval",
-            version,
-            actor,
-            "gates",
-            [f"version is already {tags['approval_status']}; register a new version"],
-            before,
-            config,
-            client,
-        )
+        problems = ["no such model version"]
+    elif tags.get("approval_status") in DECIDED:
+        problems = [f"version is already {tags['approval_status']}; register a new version"]
+    else:
+        problems = []
+    if problems:
+        _refuse("request_approval", version, actor, "gates", problems, before, config, client)
+    full_evidence = _record_gates(client, config, version, dec, evidence, actor, before)
+    if not dec.passed:
+        _set_tags(client, config, version, {"approval_status": "gates_failed"})
+        if before.get(CHALLENGER) == version:  # re-evaluated and failed: no longer a candidate
+            client.delete_registered_model_alias(config.model_name, CHALLENGER)
+        return False
+    _make_challenger(client, config, version, full_evidence, actor, before)
+    return True
+
+
+def _record_gates(client, config, version, dec: GateDecision, evidence, actor, before) -> dict:
+    """Tag the version with its gate results and metrics and audit the decision; returns
+    the evidence with the gates added."""
     metrics = {f"metric.{k}": v for k, v in (evidence.get("candidate_metrics") or {}).items()}
     _set_tags(
         client,
@@ -165,12 +165,12 @@ def request_approval(
         config=config,
         client=client,
     )
-    if not dec.passed:
-        _set_tags(client, config, version, {"approval_status": "gates_failed"})
-        if before.get(CHALLENGER) == version:  # re-evaluated and failed: no longer a candidate
-            client.delete_registered_model_alias(config.model_name, CHALLENGER)
-        return False
+    return full_evidence
 
+
+def _make_challenger(client, config, version: str, evidence: dict, actor: str, before) -> None:
+    """`version` becomes the challenger with a pending request; a pending one it replaces
+    is marked superseded."""
     old = before.get(CHALLENGER)
     if (
         old
@@ -198,13 +198,12 @@ def request_approval(
         version=version,
         actor=actor,
         reason="gates passed; awaiting a person's approval",
-        evidence=full_evidence,
+        evidence=evidence,
         aliases_before=before,
         aliases_after=_aliases(client, config),
         config=config,
         client=client,
     )
-    return True
 
 
 def _approval_problems(client, config: PromotionConfig, version: str, before: dict) -> list[str]:
@@ -248,8 +247,7 @@ def approve(
     history = (history + [version])[-HISTORY_KEEP:]
     now = utc_now()
     evidence = {
-        "gate_checks": json.loads(tags.get("gate_checks", "[]")),
-        "metrics": {k: v for k, v in tags.items() if k.startswith("metric.")},
+        **_gate_evidence(tags),
         "request": json.loads(tags.get("audit.challenger_set", "{}")),
         "lineage": {k: tags.get(k) for k in LINEAGE_KEYS},
         "previous_champion": old_champion,
@@ -319,21 +317,25 @@ def reject(
             "rejected_reason": reason,
         },
     )
-    evidence = {
-        "gate_checks": json.loads(tags.get("gate_checks", "[]")),
-        "metrics": {k: v for k, v in tags.items() if k.startswith("metric.")},
-    }
     return record_decision(
         "rejected",
         version=version,
         actor=approver,
         reason=reason,
-        evidence=evidence,
+        evidence=_gate_evidence(tags),
         aliases_before=before,
         aliases_after=_aliases(client, config),
         config=config,
         client=client,
     )
+
+
+def _gate_evidence(tags: dict[str, str]) -> dict:
+    """What a decision on a version rests on: its gate checks and the metrics they saw."""
+    return {
+        "gate_checks": json.loads(tags.get("gate_checks", "[]")),
+        "metrics": {k: v for k, v in tags.items() if k.startswith("metric.")},
+    }
 
 
 def rollback(approver: str, reason: str, *, config: PromotionConfig | None = None) -> dict:

@@ -21,6 +21,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from components.promote.client import mlflow_client
 from components.promote.config import PromotionConfig
 
 ACTIONS = (
@@ -64,8 +65,6 @@ def _to_mlflow(record: dict, config: PromotionConfig, client) -> None:
     from mlflow.exceptions import MlflowException
 
     if client is None:
-        from components.promote.registry import mlflow_client
-
         client = mlflow_client(config)
     try:
         mv = client.get_model_version(config.model_name, record["version"])

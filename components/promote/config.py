@@ -10,12 +10,12 @@ the same code talks to a shared server (Postgres + object storage) in production
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from components.typed_config import doc
+
+from components.typed_config import config_from_dict, doc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 
 def _rate(name: str, value: float) -> None:
@@ -129,9 +129,15 @@ def load_config(path: str | Path | None = None, **overrides) -> PromotionConfig:
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: top level must be a mapping")
         raw = raw.get("promote", raw)
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in fields(PromotionConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ValueError(f"unknown PromotionConfig keys: {unknown}")
-    return PromotionConfig(**raw)
+    raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+    return config_from_dict(PromotionConfig, raw, str(path or "PromotionConfig"))
+
+
+def promotion_config(preset: str | Path | None = None, **overrides) -> PromotionConfig:
+    """The `promote` section of the preset at `preset` (the defaults without a preset or
+    section), with the `overrides` that are not None replacing its fields."""
+    if preset is None:
+        return load_config(None, **overrides)
+    from components.preset import stage_config
+
+    return stage_config(preset, "promote", **overrides)

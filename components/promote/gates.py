@@ -51,65 +51,37 @@ def _number(metrics: dict | None, key: str) -> float | None:
     return None if value is None else float(value)
 
 
+def _missing(name: str, threshold: Any) -> GateCheck:
+    """A metric the candidate's report lacks: absence of evidence fails its gate."""
+    return GateCheck(name=name, value=None, threshold=threshold, passed=False,
+                     reason=f"{name} missing from the candidate's report")  # fmt: skip
+
+
 def _at_most(name: str, value: float | None, limit: float) -> GateCheck:
     if value is None:
-        return GateCheck(
-            name=name,
-            value=None,
-            threshold=limit,
-            passed=False,
-            reason=f"{name} missing from the candidate's report",
-        )
+        return _missing(name, limit)
     ok = value <= limit
-    rel = "<=" if ok else ">"
-    return GateCheck(
-        name=name,
-        value=value,
-        threshold=limit,
-        passed=ok,
-        reason=f"{name} {value:.4f} {rel} max {limit:.4f}",
-    )
+    reason = f"{name} {value:.4f} {'<=' if ok else '>'} max {limit:.4f}"
+    return GateCheck(name=name, value=value, threshold=limit, passed=ok, reason=reason)
 
 
 def _success(candidate: dict, champion: dict | None, config: PromotionConfig) -> GateCheck:
     value = _number(candidate, "success_rate")
     champ = _number(champion, "success_rate") if champion else None
     if champion is not None and champ is None:
-        return GateCheck(
-            name="success_rate",
-            value=value,
-            threshold=None,
-            passed=False,
-            reason="champion success_rate missing: cannot compare",
-        )
-    bar = (
-        config.min_success_rate
-        if champ is None
-        else max(champ + config.success_margin, config.min_success_rate)
-    )
+        return GateCheck(name="success_rate", value=value, threshold=None, passed=False,
+                         reason="champion success_rate missing: cannot compare")  # fmt: skip
+    if champ is None:
+        bar, against = config.min_success_rate, "no champion: floor"
+    else:
+        bar = max(champ + config.success_margin, config.min_success_rate)
+        against = f"champion {champ:.4f} + margin {config.success_margin:.4f}"
     bar = round(bar, 12)  # 0.7 + 0.1 must not become 0.7999999999999999 and pass 0.79
     if value is None:
-        return GateCheck(
-            name="success_rate",
-            value=None,
-            threshold=bar,
-            passed=False,
-            reason="success_rate missing from the candidate's report",
-        )
+        return _missing("success_rate", bar)
     ok = value >= bar
-    against = (
-        "no champion: floor"
-        if champ is None
-        else (f"champion {champ:.4f} + margin {config.success_margin:.4f}")
-    )
-    rel = ">=" if ok else "<"
-    return GateCheck(
-        name="success_rate",
-        value=value,
-        threshold=bar,
-        passed=ok,
-        reason=f"success_rate {value:.4f} {rel} {bar:.4f} ({against})",
-    )
+    reason = f"success_rate {value:.4f} {'>=' if ok else '<'} {bar:.4f} ({against})"
+    return GateCheck(name="success_rate", value=value, threshold=bar, passed=ok, reason=reason)
 
 
 def _regression(candidate: dict, champion: dict | None, config: PromotionConfig) -> GateCheck:

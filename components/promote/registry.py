@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from components.promote.audit import default_actor, record_decision
+from components.promote.client import mlflow_client
 from components.promote.config import REPO_ROOT, PromotionConfig
 
 CHAMPION = "champion"
@@ -75,29 +77,6 @@ def current_git_commit(repo: Path = REPO_ROOT) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
-
-
-def mlflow_client(config: PromotionConfig):
-    """An MlflowClient on the config's store; the registered model exists afterwards."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    uri = config.resolved_tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    try:
-        client.get_registered_model(config.model_name)
-    except MlflowException:
-        try:
-            client.create_registered_model(
-                config.model_name,
-                description="agentrl coding agent; aliases: champion (approved), challenger "
-                "(passed gates, awaiting approval)",
-            )
-        except MlflowException:  # created meanwhile by another process
-            client.get_registered_model(config.model_name)
-    return client
 
 
 def _registry_experiment_id(client, config: PromotionConfig) -> str:
@@ -155,8 +134,6 @@ def register_candidate(
         tags=tags,
         description=f"data {lineage.data_version}, config {lineage.config_hash}",
     )
-    from components.promote.audit import default_actor, record_decision
-
     record_decision(
         "registered",
         version=str(version.version),

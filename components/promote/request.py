@@ -2,7 +2,9 @@
 gates against the champion, and (if it passes) make it the challenger awaiting a person.
 
     agentrl promote request --policy DIR --eval DIR --safety DIR --validation REPORT \
-        --data-version ID --config-hash H [--training-run-id ID] --out DIR
+        --data-version ID --config-hash H [--training-run-id ID] [--preset FILE] --out DIR
+
+The gate thresholds and the registry come from the preset's `promote` section.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
-from components.promote.config import PromotionConfig, load_config
+from components.promote.config import PromotionConfig, promotion_config
 
 
 def champion_eval_results(config: PromotionConfig) -> str | None:
@@ -53,14 +55,14 @@ def main_request(argv: list[str]) -> int:
     p.add_argument("--data-version", required=True)
     p.add_argument("--config-hash", required=True)
     p.add_argument("--training-run-id", default="")
-    p.add_argument("--config", help="promotion config YAML")
+    p.add_argument("--preset", default=None, help="preset YAML (its `promote` section)")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     from components.promote.approval import request_approval
     from components.promote.gates import evaluate_gates
     from components.promote.registry import Lineage, register_candidate, set_version_tags
 
-    config = load_config(args.config)
+    config = promotion_config(args.preset)
     overall = json.loads((args.eval / "metrics.json").read_text())["candidate"]["overall"]
     safety = json.loads((args.safety / "safety.json").read_text())
     validation = json.loads(args.validation.read_text())

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from promote_helpers import PASSING, candidate
 
 from components.promote.__main__ import (
@@ -69,6 +70,23 @@ def test_cli_requires_reason_and_version(cfg, capsys):
     with pytest.raises(SystemExit):
         main_rollback(["--reason", "", *store(cfg)])
     assert get_alias("champion", cfg) is None
+
+
+def test_the_presets_promote_section_reaches_every_command(cfg, checkpoint, tmp_path, capsys):
+    """The registry, model name and audit log come from the preset's `promote` section."""
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({"promote": {
+        "model_name": cfg.model_name, "tracking_uri": cfg.tracking_uri,
+        "artifact_root": cfg.artifact_root, "audit_path": cfg.audit_path}}))  # fmt: skip
+    v1, _ = candidate(cfg, checkpoint)
+    assert main_status(["--json", "--preset", str(preset)]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["model"] == cfg.model_name and st["aliases"] == {"challenger": v1}
+    assert main_approve([v1, "--reason", "ok", "--approver", "hal", "--preset", str(preset)]) == 0
+    assert get_alias("champion", cfg) == v1
+    capsys.readouterr()
+    assert main_history(["--json", "--preset", str(preset), "--action", "approved"]) == 0
+    assert json.loads(capsys.readouterr().out)["actor"] == "hal"
 
 
 def test_module_entry_point_is_light_and_prints_history(tmp_path):

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from components.promote.config import PromotionConfig, load_config
+from components.promote.config import PromotionConfig, load_config, promotion_config
 from components.promote.gates import GATE_NAMES, GateDecision, evaluate_gates
 
 CFG = PromotionConfig(
@@ -84,17 +84,23 @@ def test_data_validation_can_be_waived_by_config():
     assert evaluate_gates(GOOD, None, {"passed": False}, cfg).passed
 
 
-def test_config_validates_and_shipped_file_loads():
+def test_config_validates_and_the_presets_section_loads(tmp_path):
     with pytest.raises(ValueError):
         PromotionConfig(max_regression_rate=1.5)
     with pytest.raises(ValueError):
         PromotionConfig(model_name=" ")
     from pathlib import Path
 
-    import components.promote
-
-    shipped = Path(components.promote.__file__).parent / "promote_config.yaml"
-    assert load_config(shipped) == PromotionConfig()
-    assert load_config(shipped, model_name="x", tracking_uri=None).model_name == "x"
+    shipped = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
+    assert promotion_config(shipped) == load_config(None) == PromotionConfig()
+    assert promotion_config(shipped, model_name="x", tracking_uri=None).model_name == "x"
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("promote: {success_margin: 0.1, max_tampering_rate: 0.5}\n")
+    cfg = promotion_config(preset, max_regression_rate=0.2)
+    assert (cfg.success_margin, cfg.max_tampering_rate, cfg.max_regression_rate) == (0.1, 0.5, 0.2)
+    assert load_config(preset) == promotion_config(preset)  # a file with a `promote:` key
     with pytest.raises(ValueError):
         load_config(None, bogus=1)
+    preset.write_text("promote: {success_margni: 0.1}\n")
+    with pytest.raises(ValueError, match="success_margni"):
+        promotion_config(preset)

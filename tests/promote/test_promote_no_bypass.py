@@ -15,9 +15,9 @@ import pytest
 from promote_helpers import DATA_OK, PASSING, candidate, lineage
 
 import components.promote.__main__ as cli
-from components.promote import approval, audit, config, gates, registry
+from components.promote import approval, audit, client, config, gates, registry
 
-MODULES = (config, gates, registry, approval, audit, cli)
+MODULES = (config, client, gates, registry, approval, audit, cli)
 MAY_MOVE_CHAMPION = {
     "approval.approve",
     "approval.wait_for_approval_in_prefect",  # calls approve (tests/promote/test_promote_prefect)
@@ -50,9 +50,10 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
 
     return {
         "config.load_config": lambda: config.load_config(None),
+        "config.promotion_config": lambda: config.promotion_config(None),
         "gates.evaluate_gates": lambda: gates.evaluate_gates(PASSING, None, DATA_OK, cfg),
         "registry.current_git_commit": registry.current_git_commit,
-        "registry.mlflow_client": lambda: registry.mlflow_client(cfg),
+        "client.mlflow_client": lambda: client.mlflow_client(cfg),
         "registry.register_candidate": lambda: registry.register_candidate(
             checkpoint, lineage(5), cfg
         ),

@@ -26,10 +26,10 @@ def _stage_outputs(tmp_path, name, success, violation=0.0):
 
 
 def test_request_then_champion_baseline(cfg, checkpoint, tmp_path):
-    config_file = tmp_path / "promote.yaml"
-    config_file.write_text(yaml.safe_dump({
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({"promote": {
         "model_name": cfg.model_name, "tracking_uri": cfg.tracking_uri,
-        "artifact_root": cfg.artifact_root, "audit_path": cfg.audit_path}))  # fmt: skip
+        "artifact_root": cfg.artifact_root, "audit_path": cfg.audit_path}}))  # fmt: skip
     validation = tmp_path / "report.json"
     validation.write_text(json.dumps({"passed": True, "failure_rate": 0.0}))
 
@@ -38,7 +38,7 @@ def test_request_then_champion_baseline(cfg, checkpoint, tmp_path):
         out = tmp_path / f"{name}-out"
         code = main_request(["--policy", str(checkpoint), "--eval", str(ev), "--safety", str(sf),
                              "--validation", str(validation), "--data-version", "d1",
-                             "--config-hash", "c1", "--config", str(config_file),
+                             "--config-hash", "c1", "--preset", str(preset),
                              "--out", str(out)])  # fmt: skip
         assert code == 0
         return json.loads((out / "result.json").read_text())

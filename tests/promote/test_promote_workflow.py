@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from promote_helpers import PASSING, candidate
 
-from components.promote import approval, audit, registry
+from components.promote import approval, audit, client, registry
 from components.promote.approval import PromotionRefused, approve, reject, rollback, status
 from components.promote.audit import read_history
 from components.promote.registry import get_alias, get_version, list_versions
@@ -36,8 +36,8 @@ def test_full_path_champion_moves_only_on_approval_with_audit(cfg, checkpoint):
     assert v["tags"]["approval_status"] == "approved" and v["tags"]["approved_by"] == "alice"
     assert json.loads(v["tags"]["audit.approved"])["by"] == "alice"
     assert v["tags"]["training_run_id"] == "run1" and v["tags"]["git_commit"] == "abc123"
-    client = registry.mlflow_client(cfg)
-    local = Path(client.download_artifacts(v["run_id"], record["mlflow_artifact"]))
+    mlflow = client.mlflow_client(cfg)
+    local = Path(mlflow.download_artifacts(v["run_id"], record["mlflow_artifact"]))
     assert json.loads(local.read_text())["id"] == record["id"]
     # Loading the champion is: download the folder, hand it to load_policy.
     folder = registry.download_version("champion", cfg)
