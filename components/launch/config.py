@@ -9,9 +9,10 @@ config file, and `agentrl --help` must stay fast. The values are checked in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
 from components.typed_config import config_from_dict, doc
 
 # Repository root: pool templates ship in infra/prefect/ (also copied into the image).
@@ -24,7 +25,6 @@ MODES = ("in-process", "subprocess", "kubernetes")
 # API server after the image was pulled.
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
 
 
 def _default_pools() -> dict[str, str]:
@@ -94,7 +94,8 @@ class LauncherConfig:
         default_factory=_default_resources,
         metadata=doc(
             "pool or stage key -> {resource: quantity}, set as requests and limits; "
-            "a stage key ('train grpo') overrides its pool's entry"
+            "a stage key ('train grpo') overrides its pool's entry; an entry replaces the "
+            "default entry of its key, keys not named keep their defaults"
         ),
     )
     service_account: str = field(
@@ -161,6 +162,8 @@ class LauncherConfig:
     )
 
     def __post_init__(self) -> None:
+        # A partial `resources` must not leave the pools it does not name unbounded.
+        object.__setattr__(self, "resources", {**_default_resources(), **self.resources})
         if self.mode not in MODES:
             raise ValueError(f"LauncherConfig.mode must be one of {MODES}, got {self.mode!r}")
         if not _DNS_LABEL.match(self.namespace):
@@ -202,14 +205,9 @@ def launcher_config_from_dict(values: dict | str | None) -> LauncherConfig:
     """From a flow parameter or YAML: `"kubernetes"` (just the mode) or a dict of fields.
 
     Unknown keys are an error, so a misspelt `namspace` does not silently run elsewhere.
-    `resources` entries replace the default entry of the same pool or stage key; pools not
-    named keep their default requests and limits (a partial override must not leave them
-    unbounded).
     """
     if values is None:
         return LauncherConfig()
     if isinstance(values, str):
         return LauncherConfig(mode=values)  # type: ignore[arg-type]
-    if isinstance(values, dict) and isinstance(values.get("resources"), dict):
-        values = {**values, "resources": {**_default_resources(), **values["resources"]}}
     return config_from_dict(LauncherConfig, values, "launcher")

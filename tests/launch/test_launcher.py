@@ -259,3 +259,15 @@ def test_partial_resources_keep_the_other_pools_defaults():
     assert config.resources_for("train grpo") == {"nvidia.com/gpu": "4"}  # the entry replaced
     assert config.resources_for("env eval") == {"cpu": "2", "memory": "4Gi"}  # sandbox kept
     assert config.resources_for("data validate") == {"cpu": "2", "memory": "4Gi"}  # cpu kept
+
+
+def test_a_presets_launcher_section_keeps_the_other_pools_defaults(tmp_path):
+    """The preset's `launcher` section is built by the generic loader; the same merge holds."""
+    from components.preset import load_preset
+
+    path = tmp_path / "preset.yaml"
+    path.write_text("launcher: {namespace: ci, resources: {gpu: {nvidia.com/gpu: '4'}}}\n")
+    config = load_preset(path).section("launcher")
+    assert config.namespace == "ci"
+    assert config.resources_for("train grpo") == {"nvidia.com/gpu": "4"}
+    assert config.resources_for("env eval") == {"cpu": "2", "memory": "4Gi"}
