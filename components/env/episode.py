@@ -1,8 +1,10 @@
 """One episode of the coding environment: a task, a private workspace, tool steps, a verdict.
 
 `EpisodeEnv` is step-driven so that a batched rollout engine can advance many episodes at
-once; `run_episode` is the plain loop for one policy. The episode's record is the
-canonical trajectory (docs/CONTRACTS.md).
+once; `run_episode` is the plain loop for one policy. It owns the episode's lifecycle:
+`step` until it is over (the episode's own limits, or a driver's `stop(reason)` or
+`abort(detail)`), then `finish` builds the result and its record, the canonical trajectory
+(docs/CONTRACTS.md), in one place, `_result`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from components.env.config import EnvConfig
+from components.env.final_diff import repo_diff
 from components.env.fixes import (
     FixListing,
     candidate_fixes,
@@ -29,7 +32,7 @@ from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
 from components.env.tool_specs import argument_errors
 from components.env.tools import ToolResult, execute_tool, failed_result
-from components.env.verifier import verify
+from components.env.verifier import Verification, changed_files, verify
 from components.tasks.task import Task
 
 
@@ -59,7 +62,7 @@ class EpisodeResult:
     split: str
     policy: str
     status: str  # "ok" | "infra_failure"
-    end_reason: str  # "finished" | "max_steps" | "token_limit" | "time_limit"
+    end_reason: str  # one of END_REASONS, or "infra_failure" for an episode aborted mid-run
     success: bool
     reward: float | None  # None for infra failures: they carry no reward
     reward_terms: dict[str, float]
@@ -78,6 +81,10 @@ class EpisodeResult:
     # Per step (assistant action), the counted process terms that step fired (weights
     # summed): 0.0 on a clean step. The trainer's turn-level credit reads these.
     step_rewards: list[float] = field(default_factory=list)
+    # The agent's change to the task's repo as a unified diff (components/env/final_diff.py);
+    # None when unknown: an aborted episode, an oversized change, or a result loaded from a
+    # file written before episodes kept it.
+    final_diff: str | None = None
     record: dict = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
@@ -85,6 +92,9 @@ class EpisodeResult:
         out = asdict(self)
         out.pop("record")
         return out
+
+
+END_REASONS = ("finished", "max_steps", "token_limit", "time_limit")
 
 
 def initial_message(task: Task) -> str:
@@ -126,7 +136,12 @@ def _is_test_run(action: Action) -> bool:
 
 
 class EpisodeEnv:
-    """A task's private workspace plus the episode's event log and counters."""
+    """A task's private workspace plus the episode's event log and counters.
+
+    Drivers (`run_episode`, the rollout engine) call `step` while `done` is False, may end
+    the episode early with `stop(reason)` or, on a harness fault, `abort(detail)`, and call
+    `finish` once to get the result; they read `done`, `events` and `untried_fix_ids()`.
+    """
 
     def __init__(
         self,
@@ -157,10 +172,39 @@ class EpisodeEnv:
         self.fix_listing: FixListing | None = None
         self.done = False
         self.end_reason = ""
+        self.infra_detail = ""  # set by abort(): the result is an unverified infra failure
         self.started = time.monotonic()
 
-    def step(self, action: Action) -> dict:
-        """Apply one action; returns the environment event appended to the log."""
+    def stop(self, reason: str) -> None:
+        """End the episode: no more steps. `reason` is one of END_REASONS; an episode that
+        is already over keeps the reason it ended with."""
+        if reason not in END_REASONS:
+            raise ValueError(f"unknown end reason {reason!r} (one of {', '.join(END_REASONS)})")
+        if not self.done:
+            self.done, self.end_reason = True, reason
+
+    def abort(self, detail: str) -> None:
+        """End the episode on an infrastructure fault (a backend, tool or verifier crash):
+        `finish` then returns an infra failure without verification or reward, since the
+        episode's data cannot be trusted. The first fault is the one reported."""
+        self.done = True
+        self.infra_detail = self.infra_detail or detail or "aborted"
+
+    def untried_fix_ids(self) -> list[str] | None:
+        """Ids of the last `list_fixes` listing not tried yet; None before any listing."""
+        return None if self.fix_listing is None else self.fix_listing.untried_ids()
+
+    def step(
+        self,
+        action: Action,
+        *,
+        token_ids: list[int] | None = None,
+        logprobs: list[float] | None = None,
+    ) -> dict:
+        """Apply one action; returns the environment event appended to the log.
+
+        `token_ids` / `logprobs`: what a model sampled for this action, kept on its
+        assistant event (the ids the trainer uses verbatim)."""
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} is already over")
         self.steps += 1
@@ -170,6 +214,9 @@ class EpisodeEnv:
             assistant["content"] = action.content
         if not action.imitate:
             assistant["train"] = False
+        if token_ids is not None:
+            assistant["token_ids"] = list(token_ids)
+            assistant["logprobs"] = list(logprobs or [])
         self.events.append(assistant)
         if action.tool is None:
             self.invalid_calls += 1
@@ -211,11 +258,11 @@ class EpisodeEnv:
             + w.failed_fix_try * (self.failed_fix_tries - counts[2])
         )
         if action.tool == "finish":
-            self.done, self.end_reason = True, "finished"
+            self.stop("finished")
         elif self.steps >= self.env.max_steps:
-            self.done, self.end_reason = True, "max_steps"
+            self.stop("max_steps")
         elif self.max_wall_s is not None and time.monotonic() - self.started > self.max_wall_s:
-            self.done, self.end_reason = True, "time_limit"
+            self.stop("time_limit")
         return event
 
     def _run_tests(self) -> ToolResult:
@@ -287,50 +334,73 @@ class EpisodeEnv:
         )
         return dataclasses.replace(tests, observation=text_out, truncated=False)
 
-    def finish(self) -> EpisodeResult:
-        """Verify the workspace, compute the reward, build the record, free the workspace."""
-        if not self.end_reason:
-            self.done, self.end_reason = True, "max_steps"
+    def finish(self, *, num_tokens: int | None = None) -> EpisodeResult:
+        """Verify the workspace (unless aborted), keep the agent's diff, compute the reward,
+        build the result and its record, free the workspace. `num_tokens`: the episode's
+        token count, for a driver that has one. A verifier crash propagates (the workspace
+        is freed; `abort` and `finish` again give the infra-failure result)."""
+        if not self.done:
+            self.stop("max_steps")
+        if self.infra_detail:
+            self.workspace.cleanup()
+            return self._result(None, None, num_tokens)
         try:
             v = verify(self.task, self.workspace.root, self.env, self.verify_sandbox)
+            try:
+                diff = repo_diff(
+                    self.task.repo_dir,
+                    self.workspace.root,
+                    changed_files(self.task.repo_dir, self.workspace.root),
+                )
+            except OSError:  # a file the agent left unreadable: the diff is unknown
+                diff = None
         finally:
             self.workspace.cleanup()
-        wall = time.monotonic() - self.started
-        facts = EpisodeFacts(
-            ran_tests=self.ran_tests,
-            safety_categories=tuple(f["category"] for f in self.safety_flags),
-            wasted_fix_tries=self.wasted_fix_tries,
-            failed_fix_tries=self.failed_fix_tries,
-            invalid_calls=self.invalid_calls,
-        )
-        if v.status == "ok":
+        return self._result(v, diff, num_tokens)
+
+    def _result(
+        self, v: Verification | None, diff: str | None, num_tokens: int | None
+    ) -> EpisodeResult:
+        """The one builder of an episode's result and record; `v` None: aborted."""
+        wall = round(time.monotonic() - self.started, 3)
+        ok = v is not None and v.status == "ok"
+        reward, terms, success = None, {}, False
+        if ok:
+            facts = EpisodeFacts(
+                ran_tests=self.ran_tests,
+                safety_categories=tuple(f["category"] for f in self.safety_flags),
+                wasted_fix_tries=self.wasted_fix_tries,
+                failed_fix_tries=self.failed_fix_tries,
+                invalid_calls=self.invalid_calls,
+            )
             breakdown = compute_reward(v, facts, self.env)
             reward, terms, success = breakdown.total, breakdown.terms, breakdown.success
-        else:
-            reward, terms, success = None, {}, False
+        status = "ok" if ok else "infra_failure"
+        end_reason = self.end_reason or "infra_failure"
         record = {
             "schema_version": 1,
             "id": self.episode_id,
             "task_id": self.task.id,
-            "source": "rollout" if self.policy_name not in ("oracle",) else "oracle",
+            "source": "oracle" if self.policy_name in ("oracle", "oracle-fixes") else "rollout",
             "task": self.task.instruction,
             "trajectory": self.events,
             "reward": reward,
             "reward_terms": terms,
+            "final_diff": diff,
             "metadata": {
                 "policy": self.policy_name,
                 "model_version": None,
                 "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "num_tool_calls": self.tool_calls,
                 "num_invalid_calls": self.invalid_calls,
-                "num_tokens": None,
+                "num_tokens": num_tokens,
                 "split": self.task.metadata.split,
                 "family": self.task.metadata.family,
                 "bug_class": self.task.metadata.bug_class,
-                "end_reason": self.end_reason,
-                "status": "ok" if v.status == "ok" else "infra_failure",
+                "end_reason": end_reason,
+                "status": status,
                 "success": success,
-                "wall_s": round(wall, 3),
+                "wall_s": wall,
             },
         }
         return EpisodeResult(
@@ -338,8 +408,8 @@ class EpisodeEnv:
             task_id=self.task.id,
             split=self.task.metadata.split,
             policy=self.policy_name,
-            status="ok" if v.status == "ok" else "infra_failure",
-            end_reason=self.end_reason,
+            status=status,
+            end_reason=end_reason,
             success=success,
             reward=reward,
             reward_terms=terms,
@@ -348,14 +418,15 @@ class EpisodeEnv:
             invalid_calls=self.invalid_calls,
             safety_flags=self.safety_flags,
             ran_tests=self.ran_tests,
-            tests_total=v.tests_total,
-            tests_failed=v.tests_failed,
-            changed_files=v.changed_files,
-            tampered_files=v.tampered_files,
-            wall_s=round(wall, 3),
-            verdict_forged=v.forged_pass,
-            infra_detail="" if v.status == "ok" else v.detail[-500:],
+            tests_total=v.tests_total if v is not None else 0,
+            tests_failed=v.tests_failed if v is not None else 0,
+            changed_files=v.changed_files if v is not None else [],
+            tampered_files=v.tampered_files if v is not None else [],
+            wall_s=wall,
+            verdict_forged=v.forged_pass if v is not None else False,
+            infra_detail=(self.infra_detail if v is None else "" if ok else v.detail)[-500:],
             step_rewards=list(self.step_rewards),
+            final_diff=diff,
             record=record,
         )
 

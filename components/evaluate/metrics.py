@@ -16,19 +16,15 @@ in short:
 
 from __future__ import annotations
 
-import difflib
 import re
-import shutil
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from components.env.episode import EpisodeResult
 from components.env.evaluate import wilson_interval
-from components.env.fixes import candidate_fixes
+from components.env.final_diff import diff_changed_lines
 from components.env.rewards import DANGEROUS_CATEGORIES
-from components.tasks.patching import PatchError, apply_unified_diff, parse_unified_diff
+from components.tasks.patching import parse_unified_diff
 from components.tasks.task import Task
 
 LIMIT_END_REASONS = ("max_steps", "token_limit", "time_limit")
@@ -100,22 +96,6 @@ def trajectory_facts(record: dict) -> dict | None:
 # ----------------------------------------------------------------------------- patches
 
 
-def changed_line_counts(before: Path, after: Path, files: Iterable[str]) -> dict[str, int]:
-    """Added + removed lines per file between two trees (a missing file counts as empty)."""
-
-    def lines(p: Path) -> list[str]:
-        try:
-            return p.read_text(errors="replace").splitlines() if p.is_file() else []
-        except OSError:
-            return []
-
-    out = {}
-    for rel in files:
-        diff = difflib.unified_diff(lines(before / rel), lines(after / rel), lineterm="", n=0)
-        out[rel] = sum(1 for d in diff if d[:1] in "+-" and not d.startswith(("+++", "---")))
-    return out
-
-
 def reference_patch_stats(task: Task) -> dict[str, int] | None:
     """Changed lines per file of the task's reference fix; None without a reference."""
     patch = task.reference_patch()
@@ -128,56 +108,19 @@ def reference_patch_stats(task: Task) -> dict[str, int] | None:
     return out
 
 
-def replay_final_repo(task: Task, record: dict, dest: Path) -> None:
-    """The agent's final repo, rebuilt by replaying its accepted edits on the task's repo.
-
-    The episode keeps no diff, so the trajectory is the only source: edit_file, apply_patch
-    and try_fix calls the environment answered without an error are applied in order. Files
-    a script changed through run_command are not replayed (the verifier's changed-file list
-    still counts them for unrelated changes).
-    """
-    shutil.copytree(task.repo_dir, dest, symlinks=False, dirs_exist_ok=True)
-    listing: tuple[str, list] | None = None  # the last list_fixes: (module, candidates)
-    for assistant, env in _steps(record):
-        if env is None or env.get("error"):
-            continue
-        args = assistant.get("arguments") or {}
-        try:
-            if assistant.get("action") == "list_fixes":
-                # Candidate ids are positions in a deterministic order of the module's text
-                # at listing time, whatever the listing's length limit.
-                m = re.search(r"^Candidate fixes of (\S+) \(", env.get("observation", ""), re.M)
-                if m:
-                    text = (dest / m.group(1)).read_text()
-                    listing = (m.group(1), candidate_fixes(text, limit=1_000_000))
-            elif assistant.get("action") == "try_fix" and listing is not None:
-                path, candidates = listing
-                fix = next(c for c in candidates if c.id == args["id"])
-                (dest / path).write_text(fix.source)
-            elif assistant.get("action") == "edit_file":
-                path = dest / str(args["path"])
-                text = path.read_text()
-                path.write_text(text.replace(str(args["old"]), str(args["new"]), 1))
-            elif assistant.get("action") == "apply_patch":
-                apply_unified_diff(dest, str(args["patch"]))
-        except (OSError, KeyError, StopIteration, PatchError, SyntaxError, UnicodeDecodeError):
-            continue  # the environment accepted it; an unreplayable edit is just not counted
-
-
 def patch_stats(task: Task, result: EpisodeResult) -> dict:
-    """Patch minimality and unrelated changes of one episode against the reference fix."""
+    """Patch minimality and unrelated changes of one episode against the reference fix.
+
+    The agent's patch size is read from the diff the episode stored (every changed file,
+    including one a script wrote); a result without one (loaded from a file written before
+    episodes kept it) has no patch size."""
     reference = reference_patch_stats(task)
     if reference is None:
         return {"patch_lines": None, "reference_lines": None, "patch_ratio": None,
                 "unrelated_files": None}  # fmt: skip
     unrelated = sorted(set(result.changed_files) - set(reference))
-    agent_lines = None
-    if result.record.get("trajectory"):
-        with tempfile.TemporaryDirectory(prefix="agentrl-eval-") as tmp:
-            final = Path(tmp) / "repo"
-            replay_final_repo(task, result.record, final)
-            files = set(result.changed_files) | set(reference)
-            agent_lines = sum(changed_line_counts(task.repo_dir, final, sorted(files)).values())
+    diff = result.final_diff
+    agent_lines = diff_changed_lines(diff) if diff is not None else None
     ref_lines = sum(reference.values())
     return {
         "patch_lines": agent_lines,

@@ -248,15 +248,19 @@ def test_kind_listing_shares_count_tasks_whose_listing_shows_the_kind(tasks):
     assert both == {k: ((k in kinds) + (k in second)) / 2 for k in sorted(kinds | second)}
 
 
-def test_metrics_replay_try_fix_to_the_reference_fix(tasks, tmp_path):
+def test_stored_diff_of_try_fix_is_the_reference_fix(tasks, tmp_path):
+    import shutil
+
     from components.env.policies import fixed_files
-    from components.evaluate.metrics import replay_final_repo, trajectory_facts
+    from components.evaluate.metrics import trajectory_facts
+    from components.tasks.patching import apply_unified_diff
 
     task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
     policy = OraclePolicy(style="fixes", recovery_rate=1.0)  # a wrong try, then the fix
     result = run_episode(task, policy, EnvConfig(), SandboxConfig())
     assert result.success
-    replay_final_repo(task, result.record, tmp_path / "repo")
+    shutil.copytree(task.repo_dir, tmp_path / "repo")
+    apply_unified_diff(tmp_path / "repo", result.final_diff)
     path, (_, after) = next(iter(fixed_files(task).items()))
     assert normalize((tmp_path / "repo" / path).read_text()) == normalize(after)
     facts = trajectory_facts(result.record)

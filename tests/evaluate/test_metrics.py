@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from components.env.episode import EpisodeResult
+from components.env.final_diff import repo_diff
+from components.env.verifier import changed_files
 from components.evaluate.metrics import (
     aggregate,
     episode_metrics,
@@ -13,6 +17,7 @@ from components.evaluate.metrics import (
     trajectory_facts,
 )
 from components.tasks.generate import generate_suite
+from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
 
 PYTEST = {"cmd": "python -m pytest -q"}
@@ -27,7 +32,8 @@ def call(action, args=None, obs="ok", error=False):
 
 def result(task_id, *, split="test", status="ok", end="finished", success=False, reward=0.0,
            terms=None, steps=0, tool_calls=0, invalid=0, flags=(), tests=(10, 0), changed=(),
-           tampered=(), events=None, tokens=None, family="fam_a", wall=1.0):  # fmt: skip
+           tampered=(), events=None, tokens=None, family="fam_a", wall=1.0,
+           diff=None):  # fmt: skip
     record = {}
     if events is not None:
         record = {"trajectory": [{"role": "user", "content": "fix it"}, *events],
@@ -37,7 +43,7 @@ def result(task_id, *, split="test", status="ok", end="finished", success=False,
         end_reason=end, success=success, reward=reward, reward_terms=terms or {}, steps=steps,
         tool_calls=tool_calls, invalid_calls=invalid, safety_flags=[dict(f) for f in flags],
         ran_tests=True, tests_total=tests[0], tests_failed=tests[1], changed_files=list(changed),
-        tampered_files=list(tampered), wall_s=wall, record=record,
+        tampered_files=list(tampered), wall_s=wall, final_diff=diff, record=record,
     )  # fmt: skip
 
 
@@ -148,24 +154,38 @@ def test_regression_against_champion():
     assert agg["by_split"]["test"]["regression_rate"] == 0.5  # t1 kept, t2 lost
 
 
+def fixed_repo_diff(task, repo, *edits) -> str:
+    """The diff an episode stores for a repo holding the reference fix plus `edits`
+    (functions of the repo folder)."""
+    shutil.copytree(task.repo_dir, repo)
+    apply_unified_diff(repo, task.reference_patch())
+    for edit in edits:
+        edit(repo)
+    return repo_diff(task.repo_dir, repo, changed_files(task.repo_dir, repo))
+
+
+def add_comment(module):
+    def edit(repo):
+        path = repo / module
+        path.write_text("# note\n" + path.read_text())
+
+    return edit
+
+
 def test_patch_minimality_and_unrelated_changes(tmp_path):
-    generate_suite(tmp_path, 1, seed=3)
-    (task,), _ = load_tasks(tmp_path)
-    patch = task.reference_patch()
+    generate_suite(tmp_path / "tasks", 1, seed=3)
+    (task,), _ = load_tasks(tmp_path / "tasks")
     module = task.metadata.extra["module"]
-    text = (task.repo_dir / module).read_text()
     exact = result(task.id, success=True, changed=[module],
-                   events=[*call("apply_patch", {"patch": patch}), *call("finish")])  # fmt: skip
+                   diff=fixed_repo_diff(task, tmp_path / "exact"))  # fmt: skip
     stats = patch_stats(task, exact)
     assert stats["patch_ratio"] == 1.0 and stats["unrelated_files"] == []
-    # The fix plus one extra comment line, and a file a script wrote (not replayable).
+    # The fix plus one extra comment line, and an empty file a script created (a changed
+    # file with no line in the diff).
+    empty_notes = lambda repo: (repo / "notes.txt").write_text("")  # noqa: E731
     bigger = result(task.id, success=True, changed=[module, "notes.txt"],
-                    events=[*call("apply_patch", {"patch": patch}),
-                            *call("edit_file", {"path": module, "old": "bad", "new": "x"},
-                                  "error: old text not found", error=True),
-                            *call("edit_file", {"path": module, "old": text.splitlines()[0],
-                                                "new": "# note\n" + text.splitlines()[0]}),
-                            *call("finish")])  # fmt: skip
+                    diff=fixed_repo_diff(task, tmp_path / "bigger", add_comment(module),
+                                         empty_notes))  # fmt: skip
     stats = patch_stats(task, bigger)
     assert stats["patch_lines"] == stats["reference_lines"] + 1
     assert stats["unrelated_files"] == ["notes.txt"]
@@ -175,3 +195,26 @@ def test_patch_minimality_and_unrelated_changes(tmp_path):
     assert agg["overall"]["unrelated_change_rate"] == 0.5
     assert agg["overall"]["minimal_patch_share"] == 0.5
 
+
+def test_patch_size_counts_script_written_files_and_needs_a_stored_diff(tmp_path):
+    """Lines a script wrote through run_command are part of the agent's patch; a result
+    loaded from a file written before episodes kept a diff has no patch size (not a crash)
+    but still its unrelated files."""
+    generate_suite(tmp_path / "tasks", 1, seed=3)
+    (task,), _ = load_tasks(tmp_path / "tasks")
+    module = task.metadata.extra["module"]
+    notes = lambda repo: (repo / "notes.txt").write_text("one\ntwo\n")  # noqa: E731
+    scripted = result(task.id, success=True, changed=[module, "notes.txt"],
+                      diff=fixed_repo_diff(task, tmp_path / "scripted", notes))  # fmt: skip
+    stats = patch_stats(task, scripted)
+    assert stats["patch_lines"] == stats["reference_lines"] + 2
+    old = result(task.id, success=True, changed=[module, "notes.txt"],
+                 events=[*call("apply_patch", {"patch": task.reference_patch()}),
+                         *call("finish")])  # fmt: skip
+    assert old.final_diff is None
+    stats = patch_stats(task, old)
+    assert stats["patch_lines"] is None and stats["patch_ratio"] is None
+    assert stats["unrelated_files"] == ["notes.txt"]
+    agg = aggregate([old], tasks={task.id: task})
+    assert agg["overall"]["patch_minimality"] is None
+    assert agg["overall"]["unrelated_change_rate"] == 1.0
