@@ -24,10 +24,11 @@ from the full-precision logits of the step that sampled the token: what
 truncation is not included (keep top_p = 1 for RL).
 
 End reasons: "finished" (the agent called finish), "max_steps", "time_limit" (set by
-EpisodeEnv), "token_limit" (set here: the episode's prompt + generated tokens reached
-`max_episode_tokens`, or the model's context). A backend or harness error makes the
-episode an infra failure (status "infra_failure", reward None), kept in the output and
-flagged so group statistics can leave it out.
+EpisodeEnv), "token_limit" (decided here, through `EpisodeEnv.stop`: the episode's prompt
++ generated tokens reached `max_episode_tokens`, or the model's context). A backend or
+harness error aborts the episode (`EpisodeEnv.abort`): an infra failure (status
+"infra_failure", reward None), kept in the output and flagged so group statistics can
+leave it out.
 
 torch / transformers are imported inside functions: the CLI imports this module.
 """
@@ -35,13 +36,10 @@ torch / transformers are imported inside functions: the CLI imports this module.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, EpisodeResult
@@ -53,25 +51,10 @@ from components.policy.chat import (
     parse_tool_call,
     prompt_ids,
 )
+from components.rollout.completion import Completion, GenerateFn
 from components.rollout.config import RolloutConfig
 from components.seeding import derive_seed
 from components.tasks.task import Task
-
-
-@dataclass
-class Completion:
-    """One backend completion: the sampled ids and their log-probs, or an error."""
-
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = "length"  # "stop" (ended with <|im_end|> or a stop string) | "length"
-    error: str = ""  # non-empty: the backend failed; the episode becomes an infra failure
-    # Per position, the top-k alternatives as {token_id: logprob} (only when asked for).
-    top_logprobs: list[dict[int, float]] = field(default_factory=list)
-
-
-# (prompts, max_new_tokens per prompt, seed) -> one Completion per prompt, in order.
-GenerateFn = Callable[[list[list[int]], list[int], int], list[Completion]]
 
 
 @dataclass
@@ -127,35 +110,14 @@ def generate_transformers(
     import torch
 
     eos = tokenizer.convert_tokens_to_ids(IM_END)
-    pad = tokenizer.pad_token_id
-    width = max(len(p) for p in prompts)
+    input_ids, attention_mask = _left_padded(prompts, tokenizer.pad_token_id)
+    width = input_ids.shape[1]
     device = model.device
-    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        attention_mask[i, width - len(p) :] = 1
     greedy = temperature == 0.0
-    kwargs = {
-        "max_new_tokens": max(max_new_tokens),
-        "do_sample": not greedy,
-        "return_dict_in_generate": True,
-        "output_logits": True,  # raw logits: the stored log-probs must not be top-p filtered
-        "eos_token_id": eos,
-        "pad_token_id": pad,
-    }
-    if allowed_fix_ids is not None:
-        from transformers import LogitsProcessorList
-
-        from components.rollout.constrain import FixIdLogitsProcessor
-
-        kwargs["logits_processor"] = LogitsProcessorList(
-            [FixIdLogitsProcessor(tokenizer, width, allowed_fix_ids)]
-        )
-    if not greedy:
-        # top_k=0 turns off transformers' default top-k of 50: sampling is exactly
-        # softmax(logits / T), optionally top-p cut.
-        kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+    kwargs = _generate_kwargs(
+        tokenizer, width, max(max_new_tokens), eos,
+        temperature=temperature, top_p=top_p, allowed_fix_ids=allowed_fix_ids,
+    )  # fmt: skip
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -163,16 +125,9 @@ def generate_transformers(
             input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs
         )
     generated = out.sequences[:, width:].cpu()  # [B, S]
-    scale = 1.0 if greedy else temperature
-    picked_steps, top_steps = [], []
-    for s, logits in enumerate(
-        out.logits
-    ):  # S tensors of [B, V]; one step at a time keeps memory O(B*V)
-        logp = torch.log_softmax(logits.float() / scale, dim=-1)  # [B, V]
-        picked_steps.append(logp.gather(-1, generated[:, s : s + 1].to(device)).squeeze(-1).cpu())
-        if top_logprobs:
-            top_steps.append(logp.topk(top_logprobs, dim=-1))
-    picked = torch.stack(picked_steps, dim=1)  # [B, S]
+    picked, top_steps = _sampled_logprobs(
+        out.logits, generated, 1.0 if greedy else temperature, top_logprobs
+    )
     completions = []
     for i, cap in enumerate(max_new_tokens):
         row = generated[i].tolist()
@@ -188,9 +143,70 @@ def generate_transformers(
     return completions
 
 
-def _context_limit(model) -> int:
-    """The longest sequence the in-process model takes (a server checks its own)."""
-    return model.config.max_position_embeddings
+def _left_padded(prompts: list[list[int]], pad: int):
+    """The prompts as one left-padded batch: (input_ids, attention_mask), both [B, W]."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attention_mask[i, width - len(p) :] = 1
+    return input_ids, attention_mask
+
+
+def _generate_kwargs(
+    tokenizer, width: int, max_new: int, eos: int, *, temperature: float, top_p: float,
+    allowed_fix_ids: Sequence[Sequence[str] | None] | None,
+) -> dict:  # fmt: skip
+    """`model.generate` settings: plain softmax(logits / T) sampling (greedy at T = 0),
+    raw logits returned, and the try_fix id constraint when asked for."""
+    greedy = temperature == 0.0
+    kwargs = {
+        "max_new_tokens": max_new,
+        "do_sample": not greedy,
+        "return_dict_in_generate": True,
+        "output_logits": True,  # raw logits: the stored log-probs must not be top-p filtered
+        "eos_token_id": eos,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if allowed_fix_ids is not None:
+        from transformers import LogitsProcessorList
+
+        from components.rollout.constrain import FixIdLogitsProcessor
+
+        kwargs["logits_processor"] = LogitsProcessorList(
+            [FixIdLogitsProcessor(tokenizer, width, allowed_fix_ids)]
+        )
+    if not greedy:
+        # top_k=0 turns off transformers' default top-k of 50: sampling is exactly
+        # softmax(logits / T), optionally top-p cut.
+        kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+    return kwargs
+
+
+def _sampled_logprobs(step_logits, generated, scale: float, top_logprobs: int):
+    """log softmax(logits / scale) of each sampled id, [B, S] on the CPU, and per step the
+    top-k (values, indices) when asked for. One step at a time keeps memory O(B*V)."""
+    import torch
+
+    picked_steps, top_steps = [], []
+    for s, logits in enumerate(step_logits):  # S tensors of [B, V]
+        logp = torch.log_softmax(logits.float() / scale, dim=-1)  # [B, V]
+        index = generated[:, s : s + 1].to(logits.device)
+        picked_steps.append(logp.gather(-1, index).squeeze(-1).cpu())
+        if top_logprobs:
+            top_steps.append(logp.topk(top_logprobs, dim=-1))
+    return torch.stack(picked_steps, dim=1), top_steps  # [B, S]
+
+
+def _token_limit(policy, config: RolloutConfig) -> int:
+    """An episode's token budget: max_episode_tokens, and for the in-process model its
+    context length (a server checks its own)."""
+    if config.backend == "transformers":
+        return min(config.max_episode_tokens, policy.config.max_position_embeddings)
+    return config.max_episode_tokens
 
 
 def make_generate_fn(policy, tokenizer, config: RolloutConfig) -> GenerateFn:
@@ -226,7 +242,6 @@ class _Live:
     ids: list[int]
     mask: list[int]
     logprobs: list[float]
-    error: str = ""
 
 
 def _encode_context(tokenizer, pieces: Sequence[str]) -> list[int]:
@@ -243,50 +258,13 @@ def environment_turn_ids(tokenizer, observation: str, closed: bool) -> list[int]
     return _encode_context(tokenizer, pieces)
 
 
-def _infra_result(live: _Live, detail: str) -> EpisodeResult:
-    """An infra-failure result without verification (the episode's data cannot be trusted)."""
-    env = live.env
-    env.workspace.cleanup()
-    wall = round(time.monotonic() - env.started, 3)
-    end_reason = env.end_reason or "infra_failure"
-    record = {
-        "schema_version": 1,
-        "id": env.episode_id,
-        "task_id": env.task.id,
-        "source": "rollout",
-        "task": env.task.instruction,
-        "trajectory": env.events,
-        "reward": None,
-        "reward_terms": {},
-        "metadata": {
-            "policy": env.policy_name, "model_version": None,
-            "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "num_tool_calls": env.tool_calls, "num_invalid_calls": env.invalid_calls,
-            "num_tokens": len(live.ids), "split": env.task.metadata.split,
-            "family": env.task.metadata.family, "bug_class": env.task.metadata.bug_class,
-            "end_reason": end_reason, "status": "infra_failure", "success": False,
-            "wall_s": wall,
-        },
-    }  # fmt: skip
-    return EpisodeResult(
-        episode_id=env.episode_id, task_id=env.task.id, split=env.task.metadata.split,
-        policy=env.policy_name, status="infra_failure", end_reason=end_reason, success=False,
-        reward=None, reward_terms={}, steps=env.steps, tool_calls=env.tool_calls,
-        invalid_calls=env.invalid_calls, safety_flags=env.safety_flags, ran_tests=env.ran_tests,
-        tests_total=0, tests_failed=0, changed_files=[], tampered_files=[], wall_s=wall,
-        infra_detail=detail[-500:], record=record,
-    )  # fmt: skip
-
-
 def _finish(live: _Live) -> Rollout:
-    if live.error:
-        result = _infra_result(live, live.error)
-    else:
-        try:
-            result = live.env.finish()
-        except Exception as exc:  # noqa: BLE001 - a harness fault is data, not a crash
-            result = _infra_result(live, f"verification failed: {exc!r}")
-        result.record["metadata"]["num_tokens"] = len(live.ids)
+    """Verify and score a finished episode (an aborted one is an infra failure)."""
+    try:
+        result = live.env.finish(num_tokens=len(live.ids))
+    except Exception as exc:  # noqa: BLE001 - a harness fault is data, not a crash
+        live.env.abort(f"verification failed: {exc!r}")
+        result = live.env.finish(num_tokens=len(live.ids))
     return Rollout(result, live.ids, live.mask, live.logprobs, live.group_id, live.sample_index)
 
 
@@ -300,17 +278,61 @@ def _start(task: Task, k: int, tokenizer, config, env_config, sandbox_config, po
     return _Live(env, task, task.id, k, ids, [0] * len(ids), [0.0] * len(ids))
 
 
-def _step(live: _Live, action: Action, completion: Completion) -> None:
-    """Apply one parsed action; record its tokens on the assistant event."""
+def _step(live: _Live, action: Action, completion: Completion) -> dict | None:
+    """Apply one parsed action with its sampled tokens; the environment's answer, or None
+    when the tool crashed (the episode is aborted)."""
     try:
-        live.env.step(action)
+        return live.env.step(action, token_ids=completion.token_ids, logprobs=completion.logprobs)
     except Exception as exc:  # noqa: BLE001 - a tool crash is a harness fault, not the policy's
-        live.error = f"tool execution failed: {exc!r}"
-        live.env.done = True
-        return
-    assistant = live.env.events[-2]
-    assistant["token_ids"] = list(completion.token_ids)
-    assistant["logprobs"] = list(completion.logprobs)
+        live.env.abort(f"tool execution failed: {exc!r}")
+        return None
+
+
+def _generate_turn(
+    generate: GenerateFn, live: list[_Live], config: RolloutConfig, limit: int, seed: int
+) -> list[Completion]:
+    """One completion per live episode, each capped by its remaining token budget; a
+    backend fault becomes an error completion for each (those episodes only)."""
+    caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
+    extra = {}
+    if config.constrain_fix_ids:
+        extra["allowed_fix_ids"] = [ep.env.untried_fix_ids() for ep in live]
+    try:
+        return generate([ep.ids for ep in live], caps, seed, **extra)
+    except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
+        return [Completion(error=f"backend failed: {exc!r}") for _ in live]
+
+
+def _advance(
+    live: list[_Live], completions: list[Completion], tokenizer, pool: ThreadPoolExecutor,
+    limit: int,
+) -> None:  # fmt: skip
+    """Append each sampled turn (mask 1), step the episodes in the pool (tool execution),
+    then append each environment turn as context (mask 0), or stop the episode when the
+    next turn would not fit: it needs room for the context and one sampled token."""
+    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    stepping = []
+    for ep, c in zip(live, completions, strict=True):
+        if c.error:
+            ep.env.abort(c.error)
+            continue
+        ep.ids += c.token_ids
+        ep.mask += [1] * len(c.token_ids)
+        ep.logprobs += c.logprobs
+        action = parse_tool_call(tokenizer.decode(c.token_ids, skip_special_tokens=False))
+        stepping.append((ep, c, pool.submit(_step, ep, action, c)))
+    for ep, c, fut in stepping:
+        event = fut.result()
+        if ep.env.done:
+            continue
+        closed = bool(c.token_ids) and c.token_ids[-1] == eos
+        context_ids = environment_turn_ids(tokenizer, event["observation"], closed)
+        if len(ep.ids) + len(context_ids) >= limit:
+            ep.env.stop("token_limit")
+            continue
+        ep.ids += context_ids
+        ep.mask += [0] * len(context_ids)
+        ep.logprobs += [0.0] * len(context_ids)
 
 
 def sample_episodes(
@@ -333,72 +355,31 @@ def sample_episodes(
     """
     env_config = dataclasses.replace(env_config, max_steps=config.max_steps)
     generate = generate_fn or make_generate_fn(policy, tokenizer, config)
-    limit = config.max_episode_tokens
-    context = _context_limit(policy) if config.backend == "transformers" else None
-    if context is not None:
-        limit = min(limit, context)
-    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    limit = _token_limit(policy, config)
     queue = deque((task, k) for task in tasks for k in range(config.samples_per_task))
     live: list[_Live] = []
     finishing: list[Future] = []
     turn = 0
     with ThreadPoolExecutor(max_workers=config.workers) as pool:
-
-        def retire(ep: _Live) -> None:
-            finishing.append(pool.submit(_finish, ep))
-
         while queue or live:
             while queue and len(live) < config.batch_size:
                 task, k = queue.popleft()
                 # No try: a workspace that cannot be created is a broken harness, not data.
                 ep = _start(task, k, tokenizer, config, env_config, sandbox_config, policy_name)
                 if len(ep.ids) >= limit:  # the task alone fills the budget
-                    ep.env.done, ep.env.end_reason = True, "token_limit"
-                    retire(ep)
+                    ep.env.stop("token_limit")
+                    finishing.append(pool.submit(_finish, ep))
                 else:
                     live.append(ep)
             if not live:
                 continue
-            caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
-            extra = {}
-            if config.constrain_fix_ids:
-                extra["allowed_fix_ids"] = [
-                    ep.env.fix_listing and ep.env.fix_listing.untried_ids() for ep in live
-                ]
-            try:
-                completions = generate(
-                    [ep.ids for ep in live], caps, derive_seed(config.seed, turn), **extra
-                )
-            except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
-                completions = [Completion(error=f"backend failed: {exc!r}") for _ in live]
+            completions = _generate_turn(
+                generate, live, config, limit, derive_seed(config.seed, turn)
+            )
             turn += 1
-            stepping = []
-            for ep, c in zip(live, completions, strict=True):
-                if c.error:
-                    ep.error, ep.env.done = c.error, True
-                    continue
-                ep.ids += c.token_ids
-                ep.mask += [1] * len(c.token_ids)
-                ep.logprobs += c.logprobs
-                action = parse_tool_call(tokenizer.decode(c.token_ids, skip_special_tokens=False))
-                stepping.append((ep, c, pool.submit(_step, ep, action, c)))
-            for ep, c, fut in stepping:
-                fut.result()
-                if ep.env.done:
-                    continue
-                closed = bool(c.token_ids) and c.token_ids[-1] == eos
-                context_ids = environment_turn_ids(
-                    tokenizer, ep.env.events[-1]["observation"], closed
-                )
-                # The next turn needs room for the context and at least one sampled token.
-                if len(ep.ids) + len(context_ids) >= limit:
-                    ep.env.done, ep.env.end_reason = True, "token_limit"
-                    continue
-                ep.ids += context_ids
-                ep.mask += [0] * len(context_ids)
-                ep.logprobs += [0.0] * len(context_ids)
-            for ep in [ep for ep in live if ep.env.done]:
-                retire(ep)
+            _advance(live, completions, tokenizer, pool, limit)
+            # Finished episodes are verified in the pool while the others keep sampling.
+            finishing += [pool.submit(_finish, ep) for ep in live if ep.env.done]
             live = [ep for ep in live if not ep.env.done]
         rollouts = [f.result() for f in finishing]
     order = {task.id: i for i, task in enumerate(tasks)}
@@ -444,9 +425,7 @@ class ModelPolicy:
 
     def act(self, task: Task, events: list[dict]) -> Action:
         ids = prompt_ids(self.tokenizer, events)
-        limit = self.config.max_episode_tokens
-        context = _context_limit(self.model) if self.config.backend == "transformers" else None
-        limit = min(limit, context) if context is not None else limit
+        limit = _token_limit(self.model, self.config)
         if len(ids) >= limit:
             return Action(None, {}, content="", parse_error="token budget exhausted")
         generate = make_generate_fn(self.model, self.tokenizer, self.config)

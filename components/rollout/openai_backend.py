@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
-from components.rollout.engine import Completion
 
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 

@@ -11,6 +11,7 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, format_tool_call
+from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
 from components.rollout.constrain import (
     FixIdLogitsProcessor,
@@ -18,7 +19,7 @@ from components.rollout.constrain import (
     open_fix_id,
     untried_fix_ids,
 )
-from components.rollout.engine import Completion, sample_episodes
+from components.rollout.engine import sample_episodes
 
 CALL_PREFIX = '<tool_call>\n{"name": "try_fix", "arguments": {"id": "'
 

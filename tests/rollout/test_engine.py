@@ -9,14 +9,14 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, prompt_ids
+from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
-from components.typed_config import config_from_dict
 from components.rollout.engine import (
-    Completion,
     ModelPolicy,
     environment_turn_ids,
     sample_episodes,
 )
+from components.typed_config import config_from_dict
 
 SMALL = RolloutConfig(
     max_new_tokens=24, max_episode_tokens=1500, max_steps=3, batch_size=3,
@@ -188,3 +188,32 @@ def test_model_policy_runs_an_episode(model, tokenizer, tasks):
     policy = ModelPolicy(model, tokenizer, RolloutConfig(temperature=0.0, max_new_tokens=16))
     result = run_episode(tasks[0], policy, EnvConfig(max_steps=2), SandboxConfig())
     assert result.status == "ok" and result.end_reason == "max_steps" and result.steps == 2
+
+
+def test_tool_and_verifier_crashes_are_flagged_infra_failures(model, tokenizer, tasks, monkeypatch):
+    """A crash while stepping aborts the episode; a crash in verification after the episode
+    ended keeps its end reason. Neither is verified or rewarded, and the run goes on."""
+    from components.env import episode
+
+    finish = '<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>' + IM_END
+    config = dataclasses.replace(SMALL, samples_per_task=1)
+
+    def crash(*args, **kwargs):
+        raise OSError("harness broke")
+
+    with monkeypatch.context() as m:
+        m.setattr(episode.EpisodeEnv, "step", crash)
+        rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+                                   generate_fn=_scripted(tokenizer, [finish]))  # fmt: skip
+    for r in rollouts:
+        assert r.infra_failure and r.result.reward is None
+        assert r.result.end_reason == "infra_failure"
+        assert r.result.infra_detail.startswith("tool execution failed: OSError")
+        assert r.result.record["metadata"]["num_tokens"] == len(r.input_ids)
+    monkeypatch.setattr(episode, "verify", crash)
+    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+                               generate_fn=_scripted(tokenizer, [finish]))  # fmt: skip
+    for r in rollouts:
+        assert r.infra_failure and r.result.end_reason == "finished"
+        assert r.result.infra_detail.startswith("verification failed: OSError")
+        assert r.result.final_diff is None and r.result.record["final_diff"] is None
