@@ -20,6 +20,8 @@ with `save_policy` (weights + tokenizer with our chat template). Resuming is out
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +101,7 @@ def _trl_args(config: SFTConfig, trainer_dir: Path):
         report_to="none",  # MLflow is logged by our callback, to the configured URI only
         dataloader_num_workers=0,
         disable_tqdm=True,
+        dataset_kwargs={"skip_prepare_dataset": True},  # see train_sft
     )
 
 
@@ -113,15 +116,20 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
         return train_sft_deepspeed(model, tokenizer, examples, config)
 
     from datasets import Dataset
+    from datasets.table import InMemoryTable
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
     from components.policy.model import save_policy
 
     output_dir = Path(config.output_dir)
-    dataset = Dataset.from_list(
-        [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in examples]
-    )
+    columns = {key: [e[key] for e in examples] for key in ("input_ids", "labels")}
+    # The examples are tokenized, masked and truncated already, so TRL does not prepare them
+    # and the dataset gets a fingerprint of our own: `datasets` would otherwise hash the
+    # table and TRL's map functions with dill, which disassembles functions into a captured
+    # stdout that Prefect's log_prints (`make run`) sends to the log as lines of LOAD_FAST.
+    fingerprint = hashlib.sha256(json.dumps(columns).encode()).hexdigest()[:16]
+    dataset = Dataset(InMemoryTable.from_pydict(columns), fingerprint=fingerprint)
     sink: dict = {"rows": [], "mlflow": None}
     run = None
     if config.mlflow_tracking_uri:
