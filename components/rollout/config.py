@@ -6,10 +6,10 @@ it is used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal
-from components.typed_config import doc
 
+from components.typed_config import doc
 
 
 @dataclass(frozen=True)
@@ -112,4 +112,3 @@ class RolloutConfig:
             )
         if self.max_retries < 0:
             raise ValueError("RolloutConfig.max_retries must be >= 0")
-

@@ -13,8 +13,8 @@ from components.env.fixes import (
     summarize_test_output,
 )
 from components.env.policies import OraclePolicy
-from components.env.scripted import make_policy
 from components.env.sandbox import SandboxConfig
+from components.env.scripted import make_policy
 from components.env.tool_specs import argument_errors
 from components.tasks.mutations import apply_edit, get_operator, normalize
 
