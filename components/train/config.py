@@ -1,4 +1,4 @@
-"""Typed configuration of the training stages: SFT, rejection sampling, DPO, DeepSpeed.
+"""Typed configuration of the training stages: SFT, rejection sampling, DPO, GRPO, DeepSpeed.
 
 One dataclass per stage, every field with a help string, checked in `__post_init__` where
 it is defined. No torch here: the CLI imports this module to validate a config file.
@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
 from components.typed_config import doc
 
 # Shipped DeepSpeed configs, relative to the repository root.
 DEEPSPEED_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
-
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,7 @@ class SFTConfig:
     max_grad_norm: float = field(
         default=1.0, metadata=doc("clip the gradient norm to this (0 = no clipping)")
     )
-    epochs: float = field(
-        default=1.0, metadata=doc("passes over the examples (if max_steps <= 0)")
-    )
+    epochs: float = field(default=1.0, metadata=doc("passes over the examples (if max_steps <= 0)"))
     max_steps: int = field(
         default=-1, metadata=doc("optimizer steps; > 0 overrides epochs (the examples repeat)")
     )
@@ -174,16 +172,12 @@ class SFTConfig:
 
 @dataclass(frozen=True)
 class RejectionSamplingConfig:
-    """Rejection sampling (RFT / STaR): sample K per task, keep verified successes, SFT on them."""
+    """Rejection sampling (RFT / STaR): keep the verified successes among the episodes the
+    rollout stage sampled (K = rollout.samples_per_task per task), SFT on them."""
 
-    samples_per_task: int = field(
-        default=8, metadata=doc("K: trajectories sampled per task by the rollout stage")
-    )
     successes_only: bool = field(
         default=True,
-        metadata=doc(
-            "keep verified successes only (False: keep every scored, non-infra episode)"
-        ),
+        metadata=doc("keep verified successes only (False: keep every scored, non-infra episode)"),
     )
     dedupe: bool = field(
         default=True,
@@ -209,8 +203,6 @@ class RejectionSamplingConfig:
     def __post_init__(self) -> None:
         if isinstance(self.sft, dict):
             object.__setattr__(self, "sft", SFTConfig(**self.sft))
-        if self.samples_per_task < 1:
-            raise ValueError("RejectionSamplingConfig.samples_per_task must be >= 1")
         if self.max_per_task < 0:
             raise ValueError("RejectionSamplingConfig.max_per_task must be >= 0")
 
@@ -285,3 +277,120 @@ class DPOConfig:
             raise ValueError("DPOConfig.max_seq_len must be >= 16")
         if self.pad_to_multiple_of and self.max_seq_len % self.pad_to_multiple_of:
             raise ValueError("DPOConfig.max_seq_len must be a multiple of pad_to_multiple_of")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO on multi-turn episodes: run length, groups, objective, optimizer, checkpoints."""
+
+    iterations: int = field(
+        default=10, metadata=doc("total iterations (sample -> verify -> update) of the run")
+    )
+    tasks_per_iteration: int = field(
+        default=4, metadata=doc("tasks (groups) sampled per iteration, from a seeded permutation")
+    )
+    group_size: int = field(
+        default=4,
+        metadata=doc("G: episodes per task; overrides RolloutConfig.samples_per_task"),
+    )
+    learning_rate: float = field(default=1e-6, metadata=doc("AdamW learning rate (constant)"))
+    weight_decay: float = field(default=0.0, metadata=doc("AdamW weight decay"))
+    epsilon_low: float = field(
+        default=0.2, metadata=doc("lower clip: the ratio is clipped below at 1 - epsilon_low")
+    )
+    epsilon_high: float = field(
+        default=0.2,
+        metadata=doc("upper clip: the ratio is clipped above at 1 + epsilon_high (DAPO: 0.28)"),
+    )
+    beta: float = field(
+        default=0.0,
+        metadata=doc("weight of the k3 KL to the frozen reference; 0 = no reference model"),
+    )
+    loss_type: Literal["grpo", "token", "dapo", "bnpo", "dr_grpo"] = field(
+        default="grpo",
+        metadata=doc(
+            "reduction of the per-token loss (losses.grpo_loss): grpo = per-sequence mean; "
+            "token/dapo/bnpo = over all tokens; dr_grpo = sum / (B * max_episode_tokens)"
+        ),
+    )
+    scale_by_std: bool = field(
+        default=True,
+        metadata=doc("divide advantages by the group's reward std (GRPO); off = Dr. GRPO"),
+    )
+    leave_one_out: bool = field(
+        default=False,
+        metadata=doc("baseline = mean reward of the *other* samples of the group (RLOO)"),
+    )
+    top_entropy_quantile: float = field(
+        default=1.0,
+        metadata=doc(
+            "policy term only on this top fraction of each micro-batch's assistant tokens by "
+            "entropy (Wang et al. 2025: 0.2; TRL's top_entropy_quantile); 1.0 = all tokens"
+        ),
+    )
+    turn_credit: bool = field(
+        default=False,
+        metadata=doc(
+            "add each turn's own process reward (EpisodeResult.step_rewards), normalised over "
+            "the group's turns, to the advantage of that turn's tokens"
+        ),
+    )
+    ppo_epochs: int = field(
+        default=1,
+        metadata=doc(
+            "mu: passes over each iteration's batch; > 1 reuses the samples and the clip matters"
+        ),
+    )
+    minibatch_size: int = field(
+        default=0,
+        metadata=doc("episodes per optimizer step; 0 = the whole batch (one step per epoch)"),
+    )
+    micro_batch_size: int = field(
+        default=4,
+        metadata=doc("episodes per forward/backward (gradient accumulation inside a minibatch)"),
+    )
+    max_grad_norm: float = field(
+        default=1.0, metadata=doc("clip the gradient norm to this (0 = no clipping)")
+    )
+    seed: int = field(
+        default=0, metadata=doc("seed of the task order, the sampling seeds and minibatch order")
+    )
+    checkpoint_every: int = field(
+        default=1,
+        metadata=doc("write a resumable checkpoint every N iterations (and at the end)"),
+    )
+    keep_checkpoints: int = field(
+        default=2, metadata=doc("most recent checkpoints kept on disk (>= 1)")
+    )
+    use_cpu: bool = field(default=False, metadata=doc("train on CPU even where a GPU is visible"))
+    output_dir: str = field(
+        default="runs/grpo",
+        metadata=doc("checkpoints/, metrics.jsonl and the final policy/ are written here"),
+    )
+    mlflow_tracking_uri: str = field(
+        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
+    )
+    mlflow_experiment: str = field(
+        default="agentrl-grpo", metadata=doc("MLflow experiment name of the run")
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "tasks_per_iteration", "ppo_epochs", "micro_batch_size",
+                     "checkpoint_every", "keep_checkpoints"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ValueError(f"GRPOConfig.{name} must be >= 1")
+        if self.group_size < 2:
+            raise ValueError("GRPOConfig.group_size must be >= 2 (a group needs a baseline)")
+        if self.learning_rate <= 0:
+            raise ValueError("GRPOConfig.learning_rate must be positive")
+        for name in ("weight_decay", "max_grad_norm", "beta", "minibatch_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"GRPOConfig.{name} must be >= 0")
+        if not 0.0 <= self.epsilon_low < 1.0:
+            raise ValueError("GRPOConfig.epsilon_low must be in [0, 1)")
+        if self.epsilon_high < 0:
+            raise ValueError("GRPOConfig.epsilon_high must be >= 0")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ValueError("GRPOConfig.top_entropy_quantile must be in [0, 1]")
+        if self.loss_type not in ("grpo", "token", "dapo", "bnpo", "dr_grpo"):
+            raise ValueError(f"GRPOConfig.loss_type: unknown {self.loss_type!r}")

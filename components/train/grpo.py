@@ -35,15 +35,11 @@ it. What does not fit:
 So the loss is our pure tensor code, already tested equal to TRL's GRPO loss on
 identical single-turn inputs (tests/train/test_losses.py), and this loop is ~one file.
 
-Checkpoints (every `checkpoint_every` iterations and at the end) hold the weights
-(save_pretrained), the optimizer state, torch / CUDA / python / numpy RNG states, the
-iteration, the data position and a hash of the settings that shape the run; each is
-written to a temporary folder and renamed into place, so a kill leaves the previous
-checkpoint intact. `resume=True` continues from the latest one: a run killed and resumed
-ends with the same weights and metrics as an uninterrupted run (tests/train/test_grpo.py).
-
-Metrics of each iteration go to output_dir/metrics.jsonl, and to MLflow when a tracking
-URI is configured.
+Checkpoints (every `checkpoint_every` iterations and at the end; components/train/
+checkpoints.py) hold everything a resumed run needs: `resume=True` continues from the latest
+one, and a run killed and resumed ends with the same weights and metrics as an uninterrupted
+run (tests/train/test_grpo.py). Metrics of each iteration go to output_dir/metrics.jsonl,
+and to MLflow when a tracking URI is configured.
 """
 
 from __future__ import annotations
@@ -53,24 +49,24 @@ import copy
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
+from components.rollout.completion import GenerateFn
 from components.rollout.config import RolloutConfig
+from components.rollout.engine import Rollout, sample_episodes
 from components.seeding import derive_seed
-from components.rollout.engine import GenerateFn, Rollout, sample_episodes
 from components.tasks.task import Task
+from components.train.checkpoints import read_metrics, restore, save_checkpoint, write_metrics
+from components.train.config import GRPOConfig
 from components.train.losses import (
     group_advantages,
     grpo_loss,
@@ -79,125 +75,9 @@ from components.train.losses import (
     token_logprobs,
     turn_token_advantages,
 )
-from components.typed_config import doc
 
-
-
-@dataclass(frozen=True)
-class GRPOConfig:
-    """GRPO on multi-turn episodes: run length, groups, objective, optimizer, checkpoints."""
-
-    iterations: int = field(
-        default=10, metadata=doc("total iterations (sample -> verify -> update) of the run")
-    )
-    tasks_per_iteration: int = field(
-        default=4, metadata=doc("tasks (groups) sampled per iteration, from a seeded permutation")
-    )
-    group_size: int = field(
-        default=4,
-        metadata=doc("G: episodes per task; overrides RolloutConfig.samples_per_task"),
-    )
-    learning_rate: float = field(default=1e-6, metadata=doc("AdamW learning rate (constant)"))
-    weight_decay: float = field(default=0.0, metadata=doc("AdamW weight decay"))
-    epsilon_low: float = field(
-        default=0.2, metadata=doc("lower clip: the ratio is clipped below at 1 - epsilon_low")
-    )
-    epsilon_high: float = field(
-        default=0.2,
-        metadata=doc("upper clip: the ratio is clipped above at 1 + epsilon_high (DAPO: 0.28)"),
-    )
-    beta: float = field(
-        default=0.0,
-        metadata=doc("weight of the k3 KL to the frozen reference; 0 = no reference model"),
-    )
-    loss_type: Literal["grpo", "token", "dapo", "bnpo", "dr_grpo"] = field(
-        default="grpo",
-        metadata=doc(
-            "reduction of the per-token loss (losses.grpo_loss): grpo = per-sequence mean; "
-            "token/dapo/bnpo = over all tokens; dr_grpo = sum / (B * max_episode_tokens)"
-        ),
-    )
-    scale_by_std: bool = field(
-        default=True,
-        metadata=doc("divide advantages by the group's reward std (GRPO); off = Dr. GRPO"),
-    )
-    leave_one_out: bool = field(
-        default=False,
-        metadata=doc("baseline = mean reward of the *other* samples of the group (RLOO)"),
-    )
-    top_entropy_quantile: float = field(
-        default=1.0,
-        metadata=doc(
-            "policy term only on this top fraction of each micro-batch's assistant tokens by "
-            "entropy (Wang et al. 2025: 0.2; TRL's top_entropy_quantile); 1.0 = all tokens"
-        ),
-    )
-    turn_credit: bool = field(
-        default=False,
-        metadata=doc(
-            "add each turn's own process reward (EpisodeResult.step_rewards), normalised over "
-            "the group's turns, to the advantage of that turn's tokens"
-        ),
-    )
-    ppo_epochs: int = field(
-        default=1,
-        metadata=doc(
-            "mu: passes over each iteration's batch; > 1 reuses the samples and the clip matters"
-        ),
-    )
-    minibatch_size: int = field(
-        default=0,
-        metadata=doc("episodes per optimizer step; 0 = the whole batch (one step per epoch)"),
-    )
-    micro_batch_size: int = field(
-        default=4,
-        metadata=doc("episodes per forward/backward (gradient accumulation inside a minibatch)"),
-    )
-    max_grad_norm: float = field(
-        default=1.0, metadata=doc("clip the gradient norm to this (0 = no clipping)")
-    )
-    seed: int = field(
-        default=0, metadata=doc("seed of the task order, the sampling seeds and minibatch order")
-    )
-    checkpoint_every: int = field(
-        default=1,
-        metadata=doc("write a resumable checkpoint every N iterations (and at the end)"),
-    )
-    keep_checkpoints: int = field(
-        default=2, metadata=doc("most recent checkpoints kept on disk (>= 1)")
-    )
-    use_cpu: bool = field(default=False, metadata=doc("train on CPU even where a GPU is visible"))
-    output_dir: str = field(
-        default="runs/grpo",
-        metadata=doc("checkpoints/, metrics.jsonl and the final policy/ are written here"),
-    )
-    mlflow_tracking_uri: str = field(
-        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
-    )
-    mlflow_experiment: str = field(
-        default="agentrl-grpo", metadata=doc("MLflow experiment name of the run")
-    )
-
-    def __post_init__(self) -> None:
-        for name in ("iterations", "tasks_per_iteration", "ppo_epochs", "micro_batch_size",
-                     "checkpoint_every", "keep_checkpoints"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"GRPOConfig.{name} must be >= 1")
-        if self.group_size < 2:
-            raise ValueError("GRPOConfig.group_size must be >= 2 (a group needs a baseline)")
-        if self.learning_rate <= 0:
-            raise ValueError("GRPOConfig.learning_rate must be positive")
-        for name in ("weight_decay", "max_grad_norm", "beta", "minibatch_size"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"GRPOConfig.{name} must be >= 0")
-        if not 0.0 <= self.epsilon_low < 1.0:
-            raise ValueError("GRPOConfig.epsilon_low must be in [0, 1)")
-        if self.epsilon_high < 0:
-            raise ValueError("GRPOConfig.epsilon_high must be >= 0")
-        if not 0.0 <= self.top_entropy_quantile <= 1.0:
-            raise ValueError("GRPOConfig.top_entropy_quantile must be in [0, 1]")
-        if self.loss_type not in ("grpo", "token", "dapo", "bnpo", "dr_grpo"):
-            raise ValueError(f"GRPOConfig.loss_type: unknown {self.loss_type!r}")
+# Loss types that divide by the minibatch's tokens; the others average over sequences.
+TOKEN_LOSSES = ("token", "dapo", "bnpo")
 
 
 @dataclass
@@ -211,7 +91,178 @@ class GRPOResult:
 
 
 # ---------------------------------------------------------------------------------------
-# Data order and seeds: pure functions of (seed, position), so a resumed run replays them.
+# The recipe: setup, then iterations (sample -> advantages -> update), then finish.
+
+
+def train_grpo(
+    model,
+    tokenizer,
+    tasks: Sequence[Task],
+    config: GRPOConfig,
+    rollout_config: RolloutConfig,
+    env_config: EnvConfig,
+    sandbox_config: SandboxConfig,
+    *,
+    reference=None,
+    resume: bool = True,
+    generate_fn: GenerateFn | None = None,
+) -> GRPOResult:
+    """Train `model` in place for `config.iterations` iterations; save it to output_dir/policy.
+
+    `reference`: the frozen KL reference (beta > 0), or None for a frozen copy of `model`
+    as passed in, i.e. before a checkpoint is restored: pass the *starting* policy on
+    resume too. Episodes are sampled in-process with `model` (transformers backend);
+    `generate_fn` overrides that (tests, benchmarks; it must sample from `model`).
+    `resume=True` continues from the latest checkpoint in output_dir, if any.
+    """
+    from components.policy.model import save_policy
+
+    _check_inputs(tasks, rollout_config, generate_fn)
+    device = torch.device("cuda" if torch.cuda.is_available() and not config.use_cpu else "cpu")
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rollout_config = dataclasses.replace(rollout_config, samples_per_task=config.group_size)
+    fingerprint = config_hash(config, rollout_config)
+    model.to(device)
+    reference = _frozen_reference(model, reference, device) if config.beta > 0 else None
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    start = restore(output_dir, model, optimizer, fingerprint, resume)
+    iteration, position = start["iteration"], start["data_position"]
+    resumed_from = iteration if start["checkpoint"] is not None else None
+    # Rows a killed run logged after its last checkpoint are replayed, so they are dropped.
+    metrics_path = output_dir / "metrics.jsonl"
+    history = read_metrics(metrics_path, iteration)
+    write_metrics(metrics_path, history)
+    mlflow = _start_tracking(config, fingerprint, resumed_from, len(tasks))
+
+    rows: list[dict] = []
+    last_checkpoint = start["checkpoint"]
+    started = time.perf_counter()
+    try:
+        while iteration < config.iterations:
+            iteration += 1
+            picked = pick_tasks(len(tasks), position, config.tasks_per_iteration, config.seed)
+            position += config.tasks_per_iteration
+            row = {"iteration": iteration, "data_position": position}
+            row.update(_iteration(
+                model, reference, optimizer, tokenizer, [tasks[i] for i in picked], iteration,
+                config, rollout_config, env_config, sandbox_config, device, generate_fn,
+            ))  # fmt: skip
+            rows.append(row)
+            _log(row, history, metrics_path, mlflow)
+            if iteration % config.checkpoint_every == 0 or iteration == config.iterations:
+                state = {"iteration": iteration, "data_position": position,
+                         "config_hash": fingerprint, "seed": config.seed}  # fmt: skip
+                last_checkpoint = save_checkpoint(model, optimizer, output_dir, state,
+                                                  config.keep_checkpoints)  # fmt: skip
+        policy_dir = save_policy(model, tokenizer, output_dir / "policy")
+    finally:
+        if mlflow is not None:
+            mlflow.end_run()
+    return GRPOResult(
+        iterations=iteration,
+        resumed_from=resumed_from,
+        metrics=rows,
+        checkpoint_dir=str(last_checkpoint) if last_checkpoint else "",
+        policy_dir=str(policy_dir),
+        train_seconds=time.perf_counter() - started,
+    )
+
+
+def _iteration(
+    model, reference, optimizer, tokenizer, tasks: Sequence[Task], iteration: int,
+    config: GRPOConfig, rollout_config: RolloutConfig, env_config: EnvConfig,
+    sandbox_config: SandboxConfig, device, generate_fn: GenerateFn | None,
+) -> dict:  # fmt: skip
+    """One iteration on this iteration's `tasks`: sample -> advantages -> update. Returns its
+    metrics (episodes, rewards, the update's means, timings)."""
+    t0 = time.perf_counter()
+    # One sampling seed per iteration: fresh samples each time, the same on a replay.
+    sampling = dataclasses.replace(
+        rollout_config, seed=derive_seed(config.seed, "sample", iteration)
+    )
+    model.eval()
+    rollouts = sample_episodes(
+        tasks, model, tokenizer, sampling, env_config, sandbox_config,
+        policy_name="grpo", generate_fn=generate_fn,
+    )  # fmt: skip
+    t1 = time.perf_counter()
+
+    advantages, episode_advantages, valid, keep = _advantages(rollouts, config)
+    row = _rollout_metrics(rollouts, valid)
+    row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
+    if keep:
+        model.train()
+        row.update(_update(
+            model, reference, optimizer, [rollouts[i] for i in keep], advantages[keep],
+            config, rollout_config, tokenizer.pad_token_id, device, iteration,
+        ))  # fmt: skip
+    else:
+        row.update(optimizer_steps=0, update_tokens=0)
+    t2 = time.perf_counter()
+    row["sample_seconds"] = t1 - t0
+    row["update_seconds"] = t2 - t1
+    row["iteration_seconds"] = t2 - t0
+    row["tokens_per_s"] = row["update_tokens"] / max(t2 - t1, 1e-9)
+    row["sample_tokens_per_s"] = row["generated_tokens"] / max(t1 - t0, 1e-9)
+    return row
+
+
+def _log(row: dict, history: list[dict], metrics_path: Path, mlflow) -> None:
+    """Add an iteration's row to metrics.jsonl (rewritten whole) and to MLflow, if tracking."""
+    history.append(row)
+    write_metrics(metrics_path, history)
+    if mlflow is not None:
+        mlflow.log_metrics({k: float(v) for k, v in row.items()}, step=row["iteration"])
+
+
+# ---------------------------------------------------------------------------------------
+# Setup
+
+
+def _check_inputs(tasks: Sequence[Task], rollout_config: RolloutConfig, generate_fn) -> None:
+    if not tasks:
+        raise ValueError("train_grpo: no tasks")
+    if rollout_config.backend != "transformers" and generate_fn is None:
+        # A server samples with its own copy of the weights; without a weight sync after
+        # each update the episodes would silently come from a stale policy.
+        raise ValueError("train_grpo samples in-process: use the transformers backend")
+
+
+def _frozen_reference(model, reference, device):
+    """The KL reference on `device`, frozen: `reference`, or a copy of `model` as it is now."""
+    reference = copy.deepcopy(model) if reference is None else reference
+    return reference.to(device).eval().requires_grad_(False)
+
+
+def config_hash(config: GRPOConfig, rollout_config: RolloutConfig) -> str:
+    """What must not change between a run and its resumption (run length and where logs
+    go may)."""
+    free = {"iterations", "checkpoint_every", "keep_checkpoints", "output_dir",
+            "mlflow_tracking_uri", "mlflow_experiment", "use_cpu"}  # fmt: skip
+    shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
+    payload = json.dumps([shaping, dataclasses.asdict(rollout_config)], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _start_tracking(config: GRPOConfig, fingerprint: str, resumed_from, num_tasks: int):
+    """The mlflow module with a started run, or None when no tracking URI is configured."""
+    if not config.mlflow_tracking_uri:
+        return None
+    import mlflow
+
+    mlflow.set_tracking_uri(config.mlflow_tracking_uri)
+    mlflow.set_experiment(config.mlflow_experiment)
+    mlflow.start_run(run_name=f"grpo-{fingerprint}")
+    mlflow.log_params({**dataclasses.asdict(config), "config_hash": fingerprint,
+                       "resumed_from": resumed_from, "num_tasks": num_tasks})  # fmt: skip
+    return mlflow
+
+
+# ---------------------------------------------------------------------------------------
+# Sample: the data order is a pure function of (seed, position), so a resumed run replays it.
 
 
 def pick_tasks(num_tasks: int, position: int, count: int, seed: int) -> list[int]:
@@ -226,18 +277,47 @@ def pick_tasks(num_tasks: int, position: int, count: int, seed: int) -> list[int
     return picked
 
 
-def config_hash(config: GRPOConfig, rollout_config: RolloutConfig) -> str:
-    """What must not change between a run and its resumption (run length and where logs
-    go may)."""
-    free = {"iterations", "checkpoint_every", "keep_checkpoints", "output_dir",
-            "mlflow_tracking_uri", "mlflow_experiment", "use_cpu"}  # fmt: skip
-    shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
-    payload = json.dumps([shaping, dataclasses.asdict(rollout_config)], sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+def _rollout_metrics(rollouts: Sequence[Rollout], valid: torch.Tensor) -> dict:
+    ok = [r for r, v in zip(rollouts, valid.tolist(), strict=True) if v]
+    out = {
+        "episodes": len(rollouts),
+        "infra_failures": len(rollouts) - len(ok),
+        "mean_reward": float(np.mean([r.result.reward for r in ok])) if ok else 0.0,
+        "success_rate": float(np.mean([r.result.success for r in ok])) if ok else 0.0,
+        "mean_steps": float(np.mean([r.result.steps for r in ok])) if ok else 0.0,
+        "generated_tokens": sum(r.num_generated_tokens for r in rollouts),
+    }
+    terms = sorted({k for r in ok for k in r.result.reward_terms})
+    for term in terms:
+        out[f"reward/{term}"] = float(np.mean([r.result.reward_terms.get(term, 0.0) for r in ok]))
+    return out
 
 
 # ---------------------------------------------------------------------------------------
-# Batch: rollouts -> padded tensors, exactly as sampled.
+# Advantages
+
+
+def _advantages(rollouts: Sequence[Rollout], config: GRPOConfig):
+    """(advantages, episode advantages [B], valid [B], keep).
+
+    advantages: group-relative advantages of the episode rewards, [B], or with turn_credit
+    [B, T], each turn's tokens also getting their turn's own reward. Infra failures are out
+    of their group's mean and std and get 0; keep lists the episodes the update trains on.
+    """
+    rewards, group_ids, valid = rollout_rewards(rollouts)
+    episode = group_advantages(
+        rewards, group_ids, scale_by_std=config.scale_by_std,
+        leave_one_out=config.leave_one_out, valid_mask=valid,
+    )  # fmt: skip
+    advantages = episode
+    if config.turn_credit:
+        advantages = rollout_turn_advantages(
+            rollouts, episode, valid, group_ids, config.scale_by_std
+        )  # [B, T]
+    # Infra failures leave the batch: no tokens in the loss, the KL or a denominator
+    # (an episode with no sampled token has nothing to train on either).
+    keep = [i for i, v in enumerate(valid.tolist()) if v and any(rollouts[i].assistant_mask)]
+    return advantages, episode, valid, keep
 
 
 def rollout_rewards(rollouts: Sequence[Rollout]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -288,6 +368,19 @@ def rollout_turn_advantages(
     )
 
 
+def per_token(advantages: torch.Tensor, rollouts: Sequence[Rollout]) -> torch.Tensor:
+    """[B, T] token advantages: per-episode ones [B] repeated over the episode's tokens (a
+    view, no copy); [B, T] ones as they are."""
+    if advantages.dim() == 2:
+        return advantages
+    width = max(len(r.input_ids) for r in rollouts)
+    return advantages.reshape(-1, 1).expand(-1, width)  # [B, T]
+
+
+# ---------------------------------------------------------------------------------------
+# Update: batches are the stored episodes as sampled, right-padded to [B, T].
+
+
 def _pad(rows: Sequence[Sequence], fill, dtype) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([list(r) + [fill] * (width - len(r)) for r in rows], dtype=dtype)
@@ -315,110 +408,6 @@ def _policy_logps(model, batch: dict, device, temperature: float, entropy: bool 
         return logps, token_entropy(logits, temperature)
 
 
-# ---------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def _rng_state() -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-
-
-def _checkpoint_root(config: GRPOConfig) -> Path:
-    return Path(config.output_dir) / "checkpoints"
-
-
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The complete checkpoint with the highest iteration (temporary folders never count)."""
-    root = Path(output_dir) / "checkpoints"
-    done = sorted(p for p in root.glob("iter-*") if (p / "state.json").is_file())
-    return done[-1] if done else None
-
-
-def save_checkpoint(model, optimizer, config: GRPOConfig, state: dict) -> Path:
-    """Write weights, optimizer, RNG and `state` to a temporary folder, then rename it."""
-    root = _checkpoint_root(config)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"iter-{state['iteration']:06d}"
-    for stale in root.glob(".tmp-*"):  # left by a run killed while writing (one writer)
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = root / f".tmp-{final.name}"
-    model.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp / "trainer_state.pt")
-    # state.json last: its presence marks the folder complete.
-    (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
-    if final.exists():  # a rerun of the same iteration after a resume replaces it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    kept = sorted(p for p in root.glob("iter-*") if (p / "state.json").is_file())
-    for old in kept[: -config.keep_checkpoints]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def load_checkpoint(path: Path, model, optimizer) -> dict:
-    """Restore weights, optimizer and RNG in place; returns the saved state."""
-    from transformers import AutoModelForCausalLM
-
-    loaded = AutoModelForCausalLM.from_pretrained(
-        str(path), local_files_only=True, dtype=next(model.parameters()).dtype
-    )
-    model.load_state_dict(loaded.state_dict())
-    trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)  # our own file
-    optimizer.load_state_dict(trainer_state["optimizer"])
-    _set_rng_state(trainer_state["rng"])
-    return json.loads((path / "state.json").read_text())
-
-
-# ---------------------------------------------------------------------------------------
-# Metrics
-
-
-def _read_metrics(path: Path, up_to: int) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["iteration"] <= up_to]
-
-
-def _write_metrics(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    os.replace(tmp, path)
-
-
-def _rollout_metrics(rollouts: Sequence[Rollout], valid: torch.Tensor) -> dict:
-    ok = [r for r, v in zip(rollouts, valid.tolist(), strict=True) if v]
-    out = {
-        "episodes": len(rollouts),
-        "infra_failures": len(rollouts) - len(ok),
-        "mean_reward": float(np.mean([r.result.reward for r in ok])) if ok else 0.0,
-        "success_rate": float(np.mean([r.result.success for r in ok])) if ok else 0.0,
-        "mean_steps": float(np.mean([r.result.steps for r in ok])) if ok else 0.0,
-        "generated_tokens": sum(r.num_generated_tokens for r in rollouts),
-    }
-    terms = sorted({k for r in ok for k in r.result.reward_terms})
-    for term in terms:
-        out[f"reward/{term}"] = float(np.mean([r.result.reward_terms.get(term, 0.0) for r in ok]))
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# The update
-
-
 def _update(
     model,
     reference,
@@ -431,22 +420,17 @@ def _update(
     device,
     iteration: int,
 ) -> dict:
-    """ppo_epochs passes of minibatch steps over the valid rollouts; returns mean metrics."""
+    """ppo_epochs passes of minibatch steps over the valid rollouts; returns mean metrics.
+
+    advantages: [B, T] per token, or [B] per episode (repeated over its tokens).
+    """
     temperature = rollout_config.temperature or 1.0  # greedy log-probs are stored at T = 1
     n = len(rollouts)
     minibatch = config.minibatch_size or n
-    total_tokens = sum(len(r.input_ids) for r in rollouts)
-
-    # Reference log-probs once per iteration: the reference never changes.
-    ref_logps: list[torch.Tensor | None] = [None] * n
-    if config.beta > 0:
-        with torch.no_grad():
-            for start in range(0, n, config.micro_batch_size):
-                chunk = rollouts[start : start + config.micro_batch_size]
-                lp = _policy_logps(reference, collate_rollouts(chunk, pad_id), device, temperature)
-                for i, r in enumerate(chunk):
-                    ref_logps[start + i] = lp[i, : len(r.input_ids) - 1].float().cpu()
-
+    advantages = per_token(advantages, rollouts)  # [B, T]
+    ref_logps = None
+    if config.beta > 0:  # once per iteration: the reference never changes
+        ref_logps = _reference_logps(reference, rollouts, config, pad_id, device, temperature)
     # Minibatch order from (seed, iteration): nothing drawn from the global RNG.
     generator = torch.Generator().manual_seed(derive_seed(config.seed, "minibatch", iteration))
     sums: dict[str, float] = {}
@@ -454,234 +438,110 @@ def _update(
     for _epoch in range(config.ppo_epochs):
         order = torch.randperm(n, generator=generator).tolist()
         for start in range(0, n, minibatch):
-            members = order[start : start + minibatch]
-            # Token-level reductions normalise by the minibatch's tokens, not the micro-batch's.
-            num_items = sum(sum(rollouts[i].assistant_mask[1:]) for i in members)
-            step_metrics: dict[str, float] = {}
-            for micro in range(0, len(members), config.micro_batch_size):
-                idx = members[micro : micro + config.micro_batch_size]
-                chunk = [rollouts[i] for i in idx]
-                batch = collate_rollouts(chunk, pad_id)
-                mask = batch["assistant_mask"][:, 1:].to(device)  # [b, T-1]; token t+1 scored at t
-                old = batch["sampling_logprobs"][:, 1:].to(device)  # [b, T-1]
-                policy_mask = None
-                if config.top_entropy_quantile < 1.0:
-                    logps, entropies = _policy_logps(model, batch, device, temperature, True)
-                    policy_mask = high_entropy_mask(entropies, mask, config.top_entropy_quantile)
-                else:
-                    logps = _policy_logps(model, batch, device, temperature)  # [b, T-1]
-                ref = None
-                if config.beta > 0:
-                    ref = _pad([ref_logps[i].tolist() for i in idx], 0.0, torch.float32)
-                    ref = ref[:, : logps.shape[1]].to(device)
-                loss, metrics = grpo_loss(
-                    logps,
-                    old,
-                    # [b] per episode, or [b, T-1] per token (turn_credit), shifted like mask
-                    (
-                        advantages[idx][:, 1 : logps.shape[1] + 1]
-                        if advantages.dim() == 2
-                        else advantages[idx]
-                    ).to(device),
-                    mask,
-                    epsilon_low=config.epsilon_low,
-                    epsilon_high=config.epsilon_high,
-                    ref_logps=ref,
-                    beta=config.beta,
-                    loss_type=config.loss_type,
-                    max_completion_length=rollout_config.max_episode_tokens,
-                    num_items=float(max(num_items, 1)),
-                    policy_mask=policy_mask,
-                )
-                # "grpo" and "dr_grpo" average over sequences: weight each micro-batch by its
-                # share of the minibatch. "token" already divides by the minibatch's tokens.
-                weight = (
-                    1.0
-                    if config.loss_type in ("token", "dapo", "bnpo")
-                    else len(idx) / len(members)
-                )
-                (loss * weight).backward()
-                step_metrics["loss"] = step_metrics.get("loss", 0.0) + loss.item() * weight
-                for key in ("policy_loss", "kl", "clip_region", "clip_low", "clip_high", "ratio"):
-                    # Token metrics weighted by the micro-batch's share of the tokens.
-                    share = (
-                        mask.sum().item() / max(num_items, 1) if key != "policy_loss" else weight
-                    )
-                    step_metrics[key] = step_metrics.get(key, 0.0) + metrics[key].item() * share
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), config.max_grad_norm or float("inf")
-            )
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step_metrics["grad_norm"] = float(grad_norm)
+            step_metrics = _optimizer_step(
+                model, optimizer, rollouts, advantages, ref_logps, order[start : start + minibatch],
+                config, rollout_config, pad_id, device, temperature,
+            )  # fmt: skip
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
             steps += 1
     out = {key: value / steps for key, value in sums.items()}
     out["optimizer_steps"] = steps
-    out["update_tokens"] = total_tokens * config.ppo_epochs
+    out["update_tokens"] = sum(len(r.input_ids) for r in rollouts) * config.ppo_epochs
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# The loop
-
-
-def train_grpo(
-    model,
-    tokenizer,
-    tasks: Sequence[Task],
-    config: GRPOConfig,
-    rollout_config: RolloutConfig,
-    env_config: EnvConfig,
-    sandbox_config: SandboxConfig,
-    *,
-    reference=None,
-    resume: bool = True,
-    generate_fn: GenerateFn | None = None,
-) -> GRPOResult:
-    """Train `model` in place for `config.iterations` iterations; save it to output_dir/policy.
-
-    `reference`: the frozen KL reference (beta > 0), or None for a frozen copy of `model`
-    as passed in, i.e. before a checkpoint is restored: pass the *starting* policy on
-    resume too. Episodes are sampled in-process with `model` (transformers backend);
-    `generate_fn` overrides that (tests, benchmarks; it must sample from `model`).
-    `resume=True` continues from the latest checkpoint in output_dir, if any.
-    """
-    from components.policy.model import save_policy
-
-    if not tasks:
-        raise ValueError("train_grpo: no tasks")
-    if rollout_config.backend != "transformers" and generate_fn is None:
-        # A server samples with its own copy of the weights; without a weight sync after
-        # each update the episodes would silently come from a stale policy.
-        raise ValueError("train_grpo samples in-process: use the transformers backend")
-    use_cuda = torch.cuda.is_available() and not config.use_cpu
-    device = torch.device("cuda" if use_cuda else "cpu")
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = output_dir / "metrics.jsonl"
-    rollout_config = dataclasses.replace(rollout_config, samples_per_task=config.group_size)
-    fingerprint = config_hash(config, rollout_config)
-    pad_id = tokenizer.pad_token_id
-
-    model.to(device)
-    if config.beta > 0:
-        reference = copy.deepcopy(model) if reference is None else reference
-        reference.to(device).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+def _optimizer_step(
+    model, optimizer, rollouts: list[Rollout], advantages: torch.Tensor, ref_logps: list | None,
+    members: list[int], config: GRPOConfig, rollout_config: RolloutConfig, pad_id: int, device,
+    temperature: float,
+) -> dict:  # fmt: skip
+    """One optimizer step on the minibatch `members` (indices into rollouts), gradients
+    accumulated over its micro-batches; returns the step's metrics."""
+    # Token-level reductions normalise by the minibatch's tokens, not the micro-batch's.
+    num_items = max(sum(sum(rollouts[i].assistant_mask[1:]) for i in members), 1)
+    step_metrics: dict[str, float] = {}
+    for micro in range(0, len(members), config.micro_batch_size):
+        idx = members[micro : micro + config.micro_batch_size]
+        loss, metrics, tokens = _micro_batch_loss(
+            model, [rollouts[i] for i in idx], advantages[idx],
+            None if ref_logps is None else [ref_logps[i] for i in idx],
+            config, rollout_config, pad_id, device, temperature, num_items,
+        )  # fmt: skip
+        # "grpo" and "dr_grpo" average over sequences: weight each micro-batch by its
+        # share of the minibatch. "token" already divides by the minibatch's tokens.
+        weight = 1.0 if config.loss_type in TOKEN_LOSSES else len(idx) / len(members)
+        (loss * weight).backward()
+        _add_step_metrics(step_metrics, loss, metrics, weight, tokens / num_items)
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(), config.max_grad_norm or float("inf")
     )
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    step_metrics["grad_norm"] = float(grad_norm)
+    return step_metrics
 
-    iteration, position, resumed_from = 0, 0, None
-    checkpoint = latest_checkpoint(output_dir) if resume else None
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint, model, optimizer)
-        if state["config_hash"] != fingerprint:
-            raise ValueError(
-                f"{checkpoint}: written by a run with other settings (config hash "
-                f"{state['config_hash']} != {fingerprint}); use another output_dir or resume=False"
-            )
-        iteration, position, resumed_from = (
-            state["iteration"],
-            state["data_position"],
-            state["iteration"],
-        )
-    elif not resume:
-        shutil.rmtree(_checkpoint_root(config), ignore_errors=True)
-    # Rows a killed run logged after its last checkpoint are replayed, so they are dropped.
-    history = _read_metrics(metrics_path, iteration)
-    _write_metrics(metrics_path, history)
 
-    mlflow = None
-    if config.mlflow_tracking_uri:
-        import mlflow
+def _reference_logps(
+    reference, rollouts: Sequence[Rollout], config: GRPOConfig, pad_id: int, device,
+    temperature: float,
+) -> list[torch.Tensor]:  # fmt: skip
+    """Each episode's log-probs under the frozen reference, [len - 1] on the CPU."""
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(rollouts), config.micro_batch_size):
+            chunk = rollouts[start : start + config.micro_batch_size]
+            lp = _policy_logps(reference, collate_rollouts(chunk, pad_id), device, temperature)
+            out.extend(lp[i, : len(r.input_ids) - 1].float().cpu() for i, r in enumerate(chunk))
+    return out
 
-        mlflow.set_tracking_uri(config.mlflow_tracking_uri)
-        mlflow.set_experiment(config.mlflow_experiment)
-        mlflow.start_run(run_name=f"grpo-{fingerprint}")
-        mlflow.log_params({**dataclasses.asdict(config), "config_hash": fingerprint,
-                           "resumed_from": resumed_from, "num_tasks": len(tasks)})  # fmt: skip
 
-    rows: list[dict] = []
-    last_checkpoint = checkpoint
-    started = time.perf_counter()
-    try:
-        while iteration < config.iterations:
-            iteration += 1
-            t0 = time.perf_counter()
-            picked = [
-                tasks[i]
-                for i in pick_tasks(len(tasks), position, config.tasks_per_iteration, config.seed)
-            ]
-            position += config.tasks_per_iteration
-            # One sampling seed per iteration: fresh samples each time, the same on a replay.
-            sampling = dataclasses.replace(
-                rollout_config, seed=derive_seed(config.seed, "sample", iteration)
-            )
-            model.eval()
-            rollouts = sample_episodes(
-                picked, model, tokenizer, sampling, env_config, sandbox_config,
-                policy_name="grpo", generate_fn=generate_fn,
-            )  # fmt: skip
-            t1 = time.perf_counter()
-
-            rewards, group_ids, valid = rollout_rewards(rollouts)
-            # [B]; infra failures are out of their group's mean and std, and get 0.
-            advantages = group_advantages(
-                rewards, group_ids, scale_by_std=config.scale_by_std,
-                leave_one_out=config.leave_one_out, valid_mask=valid,
-            )  # fmt: skip
-            episode_advantages = advantages  # [B]
-            if config.turn_credit:  # [B, T]: each turn's tokens also get their turn's reward
-                advantages = rollout_turn_advantages(
-                    rollouts, advantages, valid, group_ids, config.scale_by_std
-                )
-            # Infra failures leave the batch: no tokens in the loss, the KL or a denominator
-            # (an episode with no sampled token has nothing to train on either).
-            keep = [
-                i for i, v in enumerate(valid.tolist()) if v and any(rollouts[i].assistant_mask)
-            ]
-            row = {"iteration": iteration, "data_position": position}
-            row.update(_rollout_metrics(rollouts, valid))
-            row["advantage_abs_mean"] = (
-                float(episode_advantages[keep].abs().mean()) if keep else 0.0
-            )
-            if keep:
-                model.train()
-                row.update(_update(
-                    model, reference, optimizer, [rollouts[i] for i in keep], advantages[keep],
-                    config, rollout_config, pad_id, device, iteration,
-                ))  # fmt: skip
-            else:
-                row.update(optimizer_steps=0, update_tokens=0)
-            t2 = time.perf_counter()
-            row["sample_seconds"] = t1 - t0
-            row["update_seconds"] = t2 - t1
-            row["iteration_seconds"] = t2 - t0
-            row["tokens_per_s"] = row["update_tokens"] / max(t2 - t1, 1e-9)
-            row["sample_tokens_per_s"] = row["generated_tokens"] / max(t1 - t0, 1e-9)
-            rows.append(row)
-            history.append(row)
-            _write_metrics(metrics_path, history)
-            if mlflow is not None:
-                mlflow.log_metrics({k: float(v) for k, v in row.items()}, step=iteration)
-            if iteration % config.checkpoint_every == 0 or iteration == config.iterations:
-                state = {"iteration": iteration, "data_position": position,
-                         "config_hash": fingerprint, "seed": config.seed}  # fmt: skip
-                last_checkpoint = save_checkpoint(model, optimizer, config, state)
-        policy_dir = save_policy(model, tokenizer, output_dir / "policy")
-    finally:
-        if mlflow is not None:
-            mlflow.end_run()
-    return GRPOResult(
-        iterations=iteration,
-        resumed_from=resumed_from,
-        metrics=rows,
-        checkpoint_dir=str(last_checkpoint) if last_checkpoint else "",
-        policy_dir=str(policy_dir),
-        train_seconds=time.perf_counter() - started,
+def _micro_batch_loss(
+    model, chunk: list[Rollout], advantages: torch.Tensor, ref_logps: list | None,
+    config: GRPOConfig, rollout_config: RolloutConfig, pad_id: int, device,
+    temperature: float, num_items: int,
+):  # fmt: skip
+    """(loss, metrics, scored tokens) of one micro-batch: losses.grpo_loss on the stored
+    tokens, advantages [b, T] of its episodes, `ref_logps` their reference log-probs."""
+    batch = collate_rollouts(chunk, pad_id)
+    mask = batch["assistant_mask"][:, 1:].to(device)  # [b, T-1]; token t+1 scored at t
+    old = batch["sampling_logprobs"][:, 1:].to(device)  # [b, T-1]
+    policy_mask = None
+    if config.top_entropy_quantile < 1.0:
+        logps, entropies = _policy_logps(model, batch, device, temperature, True)
+        policy_mask = high_entropy_mask(entropies, mask, config.top_entropy_quantile)
+    else:
+        logps = _policy_logps(model, batch, device, temperature)  # [b, T-1]
+    width = logps.shape[1]
+    ref = None
+    if ref_logps is not None:
+        ref = _pad([r.tolist() for r in ref_logps], 0.0, torch.float32)[:, :width].to(device)
+    loss, metrics = grpo_loss(
+        logps,
+        old,
+        advantages[:, 1 : width + 1].to(device),  # [b, T-1], shifted like the mask
+        mask,
+        epsilon_low=config.epsilon_low,
+        epsilon_high=config.epsilon_high,
+        ref_logps=ref,
+        beta=config.beta,
+        loss_type=config.loss_type,
+        max_completion_length=rollout_config.max_episode_tokens,
+        num_items=float(num_items),
+        policy_mask=policy_mask,
     )
+    return loss, metrics, mask.sum().item()
+
+
+def _add_step_metrics(
+    step_metrics: dict, loss: torch.Tensor, metrics: dict, weight: float, token_share: float
+) -> None:
+    """Add one micro-batch's loss and metrics to its optimizer step's: the loss and
+    policy_loss weighted like the loss, token metrics by the micro-batch's share of tokens."""
+    step_metrics["loss"] = step_metrics.get("loss", 0.0) + loss.item() * weight
+    for key in ("policy_loss", "kl", "clip_region", "clip_low", "clip_high", "ratio"):
+        share = weight if key == "policy_loss" else token_share
+        step_metrics[key] = step_metrics.get(key, 0.0) + metrics[key].item() * share
 
 
 # ---------------------------------------------------------------------------------------

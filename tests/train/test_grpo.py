@@ -22,9 +22,9 @@ from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, format_tool_call
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Completion, sample_episodes
+from components.train.checkpoints import latest_checkpoint
+from components.train.config import GRPOConfig
 from components.train.grpo import (
-    GRPOConfig,
-    latest_checkpoint,
     main_grpo,
     pick_tasks,
     rollout_rewards,

@@ -1,0 +1,117 @@
+"""Resumable state of a GRPO run on disk: checkpoints and the metrics file.
+
+A checkpoint (output_dir/checkpoints/iter-NNNNNN/) holds the weights (save_pretrained), the
+optimizer state, the torch / CUDA / python / numpy RNG states and a `state.json` (iteration,
+data position, config hash). It is written to a temporary folder and renamed into place,
+`state.json` last, so a kill leaves the previous checkpoint intact and a folder without
+`state.json` never counts. The metrics file (one JSON row per iteration) is rewritten whole
+and renamed into place too; on resume the rows logged after the checkpoint are dropped,
+because the resumed run replays those iterations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def checkpoint_root(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def rng_state() -> dict:
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the highest iteration (temporary folders never count)."""
+    root = checkpoint_root(output_dir)
+    done = sorted(p for p in root.glob("iter-*") if (p / "state.json").is_file())
+    return done[-1] if done else None
+
+
+def save_checkpoint(model, optimizer, output_dir: str | Path, state: dict, keep: int) -> Path:
+    """Write weights, optimizer, RNG and `state` to a temporary folder, then rename it; keep
+    the `keep` most recent checkpoints."""
+    root = checkpoint_root(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"iter-{state['iteration']:06d}"
+    for stale in root.glob(".tmp-*"):  # left by a run killed while writing (one writer)
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp-{final.name}"
+    model.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt")
+    # state.json last: its presence marks the folder complete.
+    (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+    if final.exists():  # a rerun of the same iteration after a resume replaces it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    kept = sorted(p for p in root.glob("iter-*") if (p / "state.json").is_file())
+    for old in kept[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, model, optimizer) -> dict:
+    """Restore weights, optimizer and RNG in place; returns the saved state."""
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(
+        str(path), local_files_only=True, dtype=next(model.parameters()).dtype
+    )
+    model.load_state_dict(loaded.state_dict())
+    trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)  # our own file
+    optimizer.load_state_dict(trainer_state["optimizer"])
+    set_rng_state(trainer_state["rng"])
+    return json.loads((path / "state.json").read_text())
+
+
+def restore(output_dir: str | Path, model, optimizer, config_hash: str, resume: bool) -> dict:
+    """The state to continue from: the latest checkpoint's (restored into `model` and
+    `optimizer`), or iteration 0 at data position 0. `resume=False` deletes old checkpoints;
+    a checkpoint written with another config hash is an error."""
+    checkpoint = latest_checkpoint(output_dir) if resume else None
+    if checkpoint is None:
+        if not resume:
+            shutil.rmtree(checkpoint_root(output_dir), ignore_errors=True)
+        return {"iteration": 0, "data_position": 0, "checkpoint": None}
+    state = load_checkpoint(checkpoint, model, optimizer)
+    if state["config_hash"] != config_hash:
+        raise ValueError(
+            f"{checkpoint}: written by a run with other settings (config hash "
+            f"{state['config_hash']} != {config_hash}); use another output_dir or resume=False"
+        )
+    return {**state, "checkpoint": checkpoint}
+
+
+def read_metrics(path: Path, up_to: int) -> list[dict]:
+    """The rows of iterations <= `up_to` (later ones are replayed by a resumed run)."""
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["iteration"] <= up_to]
+
+
+def write_metrics(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    os.replace(tmp, path)
