@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from components.typed_config import doc
 
+from components.typed_config import doc
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,7 @@ class RewardWeights:
     tests_never_run: float = field(
         default=-0.3, metadata=doc("the agent never ran the test command")
     )
-    lint: float = field(
-        default=-0.5, metadata=doc("ruff lint errors introduced in changed files")
-    )
+    lint: float = field(default=-0.5, metadata=doc("ruff lint errors introduced in changed files"))
     dangerous_command: float = field(
         default=-1.0, metadata=doc("the safety monitor blocked at least one action")
     )

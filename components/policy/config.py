@@ -9,13 +9,13 @@ a config written on one machine can be validated on another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal
+
 from components.typed_config import doc
 
 # Byte-level BPE needs the 256 byte symbols plus the chat special tokens before any merge.
 MIN_VOCAB_SIZE = 256 + 7 + 1
-
 
 
 @dataclass(frozen=True)
@@ -102,4 +102,3 @@ class PolicyConfig:
             raise ValueError(
                 f"PolicyConfig.attn_implementation: unknown {self.attn_implementation!r}"
             )
-

@@ -13,8 +13,8 @@ import torch
 
 from components.policy.chat import IM_END, prompt_ids
 from components.policy.config import PolicyConfig
-from components.typed_config import config_from_dict
 from components.policy.model import build_policy, ensure_chat_tokens, load_policy, save_policy
+from components.typed_config import config_from_dict
 
 torch.set_num_threads(2)
 
