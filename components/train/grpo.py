@@ -40,6 +40,9 @@ checkpoints.py) hold everything a resumed run needs: `resume=True` continues fro
 one, and a run killed and resumed ends with the same weights and metrics as an uninterrupted
 run (tests/train/test_grpo.py). Metrics of each iteration go to output_dir/metrics.jsonl,
 and to MLflow when a tracking URI is configured.
+
+`agentrl train grpo` (main_grpo) takes every setting from a preset: sections grpo, rollout,
+env and sandbox.
 """
 
 from __future__ import annotations
@@ -549,66 +552,38 @@ def _add_step_metrics(
 
 
 def main_grpo(argv: Sequence[str] | None = None) -> int:
-    """`--policy DIR --tasks DIR --out DIR [...]`: GRPO from a saved policy on a task suite."""
+    """GRPO from a saved policy on a task suite, every setting from the preset's sections
+    grpo, rollout, env and sandbox (a missing section means its defaults)."""
+    from components.preset import DEFAULT_PRESET, load_preset
+
     p = argparse.ArgumentParser(prog="agentrl train grpo", description=main_grpo.__doc__)
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
     p.add_argument("--policy", required=True, help="policy checkpoint (save_policy output)")
     p.add_argument("--tasks", required=True, help="task suite folder")
     p.add_argument("--split", default="train", help="task split to train on ('' = all)")
     p.add_argument("--out", required=True, help="output_dir: checkpoints, metrics, final policy")
-    p.add_argument("--iterations", type=int, default=GRPOConfig.iterations)
-    p.add_argument("--group-size", type=int, default=GRPOConfig.group_size)
-    p.add_argument("--tasks-per-iteration", type=int, default=GRPOConfig.tasks_per_iteration)
-    p.add_argument("--lr", type=float, default=GRPOConfig.learning_rate)
-    p.add_argument("--beta", type=float, default=GRPOConfig.beta)
-    p.add_argument("--loss-type", default=GRPOConfig.loss_type)
-    p.add_argument("--no-scale-by-std", action="store_true", help="Dr. GRPO advantages")
-    p.add_argument("--leave-one-out", action="store_true", help="RLOO baseline")
-    p.add_argument("--turn-credit", action="store_true", help="per-turn process credit")
-    p.add_argument("--top-entropy-quantile", type=float, default=1.0,
-                   help="policy term on the top fraction of tokens by entropy (1 = all)")  # fmt: skip
-    p.add_argument("--ppo-epochs", type=int, default=GRPOConfig.ppo_epochs)
-    p.add_argument("--minibatch-size", type=int, default=GRPOConfig.minibatch_size)
-    p.add_argument("--seed", type=int, default=GRPOConfig.seed)
-    p.add_argument("--checkpoint-every", type=int, default=GRPOConfig.checkpoint_every)
-    p.add_argument("--max-new-tokens", type=int, default=RolloutConfig.max_new_tokens)
-    p.add_argument("--max-steps", type=int, default=RolloutConfig.max_steps)
-    p.add_argument("--max-episode-tokens", type=int, default=RolloutConfig.max_episode_tokens)
-    p.add_argument("--temperature", type=float, default=RolloutConfig.temperature)
-    p.add_argument("--workers", type=int, default=RolloutConfig.workers)
-    p.add_argument("--constrain-fix-ids", action="store_true",
-                   help="try_fix ids drawn only among listed untried candidates")  # fmt: skip
-    p.add_argument("--mlflow-uri", default="", help="MLflow tracking URI ('' = off)")
     p.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
     args = p.parse_args(argv)
 
     from components.policy.model import load_policy
     from components.tasks.task import load_tasks
 
+    preset = load_preset(args.preset)
+    config = dataclasses.replace(preset.section("grpo"), output_dir=args.out)
     tasks, errors = load_tasks(args.tasks, split=args.split or None)
     if errors:
         raise SystemExit(f"task errors: {errors[:5]}")
-    config = GRPOConfig(
-        iterations=args.iterations, tasks_per_iteration=args.tasks_per_iteration,
-        group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
-        loss_type=args.loss_type, scale_by_std=not args.no_scale_by_std,
-        leave_one_out=args.leave_one_out, turn_credit=args.turn_credit,
-        top_entropy_quantile=args.top_entropy_quantile,
-        ppo_epochs=args.ppo_epochs,
-        minibatch_size=args.minibatch_size, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, output_dir=args.out,
-        mlflow_tracking_uri=args.mlflow_uri,
-    )  # fmt: skip
-    rollout_config = RolloutConfig(
-        max_new_tokens=args.max_new_tokens, max_steps=args.max_steps,
-        max_episode_tokens=args.max_episode_tokens, temperature=args.temperature,
-        workers=args.workers, samples_per_task=args.group_size,
-        constrain_fix_ids=args.constrain_fix_ids,
-    )  # fmt: skip
     model, tokenizer = load_policy(args.policy)
     result = train_grpo(
-        model, tokenizer, tasks, config, rollout_config, EnvConfig(), SandboxConfig(),
-        resume=not args.no_resume,
+        model, tokenizer, tasks, config, preset.section("rollout"), preset.section("env"),
+        preset.section("sandbox"), resume=not args.no_resume,
     )  # fmt: skip
+    _write_result(result, Path(args.out))
+    return 0
+
+
+def _write_result(result: GRPOResult, out: Path) -> None:
+    """Print the run's summary; write it with per-iteration curves to out/result.json."""
     last = result.metrics[-1] if result.metrics else {}
     summary = {"iterations": result.iterations, "resumed_from": result.resumed_from,
                "policy_dir": result.policy_dir, "checkpoint_dir": result.checkpoint_dir,
@@ -621,7 +596,5 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         if all(isinstance(m.get(k), int | float) and not isinstance(m.get(k), bool)
                for m in result.metrics)
     }  # fmt: skip
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps({**summary, "curves": curves}, indent=2) + "\n")
-    return 0

@@ -20,8 +20,9 @@ import torch
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, format_tool_call
+from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
-from components.rollout.engine import Completion, sample_episodes
+from components.rollout.engine import sample_episodes
 from components.train.checkpoints import latest_checkpoint
 from components.train.config import GRPOConfig
 from components.train.grpo import (
@@ -242,17 +243,82 @@ def test_resume_ends_where_an_uninterrupted_run_ends(tiny_config, suite, tmp_pat
     assert [json.loads(x)["iteration"] for x in logged] == [1, 2, 3, 4]
 
 
+def _write_preset(path, sections: dict):
+    import yaml
+
+    path.write_text(yaml.safe_dump(sections))
+    return path
+
+
 def test_cli_smoke(tiny_policy, suite, tmp_path, capsys):
     """main_grpo through its argument parser, sampling with the (untrained) model itself."""
     from components.policy.model import save_policy
 
     root, _ = suite
     policy_dir = save_policy(*tiny_policy, tmp_path / "start")
-    code = main_grpo(["--policy", str(policy_dir), "--tasks", str(root), "--out",
-                      str(tmp_path / "run"), "--iterations", "1", "--group-size", "2",
-                      "--tasks-per-iteration", "1", "--max-new-tokens", "8",
-                      "--max-steps", "1", "--workers", "1", "--lr", "1e-4"])  # fmt: skip
+    capsys.readouterr()  # a library's first-import notice while saving is not the CLI's output
+    preset = _write_preset(tmp_path / "preset.yaml", {
+        "grpo": {"iterations": 1, "group_size": 2, "tasks_per_iteration": 1,
+                 "learning_rate": 0.0001},
+        "rollout": {"max_new_tokens": 8, "max_steps": 1, "workers": 1},
+    })  # fmt: skip
+    code = main_grpo(["--preset", str(preset), "--policy", str(policy_dir), "--tasks",
+                      str(root), "--out", str(tmp_path / "run")])  # fmt: skip
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["iterations"] == 1 and out["last"]["episodes"] == 2
     assert (tmp_path / "run" / "policy" / "config.json").is_file()
+
+
+def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, monkeypatch):
+    """Non-default values in the preset's grpo, rollout, env and sandbox sections reach the
+    run: train_grpo gets them, the episodes are sampled with them, the metrics show them."""
+    import components.train.grpo as grpo
+    from components.policy.model import save_policy
+
+    root, _ = suite
+    policy_dir = save_policy(*tiny_policy, tmp_path / "start")
+    preset = _write_preset(tmp_path / "preset.yaml", {
+        "grpo": {"iterations": 1, "tasks_per_iteration": 1, "group_size": 3,
+                 "loss_type": "dr_grpo", "turn_credit": True, "ppo_epochs": 2,
+                 "leave_one_out": True, "learning_rate": 0.0001, "seed": 7},
+        "rollout": {"max_steps": 1, "max_new_tokens": 6, "temperature": 0.7, "workers": 1},
+        "env": {"max_changed_files": 3, "weights": {"failed_fix_try": -0.07}},
+        "sandbox": {"wall_time_s": 45.0, "memory_mb": 1536},
+    })  # fmt: skip
+    seen: dict = {}
+    real_train, real_sample = grpo.train_grpo, grpo.sample_episodes
+
+    def train(model, tokenizer, tasks, config, rollout_config, env_config, sandbox_config,
+              **kwargs):  # fmt: skip
+        seen["train"] = (config, rollout_config, env_config, sandbox_config, kwargs)
+        return real_train(model, tokenizer, tasks, config, rollout_config, env_config,
+                          sandbox_config, **kwargs)  # fmt: skip
+
+    def sample(tasks, model, tokenizer, config, env_config, sandbox_config, **kwargs):
+        seen["sample"] = (config, env_config, sandbox_config)
+        return real_sample(tasks, model, tokenizer, config, env_config, sandbox_config, **kwargs)
+
+    monkeypatch.setattr(grpo, "train_grpo", train)
+    monkeypatch.setattr(grpo, "sample_episodes", sample)
+    out = tmp_path / "run"
+    assert main_grpo(["--preset", str(preset), "--policy", str(policy_dir), "--tasks",
+                      str(root), "--out", str(out), "--no-resume"]) == 0  # fmt: skip
+
+    config, rollout_config, env_config, sandbox_config, kwargs = seen["train"]
+    assert (config.loss_type, config.turn_credit, config.ppo_epochs, config.group_size,
+            config.leave_one_out, config.seed) == ("dr_grpo", True, 2, 3, True, 7)  # fmt: skip
+    assert config.output_dir == str(out) and kwargs == {"resume": False}
+    assert (rollout_config.max_steps, rollout_config.max_new_tokens,
+            rollout_config.temperature) == (1, 6, 0.7)  # fmt: skip
+    assert env_config.max_changed_files == 3 and env_config.weights.failed_fix_try == -0.07
+    assert sandbox_config.wall_time_s == 45.0 and sandbox_config.memory_mb == 1536
+    sampled, env_sampled, sandbox_sampled = seen["sample"]
+    assert sampled.samples_per_task == 3 and sampled.temperature == 0.7
+    assert (sampled.max_steps, sampled.max_new_tokens) == (1, 6)
+    assert (env_sampled, sandbox_sampled) == (env_config, sandbox_config)
+    (row,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["episodes"] == 3 and row["mean_steps"] <= 1
+    assert row["optimizer_steps"] == 2  # ppo_epochs x one whole-batch minibatch
+    result = json.loads((out / "result.json").read_text())
+    assert result["curves"]["episodes"] == [3]
