@@ -239,10 +239,10 @@ class RandomFixesPolicy:
     # explores the kinds and RL has the one decision to learn, which kind first.
     by_kind: bool = False
     # Draw weights per kind (uniform where None). 1 / kind_listing_shares makes every kind
-    # the first pick about equally often over a suite: measured with uniform draws, a
-    # policy imitating them learned how often each kind is *listed* and almost never
-    # sampled the rarely listed kinds first (call, bool, args), which are the likeliest
-    # fixes when listed, so RL never saw them pay.
+    # the first pick about equally often over a suite: a policy imitating uniform draws
+    # learns how often each kind is *listed* and rarely samples the rarely listed kinds
+    # first, which are the likeliest fixes when listed, so RL never sees them pay
+    # (bench/results/fix-tools-design.md).
     kind_weights: dict[str, float] | None = None
 
     def act(self, task: Task, events: list[dict]) -> Action:

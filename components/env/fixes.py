@@ -129,8 +129,8 @@ def render_listing(listing: FixListing, tests_text: str) -> str:
     Why grouped: each kind's name appears once, at the start of a line, so it tokenizes as it
     does in the `try_fix` call (`"id": "cmp-1"`; with a leading space byte-level BPE gives a
     different token, `Ġcmp` vs `cmp`), and a kind with 20 candidates is not named 20 times.
-    A small policy that copies a kind from the listing otherwise copies the most frequent
-    one (measured: a flat one-row-per-id listing led SFT to write `var-1` on every task)."""
+    A small policy that copies a kind from a flat one-row-per-id listing copies the most
+    frequent one (bench/results/fix-tools-design.md)."""
     groups: dict[str, list[str]] = {}
     for c in listing.candidates:
         kind, number = c.id.rsplit("-", 1)

@@ -1,13 +1,12 @@
 """Constrained decoding of `try_fix` ids: inside a try_fix call's id string, only tokens
 that continue a listed, untried candidate id can be drawn.
 
-Why: measured, the tiny SFT policy learns the *order* in which kinds of fix are worth
-trying but not to check which kinds the listing actually shows (on its own training tasks
-it opened with `args-1` 28 times in 40 whether or not an `args` fix was listed), so most
-turns went on ids the environment rejects. Grammar-constrained decoding (vLLM's structured
-outputs, outlines, llguidance) is the standard remedy for output the environment can
-check mechanically: the agent is the model plus this decoder, in sampling and evaluation
-alike. The choice among the listed ids stays the model's.
+Why: the tiny SFT policy learns the *order* in which kinds of fix are worth trying but not
+to check which kinds the listing actually shows, so unconstrained most of its tries name
+ids the environment rejects (bench/results/fix-tools-design.md). Grammar-constrained
+decoding (vLLM's structured outputs, outlines, llguidance) is the standard remedy for
+output the environment can check mechanically: the agent is the model plus this decoder,
+in sampling and evaluation alike. The choice among the listed ids stays the model's.
 
 Log-probs: the engine stores the model's own log-probs of the drawn tokens (from the raw,
 unmasked logits), which is what the trainer recomputes, so the policy-gradient ratio
@@ -18,10 +17,10 @@ mask is applied (as with guided decoding in RL rollouts elsewhere).
 
 Matching is on text, not token ids: a token is allowed when the id typed so far plus the
 token's text is a prefix of `<allowed id>"`, or runs past that closing quote only into the
-call's closing braces (a token such as `"}}`), so any tokenization of the id works. Measured
-why the second condition matters: a policy made to write an id it would not have chosen
-often went on with `": "` or `", "` after the quote (68% well-formed calls, greedy); only
-closing tokens may follow it now. torch / transformers load lazily.
+call's closing braces (a token such as `"}}`), so any tokenization of the id works. The
+second condition matters because a policy made to write an id it would not have chosen
+tends to go on with `": "` or `", "` after the quote, an invalid call; only closing tokens
+may follow it. torch / transformers load lazily.
 """
 
 from __future__ import annotations
