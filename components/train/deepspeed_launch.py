@@ -24,23 +24,57 @@ import time
 from pathlib import Path
 
 from components.train.config import SFTConfig
-from components.train.data import collate
+from components.train.data import collate, sft_examples
+from components.train.sft_result import SFTResult
 
 
-def train_sft_deepspeed(model, tokenizer, examples: list[dict], config: SFTConfig):
+def train_sft_deepspeed(model, tokenizer, examples: list[dict], config: SFTConfig) -> SFTResult:
     """Train on `examples` (data.sft_examples) under torch.distributed; returns an SFTResult."""
     import deepspeed
     import torch
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
-    from transformers import get_scheduler
-
-    from components.policy.model import save_policy
-    from components.train.sft import SFTResult
 
     if not dist.is_initialized():
         deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
     rank, world = dist.get_rank(), dist.get_world_size()
+    per_step = config.batch_size * config.grad_accum * world  # sequences per optimizer step
+    if config.max_steps > 0:
+        total_steps = config.max_steps
+    else:
+        total_steps = max(1, int(config.epochs * len(examples) // per_step))
+    torch.manual_seed(config.seed)
+    engine, scheduler = _initialize(model, config, total_steps)
+    engine.train()
+
+    batches = _rank_batches(examples, config.batch_size, rank, world, config.seed)
+    started = time.perf_counter()
+    curves, tokens = _train_steps(engine, scheduler, batches, tokenizer.pad_token_id, config,
+                                  total_steps, world)  # fmt: skip
+    seconds = time.perf_counter() - started
+    total_tokens = torch.tensor(float(tokens))
+    dist.all_reduce(total_tokens)
+    checkpoint = _save_gathered(engine, tokenizer, config, rank)
+    return SFTResult(
+        losses=curves["loss"],
+        learning_rates=curves["learning_rate"],
+        grad_norms=curves["grad_norm"],
+        steps=total_steps,
+        tokens=int(total_tokens.item()),
+        train_seconds=seconds,
+        tokens_per_second=total_tokens.item() / max(seconds, 1e-9),
+        checkpoint_dir=str(checkpoint),
+        num_examples=len(examples),
+        num_truncated=sum(e["truncated"] for e in examples),
+        metrics={"world_size": world, "zero_stage": config.deepspeed.zero_stage},
+    )
+
+
+def _initialize(model, config: SFTConfig, total_steps: int):
+    """(engine, lr scheduler) from deepspeed.initialize with the ZeRO JSON filled from `config`."""
+    import deepspeed
+    from transformers import get_scheduler
+
     ds_config = config.deepspeed.load(
         micro_batch_size=config.batch_size,
         grad_accum=config.grad_accum,
@@ -49,12 +83,6 @@ def train_sft_deepspeed(model, tokenizer, examples: list[dict], config: SFTConfi
         max_grad_norm=config.max_grad_norm,
         bf16=config.bf16,
     )
-    per_step = config.batch_size * config.grad_accum * world  # sequences per optimizer step
-    if config.max_steps > 0:
-        total_steps = config.max_steps
-    else:
-        total_steps = max(1, int(config.epochs * len(examples) // per_step))
-    torch.manual_seed(config.seed)
     engine, _, _, scheduler = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -63,22 +91,37 @@ def train_sft_deepspeed(model, tokenizer, examples: list[dict], config: SFTConfi
             config.lr_scheduler, opt, config.warmup_steps, total_steps
         ),
     )
-    engine.train()
+    return engine, scheduler
 
-    rng = random.Random(config.seed)  # same permutation on every rank; each takes its slice
+
+def _rank_batches(examples: list[dict], batch_size: int, rank: int, world: int, seed: int):
+    """Endless micro-batches of this rank: consecutive windows of batch_size * world indices
+    of seeded permutations (the same on every rank), rank r taking every world-th of each."""
+    rng = random.Random(seed)
+    window_size = batch_size * world
     order: list[int] = []
-    losses, lrs, grad_norms = [], [], []
-    tokens, started = 0, time.perf_counter()
+    while True:
+        if len(order) < window_size:
+            permutation = list(range(len(examples)))
+            rng.shuffle(permutation)
+            order += permutation * -(-window_size // len(examples))
+        window, order = order[:window_size], order[window_size:]
+        yield [examples[i] for i in window[rank::world]]
+
+
+def _train_steps(engine, scheduler, batches, pad_id: int, config: SFTConfig, total_steps: int,
+                 world: int) -> tuple[dict[str, list[float]], int]:  # fmt: skip
+    """`total_steps` optimizer steps of grad_accum micro-batches each: (per-step loss, learning
+    rate and grad norm, non-padding tokens this rank saw)."""
+    import torch
+    import torch.distributed as dist
+
+    curves: dict[str, list[float]] = {"loss": [], "learning_rate": [], "grad_norm": []}
+    tokens = 0
     for _ in range(total_steps):
         step_loss = torch.zeros((), device=engine.device)
         for _ in range(config.grad_accum):
-            if len(order) < config.batch_size * world:
-                permutation = list(range(len(examples)))
-                rng.shuffle(permutation)
-                order += permutation * -(-config.batch_size * world // len(examples))
-            window, order = order[: config.batch_size * world], order[config.batch_size * world :]
-            batch = [examples[i] for i in window[rank::world]]
-            tensors = collate(batch, tokenizer.pad_token_id, config.pad_to_multiple_of)
+            tensors = collate(next(batches), pad_id, config.pad_to_multiple_of)
             tokens += int(tensors["attention_mask"].sum())
             out = engine(
                 input_ids=tensors["input_ids"].to(engine.device),
@@ -89,35 +132,29 @@ def train_sft_deepspeed(model, tokenizer, examples: list[dict], config: SFTConfi
             engine.step()  # steps the optimizer at the accumulation boundary only
             step_loss += out.loss.detach().float() / config.grad_accum
         dist.all_reduce(step_loss)
-        losses.append(step_loss.item() / world)
-        lrs.append(scheduler.get_last_lr()[0] if scheduler is not None else config.learning_rate)
+        curves["loss"].append(step_loss.item() / world)
+        lr = scheduler.get_last_lr()[0] if scheduler is not None else config.learning_rate
+        curves["learning_rate"].append(lr)
         norm = engine.get_global_grad_norm()
-        grad_norms.append(float(norm) if norm is not None else float("nan"))
-    seconds = time.perf_counter() - started
-    total_tokens = torch.tensor(float(tokens))
-    dist.all_reduce(total_tokens)
+        curves["grad_norm"].append(float(norm) if norm is not None else float("nan"))
+    return curves, tokens
 
-    # ZeRO-3 keeps a shard of each parameter per rank: gather them (a collective, so every
-    # rank enters) and let rank 0 write the whole model.
+
+def _save_gathered(engine, tokenizer, config: SFTConfig, rank: int) -> Path:
+    """Write the policy from rank 0. ZeRO-3 keeps a shard of each parameter per rank: gather
+    them (a collective, so every rank enters) and let rank 0 write the whole model."""
+    import deepspeed
+    import torch.distributed as dist
+
+    from components.policy.model import save_policy
+
     checkpoint = Path(config.output_dir) / "policy"
     stage3 = config.deepspeed.zero_stage == 3
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=stage3):
         if rank == 0:
             save_policy(engine.module, tokenizer, checkpoint)
     dist.barrier()
-    return SFTResult(
-        losses=losses,
-        learning_rates=lrs,
-        grad_norms=grad_norms,
-        steps=total_steps,
-        tokens=int(total_tokens.item()),
-        train_seconds=seconds,
-        tokens_per_second=total_tokens.item() / max(seconds, 1e-9),
-        checkpoint_dir=str(checkpoint),
-        num_examples=len(examples),
-        num_truncated=sum(e["truncated"] for e in examples),
-        metrics={"world_size": world, "zero_stage": config.deepspeed.zero_stage},
-    )
+    return checkpoint
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,9 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     from components.policy.config import PolicyConfig
-    from components.typed_config import config_from_dict
     from components.policy.model import build_policy
-    from components.train.sft import train_sft
+    from components.typed_config import config_from_dict
 
     policy_config = config_from_dict(PolicyConfig, json.loads(Path(args.policy_config).read_text()))
     config = SFTConfig(**json.loads(Path(args.sft_config).read_text()))
@@ -145,7 +181,10 @@ def main(argv: list[str] | None = None) -> None:
     lines = Path(args.records).read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     model, tokenizer = build_policy(policy_config, records)
-    result = train_sft(model, tokenizer, records, config)
+    examples = sft_examples(records, tokenizer, config.max_seq_len)
+    if not examples:
+        raise SystemExit("no example with an assistant token (empty or all truncated)")
+    result = train_sft_deepspeed(model, tokenizer, examples, config)
     if dist.get_rank() == 0 and args.result:
         Path(args.result).write_text(json.dumps(dataclasses.asdict(result), indent=1))
     dist.barrier()

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from components.train.config import RejectionSamplingConfig
 from components.train.data import is_scored, is_success, transcript_key
-from components.train.sft import SFTResult, train_sft
+from components.train.sft import train_sft
+from components.train.sft_result import SFTResult
 
 
 @dataclass

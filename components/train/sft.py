@@ -23,26 +23,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.train.config import SFTConfig
 from components.train.data import sft_examples
-
-
-@dataclass
-class SFTResult:
-    losses: list[float]  # one per optimizer step
-    learning_rates: list[float]
-    grad_norms: list[float]
-    steps: int
-    tokens: int  # non-padding tokens seen (prompt + assistant)
-    train_seconds: float
-    tokens_per_second: float
-    checkpoint_dir: str
-    num_examples: int
-    num_truncated: int
-    metrics: dict = field(default_factory=dict)
+from components.train.deepspeed_launch import train_sft_deepspeed
+from components.train.sft_result import SFTResult
 
 
 def _metrics_callback(config: SFTConfig, sink: dict):
@@ -111,8 +97,6 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
     if not examples:
         raise ValueError("train_sft: no example with an assistant token (empty or all truncated)")
     if config.deepspeed is not None:
-        from components.train.deepspeed_launch import train_sft_deepspeed
-
         return train_sft_deepspeed(model, tokenizer, examples, config)
 
     from datasets import Dataset
