@@ -74,7 +74,6 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
     import torch
 
     from components.policy.model import load_policy, save_policy
-    from components.train.losses import dpo_loss
 
     use_cuda = torch.cuda.is_available() and not config.use_cpu
     device = torch.device("cuda" if use_cuda else "cpu")
@@ -92,16 +91,7 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
     examples = [t for t in (_pair_tokens(p, tokenizer, config.max_seq_len) for p in pairs) if t]
     if not examples:
         raise ValueError("train_dpo: no usable pair (none given, or all truncated)")
-
-    # The reference never changes: score every pair once.
-    with torch.no_grad():
-        for start in range(0, len(examples), config.batch_size):
-            chunk = examples[start : start + config.batch_size]
-            seqs = [ex["chosen"] for ex in chunk] + [ex["rejected"] for ex in chunk]
-            ref = _sequence_logps(reference, seqs, pad_id, config, device).float().cpu()
-            for i, ex in enumerate(chunk):
-                ex["ref_chosen"], ex["ref_rejected"] = ref[i], ref[len(chunk) + i]
-
+    _score_reference(reference, examples, pad_id, config, device)
     optimizer = torch.optim.AdamW(
         policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
@@ -109,73 +99,27 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / (config.warmup_steps + 1))
     )
+    mlflow = _start_tracking(config, len(examples))
 
-    mlflow = None
-    if config.mlflow_tracking_uri:
-        import mlflow
-
-        mlflow.set_tracking_uri(config.mlflow_tracking_uri)
-        mlflow.set_experiment(config.mlflow_experiment)
-        mlflow.start_run(run_name="dpo")
-        mlflow.log_params({**vars(config), "num_pairs": len(examples)})
-
-    rng = random.Random(config.seed)
-    order: list[int] = []
+    batches = _pair_batches(examples, config.batch_size, config.seed)
     history: dict[str, list[float]] = {k: [] for k in ("loss", "chosen", "rejected", "acc")}
     tokens_seen, started = 0, time.perf_counter()
     try:
         for step in range(1, config.max_steps + 1):
-            step_loss, chosen_r, rejected_r = 0.0, [], []
-            for _ in range(config.grad_accum):
-                batch = []
-                while len(batch) < config.batch_size:
-                    if not order:  # next epoch: a fresh seeded permutation
-                        order = list(range(len(examples)))
-                        rng.shuffle(order)
-                    batch.append(examples[order.pop()])
-                seqs = [ex["chosen"] for ex in batch] + [ex["rejected"] for ex in batch]
-                tokens_seen += sum(len(s["input_ids"]) for s in seqs)
-                # Chosen and rejected in one forward: one [2B, T] batch.
-                logps = _sequence_logps(policy, seqs, pad_id, config, device).float()  # [2B]
-                n = len(batch)
-                loss, c_rewards, r_rewards = dpo_loss(
-                    logps[:n],
-                    logps[n:],
-                    torch.stack([ex["ref_chosen"] for ex in batch]).to(device),
-                    torch.stack([ex["ref_rejected"] for ex in batch]).to(device),
-                    beta=config.beta,
-                    label_smoothing=config.label_smoothing,
-                    loss_type=config.loss_type,
-                )
-                (loss / config.grad_accum).backward()
-                step_loss += loss.item() / config.grad_accum
-                chosen_r.append(c_rewards.cpu())
-                rejected_r.append(r_rewards.cpu())
+            loss, chosen, rejected, tokens = _accumulate(policy, batches, pad_id, config, device)
             if config.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-
-            c, r = torch.cat(chosen_r), torch.cat(rejected_r)
-            history["loss"].append(step_loss)
-            history["chosen"].append(c.mean().item())
-            history["rejected"].append(r.mean().item())
-            history["acc"].append((c > r).float().mean().item())
+            tokens_seen += tokens
+            history["loss"].append(loss)
+            history["chosen"].append(chosen.mean().item())
+            history["rejected"].append(rejected.mean().item())
+            history["acc"].append((chosen > rejected).float().mean().item())
             if mlflow is not None and step % config.log_every == 0:
-                elapsed = time.perf_counter() - started
-                mlflow.log_metrics(
-                    {
-                        "loss": step_loss,
-                        "rewards/chosen": history["chosen"][-1],
-                        "rewards/rejected": history["rejected"][-1],
-                        "rewards/margin": history["chosen"][-1] - history["rejected"][-1],
-                        "rewards/accuracy": history["acc"][-1],
-                        "learning_rate": scheduler.get_last_lr()[0],
-                        "tokens_per_s": tokens_seen / max(elapsed, 1e-9),
-                    },
-                    step=step,
-                )
+                rate = tokens_seen / max(time.perf_counter() - started, 1e-9)
+                _log_step(mlflow, history, scheduler.get_last_lr()[0], rate, step)
         seconds = time.perf_counter() - started
         checkpoint = save_policy(policy, tokenizer, Path(config.output_dir) / "policy")
     finally:
@@ -192,4 +136,93 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
         tokens_per_second=tokens_seen / max(seconds, 1e-9),
         train_seconds=seconds,
         checkpoint_dir=str(checkpoint),
+    )
+
+
+def _score_reference(reference, examples: list[dict], pad_id: int, config: DPOConfig, device):
+    """Store each pair's reference log-probs in it (ref_chosen, ref_rejected): the reference
+    never changes, so every pair is scored once."""
+    import torch
+
+    with torch.no_grad():
+        for start in range(0, len(examples), config.batch_size):
+            chunk = examples[start : start + config.batch_size]
+            seqs = [ex["chosen"] for ex in chunk] + [ex["rejected"] for ex in chunk]
+            ref = _sequence_logps(reference, seqs, pad_id, config, device).float().cpu()
+            for i, ex in enumerate(chunk):
+                ex["ref_chosen"], ex["ref_rejected"] = ref[i], ref[len(chunk) + i]
+
+
+def _pair_batches(examples: list[dict], batch_size: int, seed: int):
+    """Endless batches of `batch_size` pairs from epochs of seeded permutations (a batch may
+    straddle two epochs)."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    while True:
+        batch = []
+        while len(batch) < batch_size:
+            if not order:  # next epoch: a fresh seeded permutation
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            batch.append(examples[order.pop()])
+        yield batch
+
+
+def _accumulate(policy, batches, pad_id: int, config: DPOConfig, device):
+    """Forward and backward of one optimizer step's grad_accum micro-batches: (mean loss,
+    chosen rewards, rejected rewards, tokens processed)."""
+    import torch
+
+    from components.train.losses import dpo_loss
+
+    step_loss, chosen, rejected, tokens = 0.0, [], [], 0
+    for _ in range(config.grad_accum):
+        batch = next(batches)
+        seqs = [ex["chosen"] for ex in batch] + [ex["rejected"] for ex in batch]
+        tokens += sum(len(s["input_ids"]) for s in seqs)
+        # Chosen and rejected in one forward: one [2B, T] batch.
+        logps = _sequence_logps(policy, seqs, pad_id, config, device).float()  # [2B]
+        n = len(batch)
+        loss, c_rewards, r_rewards = dpo_loss(
+            logps[:n],
+            logps[n:],
+            torch.stack([ex["ref_chosen"] for ex in batch]).to(device),
+            torch.stack([ex["ref_rejected"] for ex in batch]).to(device),
+            beta=config.beta,
+            label_smoothing=config.label_smoothing,
+            loss_type=config.loss_type,
+        )
+        (loss / config.grad_accum).backward()
+        step_loss += loss.item() / config.grad_accum
+        chosen.append(c_rewards.cpu())
+        rejected.append(r_rewards.cpu())
+    return step_loss, torch.cat(chosen), torch.cat(rejected), tokens
+
+
+def _start_tracking(config: DPOConfig, num_pairs: int):
+    """The mlflow module with a started run, or None when no tracking URI is configured."""
+    if not config.mlflow_tracking_uri:
+        return None
+    import mlflow
+
+    mlflow.set_tracking_uri(config.mlflow_tracking_uri)
+    mlflow.set_experiment(config.mlflow_experiment)
+    mlflow.start_run(run_name="dpo")
+    mlflow.log_params({**vars(config), "num_pairs": num_pairs})
+    return mlflow
+
+
+def _log_step(mlflow, history: dict[str, list[float]], lr: float, tokens_per_s: float, step: int):
+    chosen, rejected = history["chosen"][-1], history["rejected"][-1]
+    mlflow.log_metrics(
+        {
+            "loss": history["loss"][-1],
+            "rewards/chosen": chosen,
+            "rewards/rejected": rejected,
+            "rewards/margin": chosen - rejected,
+            "rewards/accuracy": history["acc"][-1],
+            "learning_rate": lr,
+            "tokens_per_s": tokens_per_s,
+        },
+        step=step,
     )
