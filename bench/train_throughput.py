@@ -38,15 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.rollout_throughput import bare_generate  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
-from components.env.scripted import make_policy  # noqa: E402
 from components.env.sandbox import SandboxConfig  # noqa: E402
+from components.env.scripted import make_policy  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402
 from components.rollout.engine import generate_transformers, sample_episodes  # noqa: E402
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
+from components.train.config import GRPOConfig  # noqa: E402
 from components.train.data import collate, sft_examples, trajectory_tokens  # noqa: E402
-from components.train.grpo import GRPOConfig, _update, collate_rollouts  # noqa: E402
+from components.train.grpo import _update, collate_rollouts  # noqa: E402
 from components.train.losses import token_logprobs  # noqa: E402
 
 
@@ -165,7 +166,7 @@ def _row(name: str, ours: tuple[int, float], bare: tuple[int, float]) -> str:
     return f"| {name} | {o:,.0f} | {b:,.0f} | {o / b:.2f} | {ours[0]:,} / {bare[0]:,} |"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="configs/cpu-demo.yaml", help="policy section source")
     p.add_argument("--tasks", type=int, default=4, help="train tasks (oracle data, rollouts)")
@@ -178,12 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=4, help="SFT sequences / DPO pairs per step")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     preset = load_preset(args.preset)
-    lines = []
-
     with tempfile.TemporaryDirectory(prefix="agentrl-train-bench-") as tmp:
         root = Path(tmp)
         generate_suite(root / "tasks", 30, args.seed)
@@ -195,83 +198,22 @@ def main(argv: list[str] | None = None) -> int:
         records = [r.record for r in expert]
         model, tokenizer = build_policy(preset.section("policy"), records=records)
         initial = copy.deepcopy(model.state_dict())
-        pad_id = tokenizer.pad_token_id
 
         def fresh():
             model.load_state_dict(initial)
             return model
 
-        # Sampling: the engine, its generate calls recorded, then replayed bare.
+        # Unconstrained sampling: the bare replay has no try_fix-id constraint to apply.
         rollout_cfg = dataclasses.replace(preset.section("rollout"), temperature=1.0,
                                           max_new_tokens=args.max_new_tokens,
                                           max_steps=args.steps, samples_per_task=args.k,
                                           batch_size=args.tasks * args.k, workers=2,
-                                          seed=args.seed)  # fmt: skip
-        calls, gen_time = [], [0.0]
-
-        def recorded(prompts, caps, seed):
-            out, dt = _timed(lambda: generate_transformers(
-                model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed))  # fmt: skip
-            gen_time[0] += dt
-            calls.append((prompts, caps, seed))
-            return out
-
-        fresh().eval()
-        rollouts, wall = _timed(lambda: sample_episodes(
-            tasks, model, tokenizer, rollout_cfg, EnvConfig(), SandboxConfig(),
-            generate_fn=recorded))  # fmt: skip
-        engine_tokens = sum(r.num_generated_tokens for r in rollouts)
-        bare_tokens, bare_time = _timed(
-            lambda: sum(bare_generate(model, tokenizer, *c, 1.0) for c in calls)
-        )
-        lines.append(_row("sampling: engine generate calls vs bare model.generate",
-                          (engine_tokens, gen_time[0]), (bare_tokens, bare_time)))  # fmt: skip
-        lines.append(_row("sampling: engine end to end (+tools, verify) vs bare generate",
-                          (engine_tokens, wall), (bare_tokens, bare_time)))  # fmt: skip
-
-        # SFT: TRL SFTTrainer path vs bare loop.
-        from components.train.sft import train_sft
-
-        sft_cfg = dataclasses.replace(preset.section("sft"), max_steps=args.sft_steps,
-                                      batch_size=args.batch, warmup_steps=0,
-                                      output_dir=str(root / "sft"), seed=args.seed)  # fmt: skip
-        result = train_sft(fresh(), tokenizer, records, sft_cfg)
-        ours = (result.tokens, result.train_seconds)
-        examples = sft_examples(records, tokenizer, sft_cfg.max_seq_len)
-        bare = bare_sft(fresh(), examples, args.sft_steps, args.batch, sft_cfg.learning_rate,
-                        pad_id, sft_cfg.pad_to_multiple_of, args.seed)  # fmt: skip
-        lines.append(_row("SFT step: train_sft (TRL SFTTrainer) vs bare loop", ours, bare))
-
-        # DPO: oracle success (chosen) vs the untrained model's failed rollout (rejected).
-        from components.train.dpo import train_dpo
-
-        failed = {r.group_id: r.result.record for r in rollouts if not r.result.success}
-        pairs = [{"task_id": r["task_id"], "chosen": r, "rejected": failed[r["task_id"]]}
-                 for r in records if r["task_id"] in failed]  # fmt: skip
-        dpo_cfg = dataclasses.replace(preset.section("dpo"), max_steps=args.dpo_steps,
-                                      batch_size=args.batch, warmup_steps=0,
-                                      output_dir=str(root / "dpo"), seed=args.seed)  # fmt: skip
-        result = train_dpo(fresh(), None, tokenizer, pairs, dpo_cfg)
-        ours_tokens = int(result.tokens_per_second * result.train_seconds)
-        tok = [{side: {k: v[: dpo_cfg.max_seq_len] for k, v in
-                       trajectory_tokens(tokenizer, pr[side]).items()}
-                for side in ("chosen", "rejected")} for pr in pairs]  # fmt: skip
-        bare = bare_dpo(fresh(), tok, args.dpo_steps, args.batch, dpo_cfg.learning_rate,
-                        dpo_cfg.beta, pad_id, args.seed)  # fmt: skip
-        lines.append(_row("DPO step: train_dpo vs bare loop",
-                          (ours_tokens, result.train_seconds), bare))  # fmt: skip
-
-        # GRPO: one update on the sampled rollouts; fixed +-1 advantages so gradients flow.
-        grpo_cfg = GRPOConfig(learning_rate=2e-5, micro_batch_size=4, output_dir=str(root))
-        advantages = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(rollouts))])
-        m = fresh().train()
-        optimizer = torch.optim.AdamW(m.parameters(), lr=grpo_cfg.learning_rate, weight_decay=0)
-        out, dt = _timed(lambda: _update(m, None, optimizer, rollouts, advantages, grpo_cfg,
-                                         rollout_cfg, pad_id, torch.device("cpu"), 1))  # fmt: skip
-        bare = bare_grpo(fresh(), rollouts, advantages, grpo_cfg.learning_rate,
-                         grpo_cfg.micro_batch_size, pad_id)  # fmt: skip
-        lines.append(_row("GRPO update: grpo._update vs bare loop",
-                          (out["update_tokens"], dt), bare))  # fmt: skip
+                                          seed=args.seed, constrain_fix_ids=False)  # fmt: skip
+        rollouts, lines = bench_sampling(fresh().eval(), tokenizer, tasks, rollout_cfg)
+        lines.append(bench_sft(fresh, tokenizer, records, preset.section("sft"), args, root))
+        pairs = dpo_pairs(records, rollouts)
+        lines.append(bench_dpo(fresh, tokenizer, pairs, preset.section("dpo"), args, root))
+        lines.append(bench_grpo_update(fresh, tokenizer, rollouts, rollout_cfg, root))
 
     params = sum(t.numel() for t in model.parameters())
     print(f"\nmodel: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch threads; "
@@ -281,6 +223,86 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     print("\n".join(lines))
     return 0
+
+
+def bench_sampling(model, tokenizer, tasks, rollout_cfg) -> tuple[list, list[str]]:
+    """The engine samples with its generate calls recorded, then they are replayed bare:
+    (rollouts, two table rows)."""
+    calls, gen_time = [], [0.0]
+
+    def recorded(prompts, caps, seed):
+        out, dt = _timed(lambda: generate_transformers(
+            model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed))  # fmt: skip
+        gen_time[0] += dt
+        calls.append((prompts, caps, seed))
+        return out
+
+    rollouts, wall = _timed(lambda: sample_episodes(
+        tasks, model, tokenizer, rollout_cfg, EnvConfig(), SandboxConfig(),
+        generate_fn=recorded))  # fmt: skip
+    engine_tokens = sum(r.num_generated_tokens for r in rollouts)
+    bare_tokens, bare_time = _timed(
+        lambda: sum(bare_generate(model, tokenizer, *c, 1.0) for c in calls)
+    )
+    return rollouts, [
+        _row("sampling: engine generate calls vs bare model.generate",
+             (engine_tokens, gen_time[0]), (bare_tokens, bare_time)),
+        _row("sampling: engine end to end (+tools, verify) vs bare generate",
+             (engine_tokens, wall), (bare_tokens, bare_time)),
+    ]  # fmt: skip
+
+
+def bench_sft(fresh, tokenizer, records: list[dict], sft_cfg, args, root: Path) -> str:
+    """TRL SFTTrainer path vs bare loop, each from the initial weights: a table row."""
+    from components.train.sft import train_sft
+
+    sft_cfg = dataclasses.replace(sft_cfg, max_steps=args.sft_steps, batch_size=args.batch,
+                                  warmup_steps=0, output_dir=str(root / "sft"),
+                                  seed=args.seed)  # fmt: skip
+    result = train_sft(fresh(), tokenizer, records, sft_cfg)
+    ours = (result.tokens, result.train_seconds)
+    examples = sft_examples(records, tokenizer, sft_cfg.max_seq_len)
+    bare = bare_sft(fresh(), examples, args.sft_steps, args.batch, sft_cfg.learning_rate,
+                    tokenizer.pad_token_id, sft_cfg.pad_to_multiple_of, args.seed)  # fmt: skip
+    return _row("SFT step: train_sft (TRL SFTTrainer) vs bare loop", ours, bare)
+
+
+def dpo_pairs(records: list[dict], rollouts) -> list[dict]:
+    """Oracle success (chosen) vs the untrained model's failed rollout (rejected)."""
+    failed = {r.group_id: r.result.record for r in rollouts if not r.result.success}
+    return [{"task_id": r["task_id"], "chosen": r, "rejected": failed[r["task_id"]]}
+            for r in records if r["task_id"] in failed]  # fmt: skip
+
+
+def bench_dpo(fresh, tokenizer, pairs: list[dict], dpo_cfg, args, root: Path) -> str:
+    """train_dpo vs bare loop, each from the initial weights: a table row."""
+    from components.train.dpo import train_dpo
+
+    dpo_cfg = dataclasses.replace(dpo_cfg, max_steps=args.dpo_steps, batch_size=args.batch,
+                                  warmup_steps=0, output_dir=str(root / "dpo"),
+                                  seed=args.seed)  # fmt: skip
+    result = train_dpo(fresh(), None, tokenizer, pairs, dpo_cfg)
+    ours_tokens = int(result.tokens_per_second * result.train_seconds)
+    tok = [{side: {k: v[: dpo_cfg.max_seq_len] for k, v in
+                   trajectory_tokens(tokenizer, pr[side]).items()}
+            for side in ("chosen", "rejected")} for pr in pairs]  # fmt: skip
+    bare = bare_dpo(fresh(), tok, args.dpo_steps, args.batch, dpo_cfg.learning_rate,
+                    dpo_cfg.beta, tokenizer.pad_token_id, args.seed)  # fmt: skip
+    return _row("DPO step: train_dpo vs bare loop", (ours_tokens, result.train_seconds), bare)
+
+
+def bench_grpo_update(fresh, tokenizer, rollouts, rollout_cfg, root: Path) -> str:
+    """One update on the sampled rollouts, fixed +-1 advantages so gradients flow: a row."""
+    grpo_cfg = GRPOConfig(learning_rate=2e-5, micro_batch_size=4, output_dir=str(root))
+    advantages = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(rollouts))])
+    m = fresh().train()
+    optimizer = torch.optim.AdamW(m.parameters(), lr=grpo_cfg.learning_rate, weight_decay=0)
+    out, dt = _timed(lambda: _update(m, None, optimizer, rollouts, advantages, grpo_cfg,
+                                     rollout_cfg, tokenizer.pad_token_id,
+                                     torch.device("cpu"), 1))  # fmt: skip
+    bare = bare_grpo(fresh(), rollouts, advantages, grpo_cfg.learning_rate,
+                     grpo_cfg.micro_batch_size, tokenizer.pad_token_id)  # fmt: skip
+    return _row("GRPO update: grpo._update vs bare loop", (out["update_tokens"], dt), bare)
 
 
 if __name__ == "__main__":

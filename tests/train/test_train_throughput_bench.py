@@ -1,0 +1,29 @@
+"""bench/train_throughput.py through its command line with a tiny budget: every stage of
+the comparison runs and prints its row (slow: builds a tokenizer, samples, trains SFT/DPO)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_train_throughput_bench_runs_on_a_tiny_budget(capsys):
+    spec = importlib.util.spec_from_file_location(
+        "train_throughput", REPO / "bench" / "train_throughput.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    preset = str(REPO / "configs" / "cpu-demo.yaml")
+    code = bench.main(["--preset", preset, "--tasks", "1", "--k", "2", "--steps", "2",
+                       "--max-new-tokens", "16", "--sft-tasks", "2", "--sft-steps", "2",
+                       "--dpo-steps", "1", "--batch", "1", "--threads", "1"])  # fmt: skip
+    assert code == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    names = [row.split(" | ")[0].removeprefix("| ") for row in rows[1:]]
+    assert [n.split(":")[0] for n in names] == ["sampling", "sampling", "SFT step", "DPO step",
+                                               "GRPO update"]  # fmt: skip
