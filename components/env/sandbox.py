@@ -16,10 +16,16 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     and tail, with a visible "[... output truncated: N bytes omitted ...]" line), and a
     command that keeps writing past max(16x that budget, 8 MiB) is killed;
   * huge files: RLIMIT_FSIZE per file; the private /tmp is a size-capped tmpfs;
-  * network: a fresh, empty network namespace (not even the host's loopback is reachable);
-  * the filesystem: the host is mounted read-only; only the workspace and a private /tmp are
-    writable; the host user's home (except the Python installation inside it), /etc/shadow,
-    /etc/gshadow and `SandboxConfig.hide_paths` are masked; /proc/sys is read-only;
+  * network: a fresh network namespace (only its own loopback, with no listeners); every
+    attempt to send a packet or open a connection is counted from the namespace's own
+    counters after the command (`CommandResult.network_attempts`), whatever program or
+    spelling made it;
+  * the filesystem: the command sees only the system (/usr, /etc, the /bin and /lib links),
+    the interpreter's folders, a private /tmp and its own workspace, all read-only except
+    the workspace and /tmp (`readonly` paths inside the workspace are read-only too). The
+    task store, other workspaces, the checkout and the user's home are not there at all;
+    /etc/shadow, /etc/gshadow and `SandboxConfig.hide_paths` inside the visible part are
+    masked; /proc/sys is read-only;
   * privileges: every capability is dropped (bwrap keeps them for root by default), with
     no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
   * secrets in the environment: the environment is rebuilt from a short allow-list;
@@ -27,28 +33,33 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     cgroups are removed.
 
 What is NOT protected against:
-  * reading world-readable host files outside the masked paths (the host is visible
-    read-only so the interpreter and the venv work); hide task folders with `hide_paths`;
+  * reading world-readable system files (/etc/passwd, /usr): the interpreter needs them;
   * disk usage of the workspace beyond the per-file cap (no quota: many files can be made);
   * kernel exploits and side channels (no seccomp filter; the sandboxed process is uid 0
     without capabilities, since dropping to another uid breaks an interpreter under /root);
-  * CPU contention with other work (no cpu shares are set).
+  * CPU contention with other work (no cpu shares are set);
+  * a command that hides its network attempts by killing the small shell that reads the
+    namespace's counters after it (same pid namespace): the attempt still fails, but is
+    not counted.
 
 Fallbacks, chosen by isolation="auto" (or forced by the config):
   * "namespace" (no usable bwrap, but unshare works): the command gets a new network
-    namespace via unshare(CLONE_NEWNET) in the child; limits and cgroups as above; NO
-    filesystem isolation (writes outside the workspace are possible, bounded by RLIMIT_FSIZE)
-    and host processes are visible.
-  * "none": rlimits and cgroups only; no network or filesystem isolation. The safety monitor
-    (components/env/safety.py) still blocks network tools and writes outside the workspace
-    at the action level, but a Python program can get around it. Use for development only.
+    namespace via unshare(CLONE_NEWNET) in the child (attempts are counted as above);
+    limits and cgroups as above; NO filesystem isolation (writes outside the workspace are
+    possible, bounded by RLIMIT_FSIZE, and the task store is readable) and host processes
+    are visible.
+  * "none": rlimits and cgroups only; no network or filesystem isolation, no network
+    counting. The safety monitor (components/env/safety.py) still blocks network tools and
+    writes outside the workspace at the action level, but a Python program can get around
+    it. Use for development only.
   * without writable cgroup v1 controllers (or on cgroup v2 only, not supported yet):
     RLIMIT_AS replaces the memory cgroup, and processes are limited by RLIMIT_NPROC only when
     not root; as root a fork bomb is then bounded by the wall clock alone (with bwrap, the
     pid namespace is torn down at the deadline).
 
-Performance: the hot path imports nothing heavy and starts exactly one extra process
-(bwrap, which execs the command inside). Availability probes run once per process.
+Performance: the hot path imports nothing heavy and starts three extra processes (bwrap,
+and inside it a shell that runs the command and then `cat`s the network counters).
+Availability probes run once per process.
 """
 
 from __future__ import annotations
@@ -60,6 +71,7 @@ import filecmp
 import functools
 import itertools
 import os
+import re
 import resource
 import select
 import shutil
@@ -100,6 +112,26 @@ IGNORED_NAMES = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy
 OUTPUT_DRAIN_FACTOR = 16
 OUTPUT_DRAIN_MIN = 8 * 1024 * 1024
 _CGROUP_V1 = Path("/sys/fs/cgroup")
+# The host as a sandboxed command sees it (read-only): the system's programs, libraries and
+# configuration. The interpreter's folders, a private /tmp and the workspace are added;
+# nothing else of the host is there (no task store, no other workspace, no home).
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
+# Runs the command with the namespace's counter pipe closed (stdin is /dev/null for it),
+# then writes the namespace's IP counters to that pipe (our stdin, opened for writing).
+_NET_COUNTING_SHELL = (
+    "/bin/sh",
+    "-c",
+    '"$@" </dev/null; s=$?; cat /proc/net/snmp /proc/net/snmp6 >&0 2>/dev/null; exit $s',
+    "sh",
+)
+# (table, counter) pairs that move only when something tries to reach a network.
+_ATTEMPT_COUNTERS = frozenset({
+    ("Ip", "OutRequests"), ("Ip", "OutNoRoutes"), ("Tcp", "ActiveOpens"),
+    ("Udp", "OutDatagrams"), ("UdpLite", "OutDatagrams"), ("Ip6", "OutRequests"),
+    ("Ip6", "OutNoRoutes"), ("Udp6", "OutDatagrams"), ("UdpLite6", "OutDatagrams"),
+})  # fmt: skip
+_COUNTER_BYTES_MAX = 1 << 16
 _CLONE_NEWNET = 0x40000000
 
 
@@ -196,6 +228,10 @@ class CommandResult:
     limit_hit: str | None  # None | "wall_time" | "cpu_time" | "memory" | "processes" | "output"
     wall_s: float
     isolation: str  # the mode actually used: "bwrap" | "namespace" | "none"
+    # Packets sent or connections opened inside the command's network namespace (its own
+    # counters, read after the command): any attempt to reach a network, by any program.
+    # 0 when unknown (isolation "none", network allowed, or the command was killed).
+    network_attempts: int = 0
 
 
 # --------------------------------------------------------------------------- output capping
@@ -259,6 +295,7 @@ class Workspace:
     def __init__(self, root: Path, source: Path | None = None) -> None:
         self.root = root.resolve()
         self.source = source
+        self._reported_links: set[str] = set()
 
     @classmethod
     def create(cls, src_dir: str | Path, parent: str | Path | None = None) -> Workspace:
@@ -304,6 +341,26 @@ class Workspace:
             if resolved == self.root:
                 raise PathEscapeError("cannot write to the repository root itself")
         return resolved
+
+    def new_escaping_links(self) -> list[str]:
+        """Symlinks in the workspace that resolve outside it, each reported once: a command
+        made a way out (reading or writing through it is refused, and the verifier never
+        follows it; making it is recorded all the same)."""
+        found = []
+        root = str(self.root)
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if d not in IGNORED_NAMES]
+            for name in filenames + dirnames:
+                path = os.path.join(dirpath, name)
+                if not os.path.islink(path):
+                    continue
+                target = os.path.realpath(path)
+                rel = os.path.relpath(path, root)
+                inside = target == root or target.startswith(root + "/")
+                if not inside and rel not in self._reported_links:
+                    self._reported_links.add(rel)
+                    found.append(rel)
+        return sorted(found)
 
     def changed_files(self, original_dir: str | Path | None = None) -> list[str]:
         """Relative paths added, removed or modified compared with original_dir (sorted)."""
@@ -541,9 +598,11 @@ def run_sandboxed(
     config: SandboxConfig,
     *,
     workspace: Path | None = None,
+    readonly: tuple[str | Path, ...] = (),
 ) -> CommandResult:
     """Run argv (no shell) in cwd under config's limits; `workspace` (default cwd) is the
-    only writable host folder. Raises SandboxError when the command is refused."""
+    only writable host folder, except `readonly` paths inside it (bwrap only: elsewhere they
+    stay writable). Raises SandboxError when the command is refused."""
     argv = list(argv)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise SandboxError("argv must be a non-empty list of strings")
@@ -563,47 +622,75 @@ def run_sandboxed(
     if shutil.which(program, path=env["PATH"]) is None:
         raise SandboxError(f"program {program!r} is not installed on the sandbox PATH")
     mode = resolve_isolation(config.isolation)
+    ro = [Path(p).resolve() for p in readonly]
+    if any(ws not in p.parents for p in ro):
+        raise SandboxError("readonly paths must lie inside the workspace")
 
-    full_argv = argv
+    count_net = mode in ("bwrap", "namespace") and not config.network
+    full_argv = [*_NET_COUNTING_SHELL, *argv] if count_net else argv
     if mode == "bwrap":
-        full_argv = _bwrap_argv(config, ws, cwd) + argv
+        full_argv = _bwrap_argv(config, ws, cwd, tuple(str(p) for p in ro)) + full_argv
     cgroups = _make_cgroups(config)
     try:
-        return _run(argv, full_argv, cwd, env, config, mode, cgroups)
+        return _run(argv, full_argv, cwd, env, config, mode, cgroups, count_net=count_net)
     finally:
         _remove_cgroups(cgroups)
 
 
-def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path) -> list[str]:
-    args = [_bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str, ...]) -> list[str]:
+    view, visible = _system_view()
+    args = [_bwrap_path() or "bwrap", *view, "--dev", "/dev", "--proc", "/proc"]
     # bwrap (0.8) leaves /proc/sys writable; uid 0 may write sysctls without capabilities.
     args += ["--ro-bind", "/proc/sys", "/proc/sys"]
-    masked: list[str] = []
-    home = os.path.realpath(os.path.expanduser("~"))
-    if home != "/" and os.path.isdir(home):
-        args += ["--size", str(1 << 20), "--tmpfs", home]
-        masked.append(home)
-    for secret in ("/etc/shadow", "/etc/gshadow"):
+    for secret in _MASKED_FILES:
         if os.path.exists(secret):
             args += ["--ro-bind", "/dev/null", secret]
+    masked: list[str] = []
     for hidden in config.hide_paths:
+        if not _under(os.path.realpath(hidden), visible):
+            continue  # not in the sandbox's view at all
         if os.path.isdir(hidden):
             args += ["--size", str(1 << 20), "--tmpfs", hidden]
             masked.append(hidden)
         elif os.path.lexists(hidden):
             args += ["--ro-bind", "/dev/null", hidden]
-    args += ["--size", str(4 * config.max_file_bytes), "--tmpfs", "/tmp"]
-    masked.append("/tmp")
-    # Put the interpreter back where a mask covered it (pyenv lives under /root).
+    # Put the interpreter back where a mask covered it.
     for needed in _interpreter_dirs():
-        if any(needed == m or needed.startswith(m.rstrip("/") + "/") for m in masked):
+        if _under(needed, tuple(masked)):
             args += ["--ro-bind", needed, needed]
+    args += ["--size", str(4 * config.max_file_bytes), "--tmpfs", "/tmp"]
     args += ["--bind", str(ws), str(ws)]
+    for path in readonly:
+        args += ["--ro-bind", path, path]
+    args += ["--remount-ro", "/"]  # the skeleton bwrap builds the view on
     if not config.network:
         args.append("--unshare-net")
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", str(cwd)]
     return args
+
+
+def _under(path: str, folders: tuple[str, ...] | list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+@functools.cache
+def _system_view() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(bwrap arguments that rebuild the visible host, the folders they make visible)."""
+    args: list[str] = []
+    visible: list[str] = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+            visible.append(path)
+    # The venv as PATH names it (maybe through a symlink) and every folder it resolves to.
+    for folder in (*_interpreter_dirs(), str(Path(sys.executable).parent.parent)):
+        if not _under(folder, visible):
+            args += ["--ro-bind", folder, folder]
+            visible.append(folder)
+    return tuple(args), tuple(visible)
 
 
 @functools.cache
@@ -719,28 +806,12 @@ def _run(
     config: SandboxConfig,
     mode: str,
     cgroups: dict[str, Path],
+    *,
+    count_net: bool,
 ) -> CommandResult:
-    procs_files = [str(folder / "cgroup.procs") for folder in cgroups.values()]
     start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            full_argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: killpg reaches every descendant
-            preexec_fn=_preexec(config, mode, procs_files),
-            close_fds=True,
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
-
+    proc, counters_fd = _start(argv, full_argv, cwd, env, config, mode, cgroups, count_net)
     buf = OutputBuffer(config.max_output_bytes)
-    drain_cap = _drain_cap(config.max_output_bytes)
-    deadline = start + config.wall_time_s
-    killed_for: str | None = None
     fd = proc.stdout.fileno()
     # A pidfd tells us when the command exits even if a background child keeps the pipe
     # open; without one (old kernels) we poll the exit status every 50 ms.
@@ -748,31 +819,8 @@ def _run(
         pidfd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
         pidfd = None
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    if pidfd is not None:
-        poller.register(pidfd, select.POLLIN)
-    tick = None if pidfd is not None else 0.05
     try:
-        pipe_open = True
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                killed_for = "wall_time"
-                break
-            events = poller.poll((remaining if tick is None else min(remaining, tick)) * 1000)
-            if pipe_open and any(efd == fd for efd, _ in events):
-                chunk = os.read(fd, 65536)
-                if chunk:
-                    buf.feed(chunk)
-                    if buf.total > drain_cap:
-                        killed_for = "output"
-                        break
-                    continue  # read until the pipe is empty before looking at the exit
-                pipe_open = False
-                poller.unregister(fd)
-            if _exited(proc.pid):
-                break
+        killed_for = _pump(proc, fd, pidfd, buf, start + config.wall_time_s)
     finally:
         # Kill the group while the leader is unreaped, so its pgid cannot have been reused;
         # then whatever else is left in the cgroups (processes that left the group).
@@ -784,6 +832,7 @@ def _run(
         proc.stdout.close()
         if pidfd is not None:
             os.close(pidfd)
+        counters = _read_counters(counters_fd)
     wall_s = time.monotonic() - start
 
     exit_code = returncode if returncode >= 0 else 128 - returncode
@@ -802,7 +851,113 @@ def _run(
         limit_hit=limit_hit,
         wall_s=wall_s,
         isolation=mode,
+        network_attempts=network_attempts(counters),
     )
+
+
+def _pump(
+    proc: subprocess.Popen, fd: int, pidfd: int | None, buf: OutputBuffer, deadline: float
+) -> str | None:
+    """Read the command's output until it exits; the limit it was stopped for, if any."""
+    drain_cap = _drain_cap(buf.max_bytes)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    tick = None if pidfd is not None else 0.05
+    pipe_open = True
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "wall_time"
+        events = poller.poll((remaining if tick is None else min(remaining, tick)) * 1000)
+        if pipe_open and any(efd == fd for efd, _ in events):
+            chunk = os.read(fd, 65536)
+            if chunk:
+                buf.feed(chunk)
+                if buf.total > drain_cap:
+                    return "output"
+                continue  # read until the pipe is empty before looking at the exit
+            pipe_open = False
+            poller.unregister(fd)
+        if _exited(proc.pid):
+            return None
+
+
+def _start(
+    argv: list[str],
+    full_argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    config: SandboxConfig,
+    mode: str,
+    cgroups: dict[str, Path],
+    count_net: bool,
+) -> tuple[subprocess.Popen, int | None]:
+    """The started process and the read end of its counter pipe (None: not counting).
+
+    The counter pipe is the command's stdin opened for writing: the counting shell writes
+    the namespace's counters to it after the command, which itself gets /dev/null."""
+    procs_files = [str(folder / "cgroup.procs") for folder in cgroups.values()]
+    read_end, write_end = os.pipe() if count_net else (None, None)
+    try:
+        proc = subprocess.Popen(
+            full_argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL if write_end is None else write_end,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: killpg reaches every descendant
+            preexec_fn=_preexec(config, mode, procs_files),
+            close_fds=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        if read_end is not None:
+            os.close(read_end)
+        raise SandboxError(f"could not start {argv[0]!r}: {e}") from e
+    finally:
+        if write_end is not None:
+            os.close(write_end)
+    return proc, read_end
+
+
+def _read_counters(fd: int | None) -> str:
+    """What the counting shell wrote (every writer is dead by now; never blocks)."""
+    if fd is None:
+        return ""
+    data = bytearray()
+    try:
+        os.set_blocking(fd, False)
+        with contextlib.suppress(BlockingIOError, OSError):
+            while len(data) < _COUNTER_BYTES_MAX and (chunk := os.read(fd, 65536)):
+                data += chunk
+    finally:
+        os.close(fd)
+    return data.decode("ascii", errors="replace")
+
+
+def network_attempts(counters: str) -> int:
+    """Packets sent and connections opened, summed over the attempt counters of every
+    /proc/net/snmp (header line + value line per table) and snmp6 ("Ip6OutRequests 3")
+    block in `counters`. Extra blocks written by the command itself can only add."""
+    total = 0
+    lines = counters.splitlines()
+    for head, values in zip(lines, lines[1:], strict=False):
+        names, numbers = head.split(), values.split()
+        if len(names) < 2 or not names[0].endswith(":") or names[0] != numbers[0]:
+            continue
+        table = names[0][:-1]
+        for name, number in zip(names[1:], numbers[1:], strict=False):
+            if (table, name) in _ATTEMPT_COUNTERS and number.isdigit():
+                total += int(number)
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            m = re.match(r"^(Ip6|Udp6|UdpLite6)(\w+)$", parts[0])
+            if m and (m.group(1), m.group(2)) in _ATTEMPT_COUNTERS:
+                total += int(parts[1])
+    return total
 
 
 def _exited(pid: int) -> bool:

@@ -63,8 +63,12 @@ def ws(repo: Path, tmp_path: Path):
         yield w
 
 
-def python_code(ws: Workspace, code: str, config: SandboxConfig = FAST) -> CommandResult:
-    return run_sandboxed(["python", "-c", textwrap.dedent(code)], ws.root, config)
+def python_code(
+    ws: Workspace, code: str, config: SandboxConfig = FAST, readonly: tuple = ()
+) -> CommandResult:
+    return run_sandboxed(
+        ["python", "-c", textwrap.dedent(code)], ws.root, config, readonly=readonly
+    )
 
 
 def processes_with(marker: str) -> list[int]:
@@ -421,9 +425,9 @@ def test_fallback_isolation_none_still_limits(ws: Workspace):
 
 @needs_bwrap
 def test_hide_paths_masks_host_folders(ws: Workspace):
-    # A host folder outside /tmp and $HOME (the sandbox replaces both anyway); the checkout
-    # itself may live under /tmp, so make one.
-    hidden = tempfile.mkdtemp(prefix="agentrl-hide-", dir="/var/tmp")
+    # A host folder the sandbox shows (the interpreter's prefix is bound read-only; /tmp,
+    # $HOME and the rest of the host are not in its view at all).
+    hidden = tempfile.mkdtemp(prefix="agentrl-hide-", dir=sys.prefix)
     try:
         Path(hidden, "visible.txt").write_text("x")
         code = f"import os; print(sorted(os.listdir({hidden!r})))"
@@ -433,3 +437,78 @@ def test_hide_paths_masks_host_folders(ws: Workspace):
         assert masked.output.strip() == "[]"
     finally:
         shutil.rmtree(hidden, ignore_errors=True)
+
+
+@needs_bwrap
+def test_only_the_system_the_interpreter_and_the_workspace_are_visible(ws: Workspace):
+    """A task store, another workspace or the checkout: none is in the sandbox's view, with
+    no hide_paths at all (issue 17: hidden material is invisible across tasks)."""
+    store = Path(tempfile.mkdtemp(prefix="agentrl-store-", dir="/var/tmp"))
+    other = Workspace.create(ws.root)
+    try:
+        (store / "task-1" / "hidden_tests").mkdir(parents=True)
+        (store / "task-1" / "hidden_cases.json").write_text("{}")
+        probes = [str(store), str(store / "task-1" / "hidden_cases.json"), str(other.root),
+                  str(Path(__file__).resolve())]  # fmt: skip
+        code = f"""
+            import os
+            for p in {probes!r}:
+                print("SEEN" if os.path.exists(p) else "GONE", p)
+            print("OWN", os.path.exists("mod.py"))
+        """
+        r = python_code(ws, code)
+        assert "SEEN" not in r.output and r.output.count("GONE") == len(probes), r.output
+        assert "OWN True" in r.output
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+        other.cleanup()
+
+
+@pytest.mark.parametrize(
+    "isolation",
+    [pytest.param("bwrap", marks=needs_bwrap), pytest.param("namespace", marks=needs_netns)],
+)
+def test_network_attempts_are_counted_whatever_the_spelling(ws: Workspace, isolation: str):
+    """The namespace's own counters see an attempt that the code hides (caught exception,
+    names built at run time); a command that does not touch the network counts zero."""
+    cfg = dataclasses.replace(FAST, isolation=isolation)
+    quiet = python_code(ws, "import json; print(json.dumps([1]))", cfg)
+    assert quiet.network_attempts == 0 and quiet.exit_code == 0
+    code = """
+        m = __import__("so" + "cket")
+        for target in [("127.0.0.1", 9), ("10.1.2.3", 80)]:
+            try:
+                getattr(m, "create_" + "connection")(target, timeout=1)
+            except OSError:
+                pass
+    """
+    r = python_code(ws, code, cfg)
+    assert r.exit_code == 0 and r.output == "" and r.network_attempts > 0
+
+
+def test_network_attempts_parse_and_only_add():
+    snmp = "Ip: Forwarding OutRequests OutNoRoutes\nIp: 2 3 1\nTcp: ActiveOpens PassiveOpens\nTcp: 2 0\n"
+    snmp6 = "Ip6OutRequests  \t4\nIp6InReceives 9\nUdp6OutDatagrams 1\n"
+    assert sb.network_attempts(snmp + snmp6) == 3 + 1 + 2 + 4 + 1
+    zeros = snmp.replace("2 3 1", "2 0 0").replace("Tcp: 2 0", "Tcp: 0 0")
+    assert sb.network_attempts(zeros + snmp + snmp6) == sb.network_attempts(snmp + snmp6)
+    assert sb.network_attempts("") == 0 and sb.network_attempts("garbage\n1 2") == 0
+
+
+@needs_bwrap
+def test_readonly_paths_inside_the_workspace(ws: Workspace):
+    (ws.root / "hidden.py").write_text("X = 1\n")
+    code = """
+        try:
+            open("hidden.py", "w").write("X = 2")
+            print("WROTE")
+        except OSError as e:
+            print("DENIED", e.strerror)
+        open("other.txt", "w").write("ok")
+    """
+    r = python_code(ws, code, readonly=(ws.root / "hidden.py",))
+    assert "DENIED Read-only file system" in r.output
+    assert (ws.root / "hidden.py").read_text() == "X = 1\n"
+    assert (ws.root / "other.txt").read_text() == "ok"
+    with pytest.raises(SandboxError, match="inside the workspace"):
+        run_sandboxed(["true"], ws.root, FAST, readonly=("/etc/hostname",))
