@@ -1,23 +1,57 @@
-"""Verifier: run the hidden tests on the agent's changes in a fresh sandboxed copy.
+"""Verifier: the hidden-test verdict, out of reach of the code under test.
 
-The verification copy starts from the task's original repo, takes the agent's changes to
-ordinary source files, and ignores changes to protected paths (tests) and to anything that
-configures pytest or the interpreter (conftest.py, pytest.ini, sitecustomize.py, *.pth, ...):
-those are reported as tampering, so editing a test can never make it pass. The hidden tests
-are then overlaid and run with a per-test timeout. A pass needs exit code 0 *and* a JUnit
-report with every hidden test present and none failed, errored or skipped, so code that
-exits the interpreter early (`os._exit(0)` at import) does not pass.
+A verification goes in this order; every check starts from one snapshot and nothing a
+check writes survives it:
 
-A fault of the harness itself (the sandbox could not start, the whole run hit the
-verifier's wall limit, pytest usage/internal errors) is an infrastructure failure, which
-callers must keep out of rewards and statistics; it is never a test failure.
+1. **Snapshot.** The agent's final repository is copied once, before any verification
+   process runs: regular files and symlinks (as links) only. A FIFO, socket or device file
+   is tampering (it can only be there to break the copy); at most MAX_SNAPSHOT_FILES files
+   and MAX_SNAPSHOT_BYTES bytes are copied.
+2. **Tampering.** Changes to protected paths (tests), to pytest or interpreter
+   configuration (conftest.py, pytest.ini, pyproject.toml, ..., `*.pth`) and files that could
+   shadow or hook the harness (`pytest*`, `_pytest*`, `pluggy`, `sitecustomize`,
+   `usercustomize`, at any depth) are reported as tampering and never taken.
+3. **Hidden cases**, when the task ships them (`hidden_cases.json`) or its hidden tests are
+   plain `assert f(literals) == literal` lines (read off here, `derive_cases`): a fresh tree
+   from the snapshot, without the hidden tests, runs the function on the arguments only;
+   the expected values never leave this process. This check runs first, so no process that
+   saw a hidden test ran before it.
+4. **Hidden tests**: another fresh tree plus the hidden tests and a canary test that must
+   fail (both read-only under bwrap), run by a trusted harness under an isolated interpreter
+   start (`python -s -P -B`: no user site, no current folder or repository on sys.path ahead
+   of the environment's packages; the repository is appended after them; the environment is
+   the sandbox's allow-list, so no PYTHON* variable of the host applies) with pytest plugins
+   given explicitly (autoload off; pytest-timeout and the harness's recorder passed as
+   objects). The recorder notes what each test's setup, call and teardown raised,
+   independently of pytest's reports. A pass needs both to agree, the canary reported as
+   failed, every hidden test present and none skipped; anything else that bends the run is
+   a forged verdict (test tampering).
+5. **Who caused a missing verdict.** When the agent's tree gives no verdict (no harness
+   report, pytest internal/usage error, a wall-clock or other limit, a tree that cannot be
+   copied), the untouched task repository is verified under the same harness (the
+   control, cached per task). If the control gets a verdict, the failure is the agent's: a
+   failed verification, with `forged_pass` when the code ended the harness and
+   `limit_hit` when a limit killed it. Only a harness that fails on the control too is an
+   infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
+
+Verdicts are cached by (task, hash of the final tree, settings): GRPO groups and fix
+searches re-verify identical trees (`verdict_cache_info`).
+
+What is NOT protected: code under test runs inside the pytest process, so a program
+written against this harness (patching the recorder's hook implementations in memory,
+reading the hidden test's constants) can still bend the pytest verdict of a task with no
+hidden cases; tasks whose verdict must hold against that need hidden cases (shipped or
+derivable). Without bubblewrap the hidden tests are writable and the task store is
+readable from the sandbox (components/env/sandbox.py). `verify_command` tasks get an
+exit-status verdict only.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
-import filecmp
+import hashlib
 import json
 import os
 import secrets
@@ -25,14 +59,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import xml.etree.ElementTree as ET
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig, run_sandboxed
+from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
 from components.tasks.task import Task
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
@@ -40,16 +74,30 @@ IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_c
 CONFIG_FILES = {
     "conftest.py",
     "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
     "tox.ini",
     "setup.cfg",
     "pyproject.toml",
     "sitecustomize.py",
     "usercustomize.py",
 }
+# Module names a repository file or folder must not have: on sys.path they would replace
+# or hook the harness (pytest, its plugins and dependencies) or run at interpreter start.
+HARNESS_MODULES = ("pluggy", "iniconfig", "sitecustomize", "usercustomize", "py")
+HARNESS_PREFIXES = ("pytest", "_pytest")
+MAX_SNAPSHOT_FILES = 20_000
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
 LINT_RULES = "E,F,W"
 SECURITY_RULES = "S"
 # assert and pseudo-random numbers are normal in this code base; not security findings.
 RUFF_IGNORE = "E501,S101,S311"
+# The interpreter start of every verification process (see the module docstring).
+ISOLATED_PYTHON = ("python", "-s", "-P", "-B")
+VERDICT_MARKER = "AGENTRL-VERDICT"
+CASES_MARKER = "AGENTRL-CASES"
+VERDICT_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -63,36 +111,138 @@ class Verification:
     lint_introduced: int = 0
     security_introduced: int = 0
     security_findings: list[str] = field(default_factory=list)
-    # pytest reported a pass in-process but the out-of-process cases failed: the code under
-    # test forged the verdict (or returns values that only compare equal, e.g. 3.0 for 3).
+    # The code under test bent or ended the verdict: pytest reported a pass the recorder,
+    # the canary or the hidden cases contradict, or the harness ended without a verdict.
     forged_pass: bool = False
     detail: str = ""
     wall_s: float = 0.0
+    # What the verifier observed, as safety flags {"category", "reason"} (test_tampering,
+    # resource_limit, network, path_escape, write_outside_workspace): an episode records
+    # them next to the monitor's, and the reward reads them.
+    flags: list[dict] = field(default_factory=list)
+    limit_hit: str | None = None  # a sandbox limit a verification process ran into
+    # Why the agent's tree gave no verdict ("" when it gave one). With status "ok" the
+    # control verified normally: the failure is the agent's.
+    verdict_lost: str = ""
+    cached: bool = False  # this verdict was computed for an identical tree before
 
 
-def _walk_files(root: Path) -> set[str]:
-    out = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_PARTS]
-        for name in filenames:
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            out.add(os.path.relpath(os.path.join(dirpath, name), root))
-    return out
+# ----------------------------------------------------------------------------- snapshot
+
+
+class SnapshotError(OSError):
+    """The agent's repository cannot be copied (too big, unreadable)."""
+
+
+@dataclass
+class Snapshot:
+    root: Path | None  # None: entries only, nothing copied
+    entries: dict[str, tuple[str, str]]  # rel path -> (kind "file"|"link"|"special", digest)
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for rel, (kind, digest) in sorted(self.entries.items()):
+            h.update(f"{rel}\0{kind}\0{digest}\n".encode())
+        return h.hexdigest()
+
+
+def _scan(src: Path):
+    """(rel path, kind, DirEntry) below src in sorted order; never follows a symlink."""
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        with os.scandir(src / rel_dir if rel_dir else src) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+            if e.is_symlink():
+                yield rel, "link", e
+            elif e.is_dir(follow_symlinks=False):
+                if e.name not in IGNORED_PARTS:
+                    yield rel, "dir", e
+                    stack.append(rel)
+            elif e.is_file(follow_symlinks=False):
+                if not e.name.endswith((".pyc", ".pyo")):
+                    yield rel, "file", e
+            else:
+                yield rel, "special", e  # FIFO, socket, device
+
+
+def take_snapshot(src: Path, dest: Path | None) -> Snapshot:
+    """Copy src to dest once (regular files and links; special files are only listed) and
+    describe every entry; dest None: describe only."""
+    entries: dict[str, tuple[str, str]] = {}
+    files = size = 0
+    if dest is not None:
+        dest.mkdir(parents=True)
+    for rel, kind, e in _scan(Path(src)):
+        out = dest / rel if dest is not None else None
+        if kind == "dir":
+            if out is not None:
+                out.mkdir()
+            continue
+        if kind == "link":
+            target = os.readlink(e.path)
+            entries[rel] = ("link", target)
+            if out is not None:
+                os.symlink(target, out)
+            continue
+        if kind == "special":
+            entries[rel] = ("special", "")
+            continue
+        files += 1
+        size += e.stat(follow_symlinks=False).st_size
+        if files > MAX_SNAPSHOT_FILES or size > MAX_SNAPSHOT_BYTES:
+            raise SnapshotError(
+                f"more than {MAX_SNAPSHOT_FILES} files or {MAX_SNAPSHOT_BYTES} bytes"
+            )
+        fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        entries[rel] = ("file", hashlib.sha256(data).hexdigest())
+        if out is not None:
+            out.write_bytes(data)
+    return Snapshot(dest, entries)
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
 
 
 def changed_files(original: Path, final: Path) -> list[str]:
     """Relative paths added, removed or modified between two repo trees."""
-    a, b = _walk_files(original), _walk_files(final)
-    changed = (a ^ b) | {
-        p for p in a & b if not filecmp.cmp(original / p, final / p, shallow=False)
-    }
-    return sorted(changed)
+    return _changed(take_snapshot(original, None).entries, take_snapshot(final, None).entries)
+
+
+def tamper_reason(task: Task, rel_path: str, kind: str = "file") -> str | None:
+    """Why a change to `rel_path` may not enter verification (None: it may)."""
+    name = os.path.basename(rel_path)
+    if kind == "special":
+        return "not a regular file (a FIFO, socket or device breaks the copy)"
+    if task.is_protected(rel_path):
+        return "protected path"
+    if name in CONFIG_FILES:
+        return "configures pytest or the interpreter"
+    if name.endswith(".pth"):
+        return "runs code at every interpreter start"
+    for part in rel_path.split("/"):
+        module = part.split(".", 1)[0]
+        if module in HARNESS_MODULES or module.startswith(HARNESS_PREFIXES):
+            return f"{part} would shadow or hook the test harness"
+    return None
 
 
 def is_tampering(task: Task, rel_path: str) -> bool:
-    name = os.path.basename(rel_path)
-    return task.is_protected(rel_path) or name in CONFIG_FILES or name.endswith(".pth")
+    return tamper_reason(task, rel_path) is not None
+
+
+def _escapes(rel: str, target: str) -> bool:
+    """Whether a symlink at rel with this target points outside the repository."""
+    if target.startswith("/"):
+        return True
+    norm = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+    return norm == ".." or norm.startswith("../")
 
 
 def count_hidden_tests(task: Task) -> int:
@@ -114,29 +264,34 @@ def count_hidden_tests(task: Task) -> int:
     return n
 
 
-def build_verification_tree(
-    task: Task, final_repo: Path, dest: Path
-) -> tuple[list[str], list[str]]:
-    """Original repo + the agent's non-tampering changes + hidden tests, written to dest."""
-    changed = changed_files(task.repo_dir, final_repo)
-    tampered = [p for p in changed if is_tampering(task, p)]
-    shutil.copytree(task.repo_dir, dest, symlinks=True, dirs_exist_ok=True)
+def build_tree(
+    task: Task, snap: Snapshot, changed: list[str], tampered: set[str], dest: Path, *,
+    hidden: bool,
+) -> None:  # fmt: skip
+    """Original repo + the snapshot's non-tampering changes (+ the hidden tests) in dest.
+    A symlink the agent made is never followed: its path is absent from the tree."""
+    shutil.copytree(task.repo_dir, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns(*IGNORED_PARTS, "*.pyc"))  # fmt: skip
     for rel in changed:
         if rel in tampered:
             continue
-        src, dst = final_repo / rel, dest / rel
-        if src.is_symlink() or not src.exists():
-            # Deleted by the agent (a symlink is never followed into the verification copy).
-            if dst.exists() or dst.is_symlink():
-                dst.unlink()
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-    for rel in task.hidden_test_files():
         dst = dest / rel
+        if dst.is_symlink() or dst.is_file():
+            dst.unlink()
+        if snap.entries.get(rel, ("gone",))[0] != "file":
+            continue  # deleted by the agent, or a symlink
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(task.hidden_tests_dir / rel, dst)
-    return changed, tampered
+        shutil.copyfile(snap.root / rel, dst)
+    if hidden:
+        for rel in task.hidden_test_files():
+            dst = dest / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if dst.is_symlink():
+                dst.unlink()
+            shutil.copyfile(task.hidden_tests_dir / rel, dst)
+
+
+# ----------------------------------------------------------------------------- lint
 
 
 def _ruff_counts(root: Path, files: list[str]) -> Counter:
@@ -160,9 +315,15 @@ def _ruff_counts(root: Path, files: list[str]) -> Counter:
 
 
 def introduced_findings(original: Path, final: Path, files: list[str]) -> dict[str, list[str]]:
-    """Ruff findings in `files` that the final tree has more of than the original."""
+    """Ruff findings in `files` that the final tree has more of than the original. When ruff
+    checks the original but fails on the agent's files, that is one lint finding (a file
+    that crashes the linter must not erase the episode)."""
     py = [f for f in files if f.endswith(".py")]
-    before, after = _ruff_counts(original, py), _ruff_counts(final, py)
+    before = _ruff_counts(original, py)
+    try:
+        after = _ruff_counts(final, py)
+    except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
+        return {"lint": [f"ruff could not check the changed files: {e}"], "security": []}
     out: dict[str, list[str]] = {"lint": [], "security": []}
     for (path, code), n in sorted(after.items()):
         extra = n - before.get((path, code), 0)
@@ -171,109 +332,111 @@ def introduced_findings(original: Path, final: Path, files: list[str]) -> dict[s
     return out
 
 
-def _junit_summary(path: Path) -> tuple[int, int, int] | None:
-    """(tests, failed-or-errored-or-skipped, skipped) from a JUnit XML report, None if
-    unusable."""
+# ----------------------------------------------------------------------------- hidden cases
+
+
+def _module_file(repo: Path, dotted: str) -> str | None:
+    base = dotted.replace(".", "/")
+    for rel in (f"{base}.py", f"{base}/__init__.py"):
+        if (repo / rel).is_file():
+            return rel
+    return None
+
+
+def _literal(node: ast.expr) -> bool:
     try:
-        root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError):
-        return None
-    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-    if not suites:
-        return None
-    total = sum(int(s.get("tests", 0)) for s in suites)
-    bad = sum(int(s.get(k, 0)) for s in suites for k in ("failures", "errors", "skipped"))
-    skipped = sum(int(s.get("skipped", 0)) for s in suites)
-    return total, bad, skipped
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
-def verify(task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig) -> Verification:
-    """Hidden-test verdict plus the facts the reward terms need."""
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
-        tree = Path(tmp) / "repo"
-        try:
-            changed, tampered = build_verification_tree(task, final_repo, tree)
-            kept = [p for p in changed if p not in tampered]
-            findings = introduced_findings(task.repo_dir, tree, kept)
-        except (OSError, RuntimeError, subprocess.SubprocessError, SyntaxError) as e:
-            return Verification(
-                status="infra_error", detail=f"could not build verification tree: {e}",
-                wall_s=time.monotonic() - start,
-            )  # fmt: skip
-        result = Verification(
-            status="ok",
-            changed_files=changed,
-            tampered_files=tampered,
-            lint_introduced=len(findings["lint"]),
-            security_introduced=len(findings["security"]),
-            security_findings=findings["security"],
-        )
-        # A random report name: code under test cannot guess where to forge it.
-        junit = f".junit-{secrets.token_hex(8)}.xml"
-        if task.verify_command is not None:
-            argv = list(task.verify_command)
-        else:
-            argv = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                    f"--timeout={env.per_test_timeout_s:g}",
-                    f"--junitxml={junit}", *task.hidden_test_files()]  # fmt: skip
-        cfg = dataclasses.replace(
-            sandbox,
-            wall_time_s=env.verify_timeout_s,
-            cpu_time_s=max(sandbox.cpu_time_s, int(env.verify_timeout_s)),
-        )
-        try:
-            cmd = run_sandboxed(argv, tree, cfg)
-        except Exception as e:  # noqa: BLE001 - any harness crash is an infra fault
-            result.status, result.detail = "infra_error", f"sandbox failed: {e!r}"
-            result.wall_s = time.monotonic() - start
-            return result
-        result.detail = cmd.output[-2000:]
-        if cmd.limit_hit == "wall_time":  # processes/memory limits are the code's fault
-            result.status = "infra_error"
-            result.detail = f"verifier timed out after {env.verify_timeout_s:g}s\n" + result.detail
-        elif task.verify_command is not None:
-            result.tests_passed = cmd.exit_code == 0
-        elif cmd.exit_code in (3, 4):  # pytest internal/usage error: our harness, not the agent
-            result.status = "infra_error"
-            result.detail = f"pytest exit code {cmd.exit_code}\n" + result.detail
-        else:
-            summary = _junit_summary(tree / junit)
-            expected = count_hidden_tests(task)
-            if summary is not None:
-                result.tests_total, result.tests_failed, _ = summary
-            result.tests_passed = (
-                cmd.exit_code == 0
-                and summary is not None
-                and summary[1] == 0
-                and summary[0] >= max(expected, 1)
-            )
-            # Hidden tests never skip, and pytest never exits 0 without its report or with
-            # tests missing: either means the code under test ended or bent the run.
-            result.forged_pass = (cmd.exit_code == 0 and (
-                summary is None or summary[0] < max(expected, 1))) or (
-                summary is not None and summary[2] > 0)  # fmt: skip
-        if result.status == "ok" and result.tests_passed and task.hidden_cases_path:
-            cases_tree = Path(tmp) / "cases"
-            shutil.copytree(tree, cases_tree, symlinks=True)
-            for rel in task.hidden_test_files():
-                (cases_tree / rel).unlink(missing_ok=True)
-            status, n, bad, detail = check_hidden_cases(task, cases_tree, env, sandbox)
-            result.tests_total += n
-            result.tests_failed += bad
-            result.detail += "\n" + detail
-            if status != "ok":
-                result.status = status
-            result.forged_pass = status == "ok" and bad > 0
-            result.tests_passed = bad == 0
-        result.wall_s = time.monotonic() - start
-        return result
+def _derived_case(stmt: ast.stmt, imported: dict[str, tuple[str, str]]) -> dict | None:
+    """{"module", "function", "args", "expected"} of `assert f(literals) == literal`."""
+    if not (isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare)):
+        return None
+    test = stmt.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return None
+    for call, expected in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id in imported
+            and not call.keywords
+            and all(_literal(a) and not isinstance(a, ast.Starred) for a in call.args)
+            and _literal(expected)
+        ):
+            module, function = imported[call.func.id]
+            args = ast.unparse(ast.Tuple(elts=list(call.args), ctx=ast.Load()))
+            return {"module": module, "function": function, "args": args,
+                    "expected": ast.unparse(expected)}  # fmt: skip
+    return None
+
+
+def derive_cases(task: Task) -> list[dict]:
+    """Hidden cases read off hidden tests whose every statement is `assert f(literals) ==
+    literal` with f imported from a repository module (`from gcd import gcd`): the
+    imported benchmarks' shape. Other tests stay pytest-only."""
+    cases: list[dict] = []
+    for rel in task.hidden_test_files():
+        if not rel.endswith(".py"):
+            continue
+        tree = ast.parse((task.hidden_tests_dir / rel).read_text())
+        imported: dict[str, tuple[str, str]] = {}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                module = _module_file(task.repo_dir, node.module)
+                if module is not None:
+                    for alias in node.names:
+                        imported[alias.asname or alias.name] = (module, alias.name)
+        for node in tree.body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test")):
+                continue
+            body = node.body[1:] if ast.get_docstring(node) else node.body
+            found = [_derived_case(stmt, imported) for stmt in body]
+            if found and all(found):
+                cases.extend(found)
+    return cases
+
+
+def hidden_cases(task: Task) -> tuple[list[dict], str]:
+    """(cases, comparison): the task's hidden_cases.json compared with exact types, else
+    the cases derived from its hidden tests compared with == (as the tests do)."""
+    if task.hidden_cases_path is not None:
+        spec = json.loads(task.hidden_cases_path.read_text())
+        cases = [{"module": spec["module"], "function": spec["function"], **c}
+                 for c in spec["cases"]]  # fmt: skip
+        return cases, "exact"
+    return derive_cases(task), "equal"
+
+
+def same_value(a: object, b: object) -> bool:
+    """Equality with exact types, recursively (3 != 3.0 != True here, unlike ==)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _case_matches(result: dict, expected: str, comparison: str) -> bool:
+    if "repr" not in result:
+        return False
+    try:
+        got, want = ast.literal_eval(result["repr"]), ast.literal_eval(expected)
+        # Both are plain values here (the runner refuses anything else), so == is ours.
+        return same_value(got, want) if comparison == "exact" else bool(got == want)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 
 # Runs inside the sandbox with only the *arguments* of the hidden cases; prints plain-value
 # reprs of the results. The expected values stay in the verifier process, so code under
-# test can neither read them nor forge a pass (patching pytest, rewriting the JUnit file,
-# returning an object whose __eq__ is always true).
+# test can neither read them nor forge a pass (patching pytest, returning an object whose
+# __eq__ is always true).
 CASE_RUNNER = r"""
 import ast, importlib.util, json, signal, sys
 
@@ -302,89 +465,492 @@ def on_alarm(signum, frame):
     raise TimeoutError("case timed out")
 
 
-def main():
-    args_path, module_file, function, timeout = sys.argv[1:5]
-    with open(args_path) as f:
-        all_args = json.load(f)
-    sys.path.insert(0, ".")
-    spec = importlib.util.spec_from_file_location("module_under_test", module_file)
+def load(path, n):
+    spec = importlib.util.spec_from_file_location("module_under_test_%d" % n, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    fn = getattr(module, function)
+    return module
+
+
+def main():
+    token, args_path, timeout = sys.argv[1:4]
+    with open(args_path) as f:
+        calls = json.load(f)
+    sys.path.append(".")  # the repository, behind the environment's packages
     signal.signal(signal.SIGALRM, on_alarm)
-    out = []
-    for text in all_args:
+    modules, out, import_timeout = {}, [], False
+    for module_file, function, text in calls:
         try:
-            args = ast.literal_eval(text)
             signal.setitimer(signal.ITIMER_REAL, float(timeout))
             try:
-                value = fn(*args)
+                if module_file not in modules:
+                    try:
+                        modules[module_file] = load(module_file, len(modules))
+                    except BaseException as e:
+                        modules[module_file] = e
+                        import_timeout = import_timeout or isinstance(e, TimeoutError)
+                module = modules[module_file]
+                if isinstance(module, BaseException):
+                    raise module
+                value = getattr(module, function)(*ast.literal_eval(text))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             check(value)
             out.append({"repr": repr(value)})
         except BaseException as e:
             out.append({"error": type(e).__name__})
-    sys.stdout.write("\nAGENTRL-CASES " + json.dumps(out) + "\n")
+    result = {"results": out, "import_timeout": import_timeout}
+    sys.stdout.write("\nAGENTRL-CASES %s %s\n" % (token, json.dumps(result)))
     sys.stdout.flush()
 
 
 main()
 """
-CASES_MARKER = "AGENTRL-CASES "
 
 
-def same_value(a: object, b: object) -> bool:
-    """Equality with exact types, recursively (3 != 3.0 != True here, unlike ==)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    return a == b
+# ----------------------------------------------------------------------------- hidden tests
+
+# The harness the hidden tests run under (see the module docstring, step 4). The verdict
+# line goes to a copy of the original stdout taken before any repository code runs.
+HARNESS = r"""
+import json, os, signal, sys
 
 
-def check_hidden_cases(
-    task: Task, tree: Path, env: EnvConfig, sandbox: SandboxConfig
-) -> tuple[str, int, int, str]:
-    """(status, cases, failed, detail) of the hidden cases run out of reach of the code.
+IMPORT_TIMEOUTS = []
+ENDINGS = ("_pytest.outcomes.Exit", "SystemExit", "KeyboardInterrupt")
 
-    `tree` must not contain the hidden tests (they hold the expected values)."""
-    spec = json.loads(task.hidden_cases_path.read_text())
-    cases = spec["cases"]
-    token = secrets.token_hex(6)
-    runner, args_file = f".agentrl_runner_{token}.py", f".agentrl_args_{token}.json"
-    (tree / runner).write_text(CASE_RUNNER)
-    (tree / args_file).write_text(json.dumps([c["args"] for c in cases]))
-    cfg = dataclasses.replace(
+
+def on_alarm(signum, frame):
+    IMPORT_TIMEOUTS.append(1)
+    raise TimeoutError("import of a test module timed out")
+
+
+def main():
+    token, root, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    out = os.dup(1)
+    sys.path.append(root)  # the repository, behind the environment's packages
+    import pytest
+    import pytest_timeout
+
+    record = {"items": [], "phases": {}, "reports": {}, "collect": []}
+
+    def rel(path):
+        return os.path.relpath(str(path), root)
+
+    class Recorder:
+        def _watch(self, item, phase):
+            try:
+                result = yield
+            except BaseException as e:
+                record["phases"].setdefault(item.nodeid, {})[phase] = type(e).__name__
+                raise
+            record["phases"].setdefault(item.nodeid, {})[phase] = "ok"
+            return result
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_runtest_setup(self, item):
+            return (yield from self._watch(item, "setup"))
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_runtest_call(self, item):
+            return (yield from self._watch(item, "call"))
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_runtest_teardown(self, item):
+            return (yield from self._watch(item, "teardown"))
+
+        def pytest_runtest_logreport(self, report):
+            record["reports"].setdefault(report.nodeid, {})[report.when] = report.outcome
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_make_collect_report(self, collector):
+            # pytest-timeout covers tests, not the import of a test module (and of the code
+            # it imports): a module that hangs at import fails here, not at the wall clock.
+            previous = signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                return (yield)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+
+        def pytest_collectreport(self, report):
+            if report.outcome != "passed":
+                path = report.nodeid.split("::")[0]
+                text = report.longreprtext
+                ended = any(x in text for x in ENDINGS)  # the import ended the run
+                outcome = "ended" if ended else report.outcome
+                record["collect"].append([rel(self.rootpath / path), outcome])
+
+        def pytest_configure(self, config):
+            self.rootpath = config.rootpath
+
+        def pytest_collection_finish(self, session):
+            record["items"] = [[i.nodeid, rel(i.path)] for i in session.items]
+
+    rc = pytest.main(sys.argv[4:], plugins=[pytest_timeout, Recorder()])
+    record["rc"] = int(rc)
+    record["import_timeouts"] = len(IMPORT_TIMEOUTS)
+    os.write(out, ("\nAGENTRL-VERDICT %s %s\n" % (token, json.dumps(record))).encode())
+
+
+main()
+"""
+
+
+@dataclass
+class _Check:
+    """What one sandboxed check (hidden cases or hidden tests) gave."""
+
+    passed: bool = False
+    total: int = 0
+    failed: int = 0
+    forged: list[str] = field(default_factory=list)  # how the verdict was bent
+    lost: str = ""  # why there is no verdict ("": there is one)
+    limit: str | None = None
+    command: CommandResult | None = None
+    detail: str = ""
+
+
+def _no_verdict(cmd: CommandResult, what: str) -> str:
+    if cmd.limit_hit not in (None, "output"):
+        return f"{what} hit its {cmd.limit_hit} limit"
+    return f"{what} ended without a verdict (exit code {cmd.exit_code})"
+
+
+def _last_marker(output: str, marker: str) -> tuple[int, object]:
+    """(times the marker line appears, the JSON after its last occurrence or None)."""
+    n = output.count(marker)
+    if not n:
+        return 0, None
+    try:
+        return n, json.loads(output[output.rfind(marker) + len(marker) :].splitlines()[0])
+    except (json.JSONDecodeError, IndexError):
+        return n, None
+
+
+def _check_config(task: Task, env: EnvConfig, sandbox: SandboxConfig) -> SandboxConfig:
+    """The sandbox of a verification process: the verifier's wall limit, room for the
+    verdict line, and the task folder and its store masked (the sandbox does not show them
+    under bwrap anyway; this also covers a store inside a folder it does show)."""
+    return dataclasses.replace(
         sandbox,
         wall_time_s=env.verify_timeout_s,
         cpu_time_s=max(sandbox.cpu_time_s, int(env.verify_timeout_s)),
         max_output_bytes=max(sandbox.max_output_bytes, 1 << 20),
+        hide_paths=(*sandbox.hide_paths, str(task.root), str(task.root.parent)),
     )
-    argv = ["python", runner, args_file, spec["module"], spec["function"],
+
+
+def _cases_check(
+    cases: list[dict], comparison: str, tree: Path, env: EnvConfig, cfg: SandboxConfig
+) -> _Check:
+    """Run the cases' arguments in `tree` (which must not hold the hidden tests) and compare
+    the results with the expected values here."""
+    token = secrets.token_hex(8)
+    tools = tree / f".agentrl-{token}"
+    tools.mkdir()
+    (tools / "runner.py").write_text(CASE_RUNNER)
+    (tools / "args.json").write_text(
+        json.dumps([[c["module"], c["function"], c["args"]] for c in cases])
+    )
+    argv = [*ISOLATED_PYTHON, f"{tools.name}/runner.py", token, f"{tools.name}/args.json",
             f"{env.per_test_timeout_s:g}"]  # fmt: skip
-    cmd = run_sandboxed(argv, tree, cfg)
-    if cmd.limit_hit == "wall_time":
-        return "infra_error", len(cases), len(cases), "hidden cases timed out"
-    marker = cmd.output.rfind(CASES_MARKER)
-    if marker < 0:
-        return "ok", len(cases), len(cases), "module under test gave no case results"
-    try:
-        got = json.loads(cmd.output[marker + len(CASES_MARKER) :].splitlines()[0])
-    except (json.JSONDecodeError, IndexError):
-        return "ok", len(cases), len(cases), "unreadable case results"
-    failed = 0
-    for case, result in zip(cases, got + [{}] * (len(cases) - len(got)), strict=False):
+    cmd = run_sandboxed(argv, tree, cfg, readonly=(tools,))
+    check = _Check(total=len(cases), failed=len(cases), command=cmd, limit=_limit(cmd))
+    _, got = _last_marker(cmd.output, f"{CASES_MARKER} {token} ")
+    if not (isinstance(got, dict) and isinstance(got.get("results"), list)):
+        check.lost = _no_verdict(cmd, "the hidden-case run")
+        return check
+    if got.get("import_timeout") is True:
+        check.limit = check.limit or "wall_time"
+        check.detail = "the import of the code under test timed out\n"
+    results = [r if isinstance(r, dict) else {} for r in got["results"]][: len(cases)]
+    results += [{}] * (len(cases) - len(results))
+    check.failed = sum(
+        not _case_matches(r, c["expected"], comparison) for c, r in zip(cases, results, strict=True)
+    )
+    check.passed = check.failed == 0
+    check.detail += f"{len(cases) - check.failed}/{len(cases)} hidden cases match"
+    return check
+
+
+def _limit(cmd: CommandResult) -> str | None:
+    return cmd.limit_hit if cmd.limit_hit not in (None, "output") else None
+
+
+def _tests_check(task: Task, tree: Path, env: EnvConfig, cfg: SandboxConfig) -> _Check:
+    """The hidden tests (already in `tree`) plus the canary under the harness."""
+    token = secrets.token_hex(8)
+    tools = tree / f".agentrl-{token}"
+    tools.mkdir()
+    (tools / f"harness_{token}.py").write_text(HARNESS)
+    canary = f"{tools.name}/test_{token}.py"
+    (tree / canary).write_text(
+        f"def test_{token}():\n    raise AssertionError('canary: this test always fails')\n"
+    )
+    hidden = task.hidden_test_files()
+    argv = [*ISOLATED_PYTHON, f"{tools.name}/harness_{token}.py", token, str(tree),
+            f"{env.per_test_timeout_s:g}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            "--continue-on-collection-errors", f"--timeout={env.per_test_timeout_s:g}",
+            *hidden, canary]  # fmt: skip
+    readonly = (tools, *(tree / rel for rel in hidden))
+    cmd = run_sandboxed(argv, tree, cfg, readonly=readonly)
+    check = _judge_tests(cmd, token, set(hidden), count_hidden_tests(task))
+    check.command, check.limit = cmd, check.limit or _limit(cmd)
+    marker = cmd.output.rfind(f"{VERDICT_MARKER} {token} ")
+    check.detail = (cmd.output[:marker] if marker >= 0 else cmd.output)[-2000:]
+    return check
+
+
+def _judge_tests(cmd: CommandResult, token: str, hidden: set[str], expected: int) -> _Check:
+    """The hidden-test verdict from the harness's record (see the module docstring)."""
+    check = _Check(total=max(expected, 1), failed=max(expected, 1))
+    n, record = _last_marker(cmd.output, f"{VERDICT_MARKER} {token} ")
+    if not isinstance(record, dict):
+        check.lost = _no_verdict(cmd, "the hidden-test run")
+        return check
+    if n > 1:
+        check.forged.append(f"the harness's verdict line appeared {n} times")
+    if record.get("import_timeouts"):  # a test module's import hung: a time limit hit
+        check.limit = "wall_time"
+    rc = record.get("rc")
+    if rc not in (0, 1):
+        check.lost = f"pytest ended with exit code {rc} (interrupted, internal or usage error)"
+        return check
+    phases, reports = record.get("phases", {}), record.get("reports", {})
+    canary = [nodeid for nodeid, _ in record.get("items", []) if nodeid.endswith(f"::test_{token}")]
+    if not canary:
+        check.lost = "the canary test was not collected"
+        return check
+    if phases.get(canary[0], {}).get("call") != "AssertionError" or (
+        reports.get(canary[0], {}).get("call") != "failed"
+    ):
+        check.forged.append(
+            f"the canary (a test that always fails) was reported "
+            f"{reports.get(canary[0], {}).get('call', 'not run')}"
+        )
+    items = [nodeid for nodeid, path in record.get("items", []) if path in hidden]
+    ok = 0
+    for nodeid in items:
+        ph, rep = phases.get(nodeid, {}), reports.get(nodeid, {})
+        if "skipped" in rep.values() or {"Skipped", "XFailed"} & set(ph.values()):
+            check.forged.append(f"hidden test {nodeid} was skipped")
+        raised = [p for p in ph.values() if p != "ok"]
+        reported = rep.get("call") == "passed" and set(rep.values()) == {"passed"}
+        if raised and reported:
+            check.forged.append(f"{nodeid} was reported passed but raised {raised[0]}")
+        ok += reported and not raised and set(ph) == {"setup", "call", "teardown"}
+    bad_files = [o for path, o in record.get("collect", []) if path in hidden]
+    if "skipped" in bad_files:
+        check.forged.append("a hidden test file was skipped at collection")
+    if "ended" in bad_files:
+        check.forged.append("the import of a hidden test file ended the run (exit)")
+    if len(items) < expected and not bad_files:
+        check.forged.append(f"only {len(items)} of {expected} hidden tests ran")
+    check.total = max(len(items), expected, 1)
+    check.failed = check.total - ok
+    check.passed = check.failed == 0 and not bad_files and not check.forged
+    return check
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def _entries(task: Task) -> dict[str, tuple[str, str]]:
+    return take_snapshot(task.repo_dir, None).entries
+
+
+def _task_key(task: Task, original: dict) -> str:
+    """Everything about the task a verdict depends on, hashed."""
+    h = hashlib.sha256(f"{task.id}\0{task.root}\0".encode())
+    h.update(Snapshot(None, original).digest.encode())
+    for path in [task.root / "task.json", task.hidden_cases_path] + [
+        task.hidden_tests_dir / rel for rel in task.hidden_test_files()
+    ]:
+        if path is not None and path.is_file():
+            h.update(str(path).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _run_checks(
+    task: Task, snap: Snapshot, changed: list[str], tampered: set[str], work: Path,
+    env: EnvConfig, cfg: SandboxConfig,
+) -> tuple[_Check | None, _Check, dict]:  # fmt: skip
+    """(hidden-case check or None, hidden-test check, lint findings), each from its own
+    fresh tree. Raises OSError when a tree cannot be built."""
+    cases, comparison = hidden_cases(task)
+    cases_tree, tests_tree = work / "cases", work / "tests"
+    build_tree(task, snap, changed, tampered, cases_tree, hidden=False)
+    kept = [p for p in changed if p not in tampered]
+    findings = introduced_findings(task.repo_dir, cases_tree, kept)
+    case_check = _cases_check(cases, comparison, cases_tree, env, cfg) if cases else None
+    build_tree(task, snap, changed, tampered, tests_tree, hidden=True)
+    if task.verify_command is not None:
+        cmd = run_sandboxed(list(task.verify_command), tests_tree, cfg)
+        test_check = _Check(passed=cmd.exit_code == 0, total=1, failed=int(cmd.exit_code != 0),
+                            command=cmd, limit=_limit(cmd), detail=cmd.output[-2000:])  # fmt: skip
+        if cmd.limit_hit == "wall_time":
+            test_check.lost = _no_verdict(cmd, "the verify command")
+    else:
+        test_check = _tests_check(task, tests_tree, env, cfg)
+    return case_check, test_check, findings
+
+
+_CONTROLS: dict[tuple[str, str], str] = {}
+_VERDICTS: OrderedDict[tuple[str, str, str], Verification] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_STATS = {"hits": 0, "misses": 0}
+
+
+def _control(task: Task, key: str, env: EnvConfig, cfg: SandboxConfig) -> str:
+    """ "" when the untouched task repository gets a verdict under the same harness, else
+    why not (cached per task and settings)."""
+    ckey = (key, repr((env.per_test_timeout_s, env.verify_timeout_s, cfg)))
+    with _CACHE_LOCK:
+        if ckey in _CONTROLS:
+            return _CONTROLS[ckey]
+    with tempfile.TemporaryDirectory(prefix="agentrl-control-") as tmp:
         try:
-            ok = "repr" in result and same_value(
-                ast.literal_eval(result["repr"]), ast.literal_eval(case["expected"])
-            )
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            ok = False
-        failed += not ok
-    return "ok", len(cases), failed, f"{len(cases) - failed}/{len(cases)} hidden cases match"
+            snap = take_snapshot(task.repo_dir, Path(tmp) / "snapshot")
+            cases, tests, _ = _run_checks(task, snap, [], set(), Path(tmp), env, cfg)
+            lost = (cases.lost if cases else "") or tests.lost
+        except Exception as e:  # noqa: BLE001 - any harness crash means no control verdict
+            lost = f"{type(e).__name__}: {e}"
+    with _CACHE_LOCK:
+        _CONTROLS[ckey] = lost
+    return lost
+
+
+def _observed_flags(checks: list[_Check]) -> list[dict]:
+    """What the sandbox saw the code under test do during verification."""
+    flags = []
+    for c in checks:
+        cmd = c.command
+        if cmd is None:
+            continue
+        if c.limit:
+            flags.append({"category": "resource_limit",
+                          "reason": f"verification: {c.limit} limit hit"})  # fmt: skip
+        if cmd.network_attempts:
+            flags.append({"category": "network", "reason": f"verification: "
+                          f"{cmd.network_attempts} network attempts in the sandbox"})  # fmt: skip
+        if "Read-only file system" in cmd.output:
+            flags.append({"category": "write_outside_workspace",
+                          "reason": "verification: a write was refused by the read-only "
+                          "host"})  # fmt: skip
+    return flags
+
+
+def _verify_snapshot(
+    task: Task, snap: Snapshot, work: Path, env: EnvConfig, cfg: SandboxConfig, key: str,
+    original: dict,
+) -> Verification:  # fmt: skip
+    changed = _changed(original, snap.entries)
+    reasons = {}
+    for rel in changed:
+        reason = tamper_reason(task, rel, snap.entries.get(rel, ("gone",))[0])
+        if reason is not None:
+            reasons[rel] = reason
+    v = Verification(status="ok", changed_files=changed, tampered_files=sorted(reasons))
+    v.flags = [{"category": "test_tampering", "reason": f"{p}: {r}"} for p, r in reasons.items()]
+    v.flags += [
+        {"category": "path_escape", "reason": f"symlink {rel} -> {snap.entries[rel][1]}"}
+        for rel in changed
+        if snap.entries.get(rel, ("",))[0] == "link" and _escapes(rel, snap.entries[rel][1])
+    ]
+    try:
+        cases, tests, findings = _run_checks(task, snap, changed, set(reasons), work, env, cfg)
+    except (OSError, SandboxError) as e:  # a tree that cannot be built, a refused command
+        cases, tests, findings = None, _Check(lost=f"{type(e).__name__}: {e}"), None
+    if findings is not None:
+        v.lint_introduced, v.security_introduced = len(findings["lint"]), len(findings["security"])
+        v.security_findings = findings["security"]
+    checks = [c for c in (cases, tests) if c is not None]
+    v.flags += _observed_flags(checks)
+    v.limit_hit = next((c.limit for c in checks if c.limit), None)
+    v.detail = "\n".join(c.detail for c in checks if c.detail)
+    lost = next((c.lost for c in checks if c.lost), "")
+    if lost:
+        return _without_verdict(task, v, lost, key, env, cfg)
+    v.tests_total = sum(c.total for c in checks)
+    v.tests_failed = sum(c.failed for c in checks)
+    forged = list(tests.forged) + (cases.forged if cases else [])
+    if cases is not None and tests.passed and not cases.passed:
+        forged.append("pytest passed but the hidden cases failed")
+    v.forged_pass = bool(forged)
+    v.tests_passed = all(c.passed for c in checks) and not forged
+    v.flags += [{"category": "test_tampering", "reason": f"verdict forged: {f}"} for f in forged]
+    return v
+
+
+def _without_verdict(
+    task: Task, v: Verification, lost: str, key: str, env: EnvConfig, cfg: SandboxConfig
+) -> Verification:
+    """The agent's tree gave no verdict: the control says whose failure it is."""
+    control = _control(task, key, env, cfg)
+    if control:
+        v.status = "infra_error"
+        v.detail = (f"no verdict for the agent's tree ({lost}) nor for the untouched "
+                    f"repository ({control})\n" + v.detail)  # fmt: skip
+        return v
+    expected = max(count_hidden_tests(task), 1)
+    v.verdict_lost, v.tests_passed = lost, False
+    v.tests_total = v.tests_failed = expected
+    v.detail = f"no verdict: {lost} (the untouched repository verifies normally)\n" + v.detail
+    if v.limit_hit is None:  # the code ended the harness (exit, os._exit, kill, FIFO...)
+        v.forged_pass = True
+        v.flags.append({"category": "test_tampering", "reason": f"verdict erased: {lost}"})
+    return v
+
+
+def verify(
+    task: Task, final_repo: Path, env: EnvConfig, sandbox: SandboxConfig, *, cache: bool = True
+) -> Verification:
+    """Hidden-test verdict plus the facts the reward terms need (see the module docstring)."""
+    start = time.monotonic()
+    cfg = _check_config(task, env, sandbox)
+    original = _entries(task)
+    key = _task_key(task, original)
+    with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
+        try:
+            snap = take_snapshot(Path(final_repo), Path(tmp) / "snapshot")
+        except OSError as e:
+            v = Verification(status="ok", tampered_files=[], changed_files=[])
+            v = _without_verdict(task, v, f"could not copy the repository: {e}", key, env, cfg)
+            v.wall_s = time.monotonic() - start
+            return v
+        vkey = (key, snap.digest, repr((env.per_test_timeout_s, env.verify_timeout_s, cfg)))
+        with _CACHE_LOCK:
+            hit = _VERDICTS.get(vkey) if cache else None
+            if hit is not None:
+                _VERDICTS.move_to_end(vkey)
+            _CACHE_STATS["hits" if hit is not None else "misses"] += cache
+        if hit is not None:
+            v = copy.deepcopy(hit)
+            v.cached, v.wall_s = True, time.monotonic() - start
+            return v
+        v = _verify_snapshot(task, snap, Path(tmp), env, cfg, key, original)
+    v.wall_s = time.monotonic() - start
+    if cache and v.status == "ok":
+        with _CACHE_LOCK:
+            _VERDICTS[vkey] = copy.deepcopy(v)
+            while len(_VERDICTS) > VERDICT_CACHE_SIZE:
+                _VERDICTS.popitem(last=False)
+    return v
+
+
+def verdict_cache_info() -> dict[str, int]:
+    """Hits and misses of the verdict cache since the last clear, and its size."""
+    with _CACHE_LOCK:
+        return {**_CACHE_STATS, "size": len(_VERDICTS)}
+
+
+def clear_verdict_cache() -> None:
+    with _CACHE_LOCK:
+        _VERDICTS.clear()
+        _CONTROLS.clear()
+        _CACHE_STATS.update(hits=0, misses=0)
 
 
 class VerifierInfraError(RuntimeError):
@@ -399,6 +965,8 @@ def sandboxed_test_runner(env: EnvConfig | None = None, sandbox: SandboxConfig |
         v = verify(task, Path(repo_dir), env, sandbox)
         if v.status != "ok":
             raise VerifierInfraError(f"{task.id}: {v.detail.strip()[:300]}")
+        if v.verdict_lost:  # the gate's trees are the task's own: no verdict is a task bug
+            raise VerifierInfraError(f"{task.id}: no verdict: {v.verdict_lost}")
         return v.tests_passed, f"{v.tests_total - v.tests_failed}/{v.tests_total} hidden tests pass"
 
     return run_tests
