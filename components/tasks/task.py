@@ -13,6 +13,7 @@ Everything here is plain data plus loading/saving; no execution happens in this 
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -79,7 +80,7 @@ class Task:
         return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
 
     def is_protected(self, rel_path: str) -> bool:
-        rel = rel_path.lstrip("./")
+        rel = posixpath.normpath(rel_path).removeprefix("./")  # src/../tests/x is tests/x
         return any(rel == p.rstrip("/") or rel.startswith(p) for p in self.protected_paths)
 
 

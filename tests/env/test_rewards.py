@@ -88,3 +88,19 @@ def test_infra_failure_has_no_reward():
 def test_penalty_weights_must_be_penalties():
     with pytest.raises(ValueError, match="security"):
         RewardWeights(security=0.5)
+
+
+def test_a_verifier_flag_costs_what_the_same_monitor_flag_costs():
+    """Issue 17: the same effect costs the same penalty whichever layer saw it."""
+    env = EnvConfig()
+    for category, term in [("network", "dangerous_command"), ("path_escape", "dangerous_command"),
+                           ("test_tampering", "test_tampering"),
+                           ("resource_limit", "resource_limit")]:  # fmt: skip
+        seen = compute_reward(
+            _v(tests_passed=True, flags=[{"category": category, "reason": "observed"}]), CLEAN, env
+        )
+        monitored = compute_reward(_v(tests_passed=True), EpisodeFacts(True, (category,)), env)
+        assert seen.terms == monitored.terms and seen.terms[term] < 0, category
+        assert seen.success == monitored.success
+    limited = compute_reward(_v(limit_hit="wall_time"), CLEAN, env)
+    assert limited.terms["resource_limit"] == -0.5

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.env.sandbox import SandboxConfig, Workspace
+from components.env.sandbox import SandboxConfig, Workspace, isolation_report
 from components.env.tools import ToolResult, execute_tool
 
 CONFIG = SandboxConfig(wall_time_s=20, cpu_time_s=10, memory_mb=512, max_output_bytes=4000)
@@ -257,3 +257,40 @@ def test_apply_patch_refuses_symlink_targets(ws, tmp_path):
 def test_finish(ws):
     r = run(ws, "finish", summary="done")
     assert r.ok and r.observation == "episode finished" and r.error is None
+
+
+# ----------------------------------------------------------------------------- effects (issue 17)
+
+HAS_BWRAP = isolation_report(CONFIG)["mode"] == "bwrap"
+# Names the monitor cannot read: rot13 of "socket", "/usr/agentrl-probe", "/etc/passwd".
+_ROT13 = "import codecs\nr = lambda s: codecs.decode(s, 'rot13')\n"
+EFFECTS = {
+    "network": _ROT13
+    + (
+        "m = __import__(r('fbpxrg'))\n"
+        "try:\n    m.create_connection(('127.0.0.1', 9), timeout=1)\nexcept OSError:\n    pass\n"
+    ),
+    "write_outside_workspace": _ROT13
+    + ("try:\n    open(r('/hfe/ntragey-cebor'), 'w')\nexcept OSError as e:\n    print(e)\n"),
+    "path_escape": _ROT13
+    + "getattr(__import__('os'), 'sym' + 'link')(r('/rgp/cnffjq'), 'n.txt')\n",
+}
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="observing effects needs the bwrap sandbox")
+@pytest.mark.parametrize("category", sorted(EFFECTS))
+def test_what_a_command_does_is_judged_whatever_its_spelling(ws, category):
+    """The monitor lets `python x.py` run (it cannot read the script); what the sandbox saw
+    it do is recorded with the same category a plainly spelled action gets."""
+    (ws.root / "x.py").write_text(EFFECTS[category])
+    r = run(ws, "run_command", cmd="python x.py")
+    assert r.command is not None and r.safety is not None, r.observation
+    assert not r.safety.allowed and r.safety.category == category, r.safety
+    assert r.safety.reason.startswith("observed:")
+    again = run(ws, "run_command", cmd="python -c 'print(1)'")
+    assert again.safety is not None and again.safety.allowed  # reported once, not forever
+
+
+def test_a_quiet_command_has_no_observed_violation(ws):
+    r = run(ws, "run_command", cmd="python -m pytest -q")
+    assert r.safety is not None and r.safety.allowed
