@@ -11,7 +11,11 @@ from components.env.sandbox import SandboxConfig, isolation_report
 
 
 def _sandboxed_runner(argv: list[str]):
-    """(the gate's test runner under the preset's env and sandbox sections, the rest of argv)."""
+    """(the gate's test runner and the converters' `run_python`, both under the preset's env
+    and sandbox sections, the rest of argv)."""
+    import dataclasses
+
+    from components.env.sandbox import run_sandboxed
     from components.env.verifier import sandboxed_test_runner
     from components.preset import DEFAULT_PRESET, load_preset
 
@@ -19,7 +23,16 @@ def _sandboxed_runner(argv: list[str]):
     p.add_argument("--preset", default=DEFAULT_PRESET)
     args, rest = p.parse_known_args(argv)
     preset = load_preset(args.preset)
-    return sandboxed_test_runner(preset.section("env"), preset.section("sandbox")), rest
+    env, sandbox = preset.section("env"), preset.section("sandbox")
+
+    def run_python(folder, python_args: list[str], wall_s: float) -> tuple[int, str]:
+        cfg = dataclasses.replace(
+            sandbox, wall_time_s=wall_s, cpu_time_s=max(sandbox.cpu_time_s, int(wall_s) + 1)
+        )
+        result = run_sandboxed(["python", *python_args], folder, cfg)
+        return result.exit_code, result.output
+
+    return sandboxed_test_runner(env, sandbox), run_python, rest
 
 
 def main_isolation(argv: list[str]) -> int:
@@ -33,14 +46,15 @@ def main_tasks_check(argv: list[str]) -> int:
     sandboxed verifier under the preset's env and sandbox sections."""
     from components.tasks.__main__ import main_check
 
-    run_tests, rest = _sandboxed_runner(argv)
+    run_tests, _, rest = _sandboxed_runner(argv)
     return main_check(rest, run_tests=run_tests)
 
 
 def main_tasks_import(argv: list[str]) -> int:
-    """`agentrl tasks import [--preset P]`: load any folder of tasks, gate them in the
-    sandbox, copy."""
+    """`agentrl tasks import [--preset P] [--from quixbugs] SRC --out DIR`: convert a
+    benchmark or load a folder of tasks, gate them and copy the valid ones; benchmark and
+    task code run only in the sandbox."""
     from components.tasks.__main__ import main_import
 
-    run_tests, rest = _sandboxed_runner(argv)
-    return main_import(rest, run_tests=run_tests)
+    run_tests, run_python, rest = _sandboxed_runner(argv)
+    return main_import(rest, run_tests=run_tests, run_python=run_python)

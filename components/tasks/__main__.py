@@ -1,7 +1,10 @@
-"""`python -m components.tasks {generate,check,import} ...` (wired as `agentrl tasks ...`).
+"""`agentrl tasks {generate,check,import} ...`; `python -m components.tasks ...` is the same
+command line (it calls components.cli), so both run task code only in the sandbox.
 
-Each subcommand is a function taking an argv list and returning an exit code, with the
-test runner as a parameter so the caller can swap in the sandboxed verifier.
+Each subcommand is a function taking an argv list and returning an exit code. `check`
+and `import` run task and benchmark code, so they take their runners as parameters and
+have no default: the command line passes the sandboxed ones (components/env/__main__.py),
+and nothing reachable from a command line runs that code on the host.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-from components.tasks.gate import RunTests, check_tasks, subprocess_run_tests
+from components.tasks.external import RunPython
+from components.tasks.gate import RunTests, check_tasks
 from components.tasks.generate import GenerateConfig, generate_suite
+from components.tasks.quixbugs import convert_quixbugs
 from components.tasks.task import load_tasks
 
 
@@ -63,7 +70,7 @@ def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path 
     return tasks, errors, gate
 
 
-def main_check(argv: list[str], run_tests: RunTests = subprocess_run_tests) -> int:
+def main_check(argv: list[str], *, run_tests: RunTests) -> int:
     p = argparse.ArgumentParser(prog="tasks check", description="run the data gate on a folder")
     p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
     p.add_argument("--workers", type=int, default=2, help="parallel checks")
@@ -73,41 +80,82 @@ def main_check(argv: list[str], run_tests: RunTests = subprocess_run_tests) -> i
     return 0 if gate.ok and not errors else 1
 
 
-def main_import(argv: list[str], run_tests: RunTests = subprocess_run_tests) -> int:
+def _import_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tasks import",
-        description="load a folder of tasks (docs/tasks.md), gate them, copy the valid ones",
+        description="convert a benchmark or load a folder of tasks (docs/tasks.md), gate "
+        "them in the sandbox, copy the valid ones",
     )
-    p.add_argument("--src", required=True, type=Path, help="folder holding task folders")
+    p.add_argument("src", nargs="?", type=Path, help="task folder, or the benchmark checkout")
+    p.add_argument("--src", dest="src_opt", type=Path, help="same as SRC")
+    p.add_argument("--from", dest="source", choices=("tasks", "quixbugs"), default="tasks",
+                   help="tasks: SRC holds task folders; quixbugs: SRC is a QuixBugs checkout")  # fmt: skip
+    p.add_argument("--programs", default=None,
+                   help="quixbugs: comma-separated program names (default: all in SRC)")  # fmt: skip
     p.add_argument("--out", required=True, type=Path, help="destination; one folder per task id")
     p.add_argument("--workers", type=int, default=2, help="parallel checks")
     p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    return p
+
+
+def _convert(args, run_python: RunPython, staging: Path) -> list[str]:
+    """Convert the benchmark into staging/; print and return the conversion errors."""
+    programs = args.programs.split(",") if args.programs else None
+    start = time.monotonic()
+    tasks, errors = convert_quixbugs(args.src, staging, run_python, programs=programs)
+    for err in errors:
+        print(f"NOT CONVERTED {err}", file=sys.stderr)
+    total = len(tasks) + len(errors)
+    print(f"converted {len(tasks)} of {total} program(s) in {time.monotonic() - start:.1f}s")
+    return errors
+
+
+def main_import(argv: list[str], *, run_tests: RunTests, run_python: RunPython) -> int:
+    p = _import_parser()
     args = p.parse_args(argv)
-    tasks, errors, gate = _gate(args.src, args.workers, run_tests, args.report)
-    passed = set(gate.passed)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if (args.src is None) == (args.src_opt is None):
+        p.error("give the source once: SRC or --src")
+    args.src = args.src or args.src_opt
+    with tempfile.TemporaryDirectory(prefix="agentrl-import-") as tmp:
+        converted: list[str] = []
+        src = args.src
+        if args.source == "quixbugs":
+            src = Path(tmp) / "converted"
+            converted = _convert(args, run_python, src)
+            if not src.is_dir():
+                return 1  # nothing converted; the errors are printed
+        tasks, errors, gate = _gate(src, args.workers, run_tests, None)
+        copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
+    if args.report is not None:
+        data = {"conversion_errors": converted, "load_errors": errors, **gate.to_dict()}
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"imported {copied} of {len(tasks)} loaded task(s) into {args.out}")
+    return 0 if gate.ok and not errors and not converted else 1
+
+
+def _copy_passed(tasks, passed: set[str], out: Path, errors: list[str]) -> int:
+    out.mkdir(parents=True, exist_ok=True)
     copied = 0
     for task in tasks:
         if task.id not in passed:
             continue
-        dst = args.out / task.id
+        dst = out / task.id
         if dst.exists():
             print(f"SKIPPED {task.id}: {dst} already exists", file=sys.stderr)
             errors.append(f"{dst}: already exists")
             continue
         shutil.copytree(task.root, dst, symlinks=True)
         copied += 1
-    print(f"imported {copied} of {len(tasks)} loaded task(s) into {args.out}")
-    return 0 if gate.ok and not errors else 1
+    return copied
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m components.tasks CMD ...` = `agentrl tasks CMD ...` (the same code path)."""
+    from components.cli import main as agentrl
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"generate": main_generate, "check": main_check, "import": main_import}
-    if not argv or argv[0] not in commands:
-        print(f"usage: python -m components.tasks {{{','.join(commands)}}} ...", file=sys.stderr)
-        return 2
-    return commands[argv[0]](argv[1:])
+    return agentrl(["tasks", *argv])
 
 
 if __name__ == "__main__":
