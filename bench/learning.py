@@ -227,8 +227,7 @@ def write_preset(args: argparse.Namespace, path: Path) -> Path:
                       "intermediate_size": args.hidden_size * 11 // 4}  # fmt: skip
     # Scripted searches and models get the same episode budget (list + max_steps - 1 tries).
     data["env"] = {**data.get("env", {}), "max_steps": args.max_steps}
-    data["rollout"] = {**data.get("rollout", {}), "max_steps": args.max_steps,
-                       "max_new_tokens": args.max_new_tokens,
+    data["rollout"] = {**data.get("rollout", {}), "max_new_tokens": args.max_new_tokens,
                        "max_episode_tokens": args.max_episode_tokens,
                        "temperature": args.grpo_temperature,
                        "batch_size": args.batch_size, "workers": args.workers,

@@ -73,7 +73,7 @@ def main() -> None:
         tasks = load_tasks(Path(tmp) / "tasks")[0][: args.tasks]
         rollout = RolloutConfig(
             temperature=1.0, max_new_tokens=args.max_new_tokens, max_episode_tokens=2048,
-            max_steps=args.steps, batch_size=args.batch, samples_per_task=args.k, workers=2,
+            batch_size=args.batch, samples_per_task=args.k, workers=2,
         )  # fmt: skip
         calls, gen_time = [], [0.0]
 
@@ -86,7 +86,7 @@ def main() -> None:
             return out
 
         t0 = time.perf_counter()
-        rollouts = sample_episodes(tasks, model, tokenizer, rollout, EnvConfig(), SandboxConfig(),
+        rollouts = sample_episodes(tasks, model, tokenizer, rollout, EnvConfig(max_steps=args.steps), SandboxConfig(),
                                    generate_fn=timed)  # fmt: skip
         wall = time.perf_counter() - t0
     engine_tokens = sum(r.num_generated_tokens for r in rollouts)

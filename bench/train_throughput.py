@@ -206,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         # Unconstrained sampling: the bare replay has no try_fix-id constraint to apply.
         rollout_cfg = dataclasses.replace(preset.section("rollout"), temperature=1.0,
                                           max_new_tokens=args.max_new_tokens,
-                                          max_steps=args.steps, samples_per_task=args.k,
+                                          samples_per_task=args.k,
                                           batch_size=args.tasks * args.k, workers=2,
                                           seed=args.seed, constrain_fix_ids=False)  # fmt: skip
-        rollouts, lines = bench_sampling(fresh().eval(), tokenizer, tasks, rollout_cfg)
+        env = EnvConfig(max_steps=args.steps)
+        rollouts, lines = bench_sampling(fresh().eval(), tokenizer, tasks, rollout_cfg, env)
         lines.append(bench_sft(fresh, tokenizer, records, preset.section("sft"), args, root))
         pairs = dpo_pairs(records, rollouts)
         lines.append(bench_dpo(fresh, tokenizer, pairs, preset.section("dpo"), args, root))
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def bench_sampling(model, tokenizer, tasks, rollout_cfg) -> tuple[list, list[str]]:
+def bench_sampling(model, tokenizer, tasks, rollout_cfg, env) -> tuple[list, list[str]]:
     """The engine samples with its generate calls recorded, then they are replayed bare:
     (rollouts, two table rows)."""
     calls, gen_time = [], [0.0]
@@ -238,7 +239,7 @@ def bench_sampling(model, tokenizer, tasks, rollout_cfg) -> tuple[list, list[str
         return out
 
     rollouts, wall = _timed(lambda: sample_episodes(
-        tasks, model, tokenizer, rollout_cfg, EnvConfig(), SandboxConfig(),
+        tasks, model, tokenizer, rollout_cfg, env, SandboxConfig(),
         generate_fn=recorded))  # fmt: skip
     engine_tokens = sum(r.num_generated_tokens for r in rollouts)
     bare_tokens, bare_time = _timed(

@@ -42,7 +42,8 @@ class FixStatistics:
     """What the statistics-driven searches know of the training tasks' listings."""
 
     kind_success_rates: dict[str, float] = field(
-        default_factory=dict, metadata=doc("per kind: share of its listed candidates that were the fix")
+        default_factory=dict,
+        metadata=doc("per kind: share of its listed candidates that were the fix"),
     )
     kind_listing_shares: dict[str, float] = field(
         default_factory=dict, metadata=doc("per kind: share of listings that show it")

@@ -55,10 +55,6 @@ class RolloutConfig:
             "episode with end_reason 'token_limit'"
         ),
     )
-    max_steps: int = field(
-        default=16,
-        metadata=doc("assistant actions per episode; overrides EnvConfig.max_steps"),
-    )
     max_wall_s: float = field(
         default=600.0,
         metadata=doc("wall-clock budget of one episode; exceeding it ends it as 'time_limit'"),
@@ -99,7 +95,7 @@ class RolloutConfig:
             raise ValueError("RolloutConfig.temperature must be in [0, 10]")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("RolloutConfig.top_p must be in (0, 1]")
-        for name in ("max_new_tokens", "max_episode_tokens", "max_steps", "batch_size",
+        for name in ("max_new_tokens", "max_episode_tokens", "batch_size",
                      "samples_per_task", "workers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"RolloutConfig.{name} must be >= 1")

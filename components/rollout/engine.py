@@ -35,7 +35,6 @@ torch / transformers are imported inside functions: the CLI imports this module.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -353,7 +352,6 @@ def sample_episodes(
     backend (tests, benchmarks). Returns the rollouts in (task, sample) order; infra
     failures are included and flagged (`Rollout.infra_failure`).
     """
-    env_config = dataclasses.replace(env_config, max_steps=config.max_steps)
     generate = generate_fn or make_generate_fn(policy, tokenizer, config)
     limit = _token_limit(policy, config)
     queue = deque((task, k) for task in tasks for k in range(config.samples_per_task))

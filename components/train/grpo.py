@@ -125,7 +125,7 @@ def train_grpo(
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     rollout_config = dataclasses.replace(rollout_config, samples_per_task=config.group_size)
-    fingerprint = config_hash(config, rollout_config)
+    fingerprint = config_hash(config, rollout_config, env_config, sandbox_config)
     model.to(device)
     reference = _frozen_reference(model, reference, device) if config.beta > 0 else None
     optimizer = torch.optim.AdamW(
@@ -240,13 +240,17 @@ def _frozen_reference(model, reference, device):
     return reference.to(device).eval().requires_grad_(False)
 
 
-def config_hash(config: GRPOConfig, rollout_config: RolloutConfig) -> str:
-    """What must not change between a run and its resumption (run length and where logs
-    go may)."""
+def config_hash(
+    config: GRPOConfig, rollout_config: RolloutConfig, env_config: EnvConfig,
+    sandbox_config: SandboxConfig,
+) -> str:  # fmt: skip
+    """What must not change between a run and its resumption: everything that shapes the
+    episodes, their rewards and the update (run length and where logs go may change)."""
     free = {"iterations", "checkpoint_every", "keep_checkpoints", "output_dir",
             "mlflow_tracking_uri", "mlflow_experiment", "use_cpu"}  # fmt: skip
     shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
-    payload = json.dumps([shaping, dataclasses.asdict(rollout_config)], sort_keys=True)
+    settings = [shaping, *map(dataclasses.asdict, (rollout_config, env_config, sandbox_config))]
+    payload = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -21,10 +21,10 @@ def test_config_is_validated():
 
 
 def test_model_is_evaluated_with_its_training_rollout_settings():
-    trained = RolloutConfig(max_steps=8, max_new_tokens=192, temperature=1.0, samples_per_task=4,
+    trained = RolloutConfig(max_new_tokens=192, temperature=1.0, samples_per_task=4,
                             constrain_fix_ids=True)  # fmt: skip
     greedy = EvaluationConfig().rollout_config(trained)
-    assert (greedy.max_steps, greedy.max_new_tokens, greedy.constrain_fix_ids) == (8, 192, True)
+    assert (greedy.max_new_tokens, greedy.constrain_fix_ids) == (192, True)
     assert greedy.temperature == 0.0 and greedy.samples_per_task == 1
-    longer = EvaluationConfig(rollout={"max_steps": 16}).rollout_config(trained)
-    assert longer.max_steps == 16 and longer.temperature == 1.0
+    longer = EvaluationConfig(rollout={"max_new_tokens": 256}).rollout_config(trained)
+    assert longer.max_new_tokens == 256 and longer.temperature == 1.0

@@ -125,9 +125,9 @@ def test_engine_passes_each_episodes_untried_listed_ids(model, tokenizer, tasks)
         ids = tokenizer(text + IM_END, add_special_tokens=False)["input_ids"]
         return [Completion(ids, [-0.5] * len(ids), "stop") for _ in prompts]
 
-    config = RolloutConfig(samples_per_task=1, max_steps=6, max_new_tokens=64, workers=1,
+    config = RolloutConfig(samples_per_task=1, max_new_tokens=64, workers=1,
                            batch_size=1, constrain_fix_ids=True)  # fmt: skip
-    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(), SandboxConfig(),
+    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(max_steps=6), SandboxConfig(),
                            generate_fn=generate)  # fmt: skip
     assert seen[0] == [None]
     listed = seen[1][0]

@@ -19,9 +19,10 @@ from components.rollout.engine import (
 from components.typed_config import config_from_dict
 
 SMALL = RolloutConfig(
-    max_new_tokens=24, max_episode_tokens=1500, max_steps=3, batch_size=3,
+    max_new_tokens=24, max_episode_tokens=1500, batch_size=3,
     samples_per_task=2, workers=2, temperature=1.0, seed=0,
 )  # fmt: skip
+ENV = EnvConfig(max_steps=3)  # assistant actions per episode: the environment's limit
 
 
 def rebuild(tokenizer, rollout) -> tuple[list[int], list[int]]:
@@ -47,13 +48,13 @@ def rebuild(tokenizer, rollout) -> tuple[list[int], list[int]]:
 
 @pytest.fixture(scope="module")
 def sampled(model, tokenizer, tasks):
-    return sample_episodes(tasks, model, tokenizer, SMALL, EnvConfig(), SandboxConfig())
+    return sample_episodes(tasks, model, tokenizer, SMALL, ENV, SandboxConfig())
 
 
 def test_config_is_validated_and_documented():
     for f in dataclasses.fields(RolloutConfig):
         assert f.metadata.get("help"), f.name
-    for bad in ({"backend": "tgi"}, {"top_p": 0.0}, {"max_steps": 0}, {"temperature": -1.0},
+    for bad in ({"backend": "tgi"}, {"top_p": 0.0}, {"temperature": -1.0},
                 {"samples_per_task": 0}, {"max_wall_s": 0}):  # fmt: skip
         with pytest.raises(ValueError):
             RolloutConfig(**bad)
@@ -72,7 +73,7 @@ def test_groups_and_untrained_model_sanity(sampled, tasks):
         assert not r.infra_failure, r.result.infra_detail
         assert r.result.end_reason in ("max_steps", "token_limit", "finished")
         assert r.result.reward is not None
-        assert r.result.steps <= SMALL.max_steps
+        assert r.result.steps <= ENV.max_steps
         assert r.result.record["metadata"]["num_tokens"] == len(r.input_ids)
     assert sum(r.result.invalid_calls for r in sampled) > 0
 
@@ -117,9 +118,10 @@ def test_token_limit_ends_the_episode(model, tokenizer, tasks):
     task = tasks[0]
     first = len(prompt_ids(tokenizer, [{"role": "user", "content": initial_message(task)}]))
     limit = first + 40
-    config = dataclasses.replace(SMALL, max_episode_tokens=limit, max_steps=10,
-                                 samples_per_task=1, max_new_tokens=24)  # fmt: skip
-    (r,) = sample_episodes([task], model, tokenizer, config, EnvConfig(), SandboxConfig())
+    config = dataclasses.replace(SMALL, max_episode_tokens=limit, samples_per_task=1,
+                                 max_new_tokens=24)  # fmt: skip
+    (r,) = sample_episodes([task], model, tokenizer, config, EnvConfig(max_steps=10),
+                           SandboxConfig())  # fmt: skip
     assert r.result.end_reason == "token_limit" and r.result.steps >= 1
     assert r.result.record["metadata"]["end_reason"] == "token_limit"
     assert len(r.input_ids) <= limit
@@ -146,7 +148,7 @@ def test_cut_turn_is_closed_as_context_and_finish_ends(model, tokenizer, tasks):
     finish = '<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>' + IM_END
     generate = _scripted(tokenizer, ["no tool call, and no end of turn", finish])
     config = dataclasses.replace(SMALL, samples_per_task=1, max_new_tokens=128)
-    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(), SandboxConfig(),
+    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, ENV, SandboxConfig(),
                            generate_fn=generate)  # fmt: skip
     assert r.result.end_reason == "finished" and r.result.steps == 2
     assert r.result.invalid_calls == 1
@@ -162,8 +164,9 @@ def test_cut_turn_is_closed_as_context_and_finish_ends(model, tokenizer, tasks):
 
 def test_time_limit(model, tokenizer, tasks):
     generate = _scripted(tokenizer, ["thinking..." + IM_END])
-    config = dataclasses.replace(SMALL, samples_per_task=1, max_wall_s=1e-6, max_steps=5)
-    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(), SandboxConfig(),
+    config = dataclasses.replace(SMALL, samples_per_task=1, max_wall_s=1e-6)
+    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(max_steps=5),
+                           SandboxConfig(),
                            generate_fn=generate)  # fmt: skip
     assert r.result.end_reason == "time_limit" and r.result.steps == 1
 
@@ -173,7 +176,7 @@ def test_backend_failure_is_a_flagged_infra_failure(model, tokenizer, tasks):
         raise ConnectionError("server went away")
 
     config = dataclasses.replace(SMALL, samples_per_task=2)
-    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+    rollouts = sample_episodes(tasks, model, tokenizer, config, ENV, SandboxConfig(),
                                generate_fn=broken)  # fmt: skip
     assert len(rollouts) == 4
     for r in rollouts:
@@ -203,7 +206,7 @@ def test_tool_and_verifier_crashes_are_flagged_infra_failures(model, tokenizer, 
 
     with monkeypatch.context() as m:
         m.setattr(episode.EpisodeEnv, "step", crash)
-        rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+        rollouts = sample_episodes(tasks, model, tokenizer, config, ENV, SandboxConfig(),
                                    generate_fn=_scripted(tokenizer, [finish]))  # fmt: skip
     for r in rollouts:
         assert r.infra_failure and r.result.reward is None
@@ -211,7 +214,7 @@ def test_tool_and_verifier_crashes_are_flagged_infra_failures(model, tokenizer, 
         assert r.result.infra_detail.startswith("tool execution failed: OSError")
         assert r.result.record["metadata"]["num_tokens"] == len(r.input_ids)
     monkeypatch.setattr(episode, "verify", crash)
-    rollouts = sample_episodes(tasks, model, tokenizer, config, EnvConfig(), SandboxConfig(),
+    rollouts = sample_episodes(tasks, model, tokenizer, config, ENV, SandboxConfig(),
                                generate_fn=_scripted(tokenizer, [finish]))  # fmt: skip
     for r in rollouts:
         assert r.infra_failure and r.result.end_reason == "finished"

@@ -23,15 +23,19 @@ def free_port() -> int:
 
 
 GREEDY = RolloutConfig(
-    temperature=0.0, max_new_tokens=24, max_episode_tokens=1500, max_steps=2, batch_size=2,
+    temperature=0.0, max_new_tokens=24, max_episode_tokens=1500, batch_size=2,
     samples_per_task=1, workers=2,
 )  # fmt: skip
 
 
 def test_greedy_rollouts_match_the_in_process_backend(model, tokenizer, tasks, server_url):
-    local = sample_episodes(tasks, model, tokenizer, GREEDY, EnvConfig(), SandboxConfig())
+    local = sample_episodes(
+        tasks, model, tokenizer, GREEDY, EnvConfig(max_steps=2), SandboxConfig()
+    )
     config = dataclasses.replace(GREEDY, backend="openai", base_url=server_url)
-    remote = sample_episodes(tasks, None, tokenizer, config, EnvConfig(), SandboxConfig())
+    remote = sample_episodes(
+        tasks, None, tokenizer, config, EnvConfig(max_steps=2), SandboxConfig()
+    )
     for a, b in zip(local, remote, strict=True):
         assert not b.infra_failure, b.result.infra_detail
         assert a.input_ids == b.input_ids and a.assistant_mask == b.assistant_mask
@@ -84,7 +88,9 @@ def test_server_errors_become_infra_failures(tokenizer, tasks, server_url):
     dead = OpenAICompletionsClient(f"http://127.0.0.1:{free_port()}/v1", "policy",
                                    timeout_s=2, max_retries=1, backoff_s=0.01)  # fmt: skip
     config = dataclasses.replace(GREEDY, backend="openai", base_url=dead.base_url)
-    rollouts = sample_episodes(tasks, dead, tokenizer, config, EnvConfig(), SandboxConfig())
+    rollouts = sample_episodes(
+        tasks, dead, tokenizer, config, EnvConfig(max_steps=2), SandboxConfig()
+    )
     assert len(rollouts) == len(tasks)
     for r in rollouts:
         assert r.infra_failure and r.result.reward is None

@@ -36,9 +36,10 @@ from components.train.grpo import (
 from components.train.losses import group_advantages, token_logprobs
 
 ROLLOUT = RolloutConfig(
-    max_new_tokens=400, max_episode_tokens=1024, max_steps=1, batch_size=8,
+    max_new_tokens=400, max_episode_tokens=1024, batch_size=8,
     samples_per_task=2, workers=1, temperature=1.0,
 )  # fmt: skip
+ENV = EnvConfig(max_steps=1)
 # Metrics that depend on the wall clock, not on the computation.
 TIMING = {"sample_seconds", "update_seconds", "iteration_seconds", "tokens_per_s",
           "sample_tokens_per_s"}  # fmt: skip
@@ -107,7 +108,7 @@ def test_infra_failures_are_excluded_from_group_statistics(tiny_policy, suite):
     _, tasks = suite
     config = dataclasses.replace(ROLLOUT, samples_per_task=3)
     rollouts = sample_episodes(
-        tasks[:1], model, tokenizer, config, EnvConfig(), SandboxConfig(),
+        tasks[:1], model, tokenizer, config, ENV, SandboxConfig(),
         generate_fn=scripted_generate(model, tokenizer, tasks, fail_index=2),
     )  # fmt: skip
     assert [r.infra_failure for r in rollouts] == [False, False, True]
@@ -136,7 +137,7 @@ def test_turn_credit_charges_the_wasted_turn_only(tiny_policy, suite):
     _, tasks = suite
     wasted = format_tool_call("try_fix", {"id": "cmp-1"})
     rollouts = sample_episodes(
-        tasks[:1], model, tokenizer, ROLLOUT, EnvConfig(), SandboxConfig(),
+        tasks[:1], model, tokenizer, ROLLOUT, ENV, SandboxConfig(),
         generate_fn=scripted_generate(model, tokenizer, tasks, give_up=wasted),
     )  # fmt: skip
     assert [r.result.step_rewards for r in rollouts] == [[0.0], [pytest.approx(-0.1)]]
@@ -191,7 +192,7 @@ def _run(model, tokenizer, tasks, out, iterations, **overrides):
         **overrides,
     )  # fmt: skip
     return train_grpo(
-        model, tokenizer, tasks, config, ROLLOUT, EnvConfig(), SandboxConfig(),
+        model, tokenizer, tasks, config, ROLLOUT, ENV, SandboxConfig(),
         generate_fn=scripted_generate(model, tokenizer, tasks),
     )  # fmt: skip
 
@@ -260,7 +261,8 @@ def test_cli_smoke(tiny_policy, suite, tmp_path, capsys):
     preset = _write_preset(tmp_path / "preset.yaml", {
         "grpo": {"iterations": 1, "group_size": 2, "tasks_per_iteration": 1,
                  "learning_rate": 0.0001},
-        "rollout": {"max_new_tokens": 8, "max_steps": 1, "workers": 1},
+        "rollout": {"max_new_tokens": 8, "workers": 1},
+        "env": {"max_steps": 1},
     })  # fmt: skip
     code = main_grpo(["--preset", str(preset), "--policy", str(policy_dir), "--tasks",
                       str(root), "--out", str(tmp_path / "run")])  # fmt: skip
@@ -282,8 +284,8 @@ def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, mon
         "grpo": {"iterations": 1, "tasks_per_iteration": 1, "group_size": 3,
                  "loss_type": "dr_grpo", "turn_credit": True, "ppo_epochs": 2,
                  "leave_one_out": True, "learning_rate": 0.0001, "seed": 7},
-        "rollout": {"max_steps": 1, "max_new_tokens": 6, "temperature": 0.7, "workers": 1},
-        "env": {"max_changed_files": 3, "weights": {"failed_fix_try": -0.07}},
+        "rollout": {"max_new_tokens": 6, "temperature": 0.7, "workers": 1},
+        "env": {"max_steps": 1, "max_changed_files": 3, "weights": {"failed_fix_try": -0.07}},
         "sandbox": {"wall_time_s": 45.0, "memory_mb": 1536},
     })  # fmt: skip
     seen: dict = {}
@@ -309,13 +311,13 @@ def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, mon
     assert (config.loss_type, config.turn_credit, config.ppo_epochs, config.group_size,
             config.leave_one_out, config.seed) == ("dr_grpo", True, 2, 3, True, 7)  # fmt: skip
     assert config.output_dir == str(out) and kwargs == {"resume": False}
-    assert (rollout_config.max_steps, rollout_config.max_new_tokens,
-            rollout_config.temperature) == (1, 6, 0.7)  # fmt: skip
+    assert (rollout_config.max_new_tokens, rollout_config.temperature) == (6, 0.7)
+    assert env_config.max_steps == 1
     assert env_config.max_changed_files == 3 and env_config.weights.failed_fix_try == -0.07
     assert sandbox_config.wall_time_s == 45.0 and sandbox_config.memory_mb == 1536
     sampled, env_sampled, sandbox_sampled = seen["sample"]
     assert sampled.samples_per_task == 3 and sampled.temperature == 0.7
-    assert (sampled.max_steps, sampled.max_new_tokens) == (1, 6)
+    assert sampled.max_new_tokens == 6
     assert (env_sampled, sandbox_sampled) == (env_config, sandbox_config)
     (row,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert row["episodes"] == 3 and row["mean_steps"] <= 1
