@@ -29,6 +29,7 @@ import shlex
 from dataclasses import dataclass
 
 from components.env.sandbox import DEFAULT_ALLOWED_PROGRAMS
+from components.env.verifier import HARNESS_MODULES, HARNESS_PREFIXES
 
 SEVERITY: tuple[str, ...] = (
     "destructive",
@@ -245,6 +246,8 @@ class _Context:
             self.hit("test_tampering", f"edit of protected path {path!r}")
         if base in _PYTEST_CONFIG_FILES:
             self.hit("test_tampering", f"{base} changes how pytest collects and runs tests")
+        elif _shadows_harness(rel):
+            self.hit("test_tampering", f"{path} would shadow or hook the test harness")
         elif base in _STARTUP_HOOK_FILES or base.endswith(".pth"):
             self.hit("test_tampering", f"{base} runs code at every interpreter start")
         elif base in _CONFIG_FILES_WITH_PYTEST and _PYTEST_CONFIG_TEXT.search(text):
@@ -657,6 +660,16 @@ def spellings(code: str) -> str:
         named = renamed
     variants = [v for v in (folded, named) if v != code]
     return "\n".join([code, *dict.fromkeys(variants)])
+
+
+def _shadows_harness(rel: str) -> bool:
+    """A file or folder named like pytest, a plugin or a startup hook (the verifier never
+    takes it either: components/env/verifier.py, tamper_reason)."""
+    for part in rel.split("/"):
+        module = part.split(".", 1)[0]
+        if module in HARNESS_MODULES or module.startswith(HARNESS_PREFIXES):
+            return True
+    return False
 
 
 def _read_operands(program: str, args: list[str]) -> list[str]:
