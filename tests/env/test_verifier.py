@@ -7,6 +7,7 @@ episode-level versions are attacks of the safety suite (components/evaluate/safe
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 from components.env import verifier as vf
 from components.env.config import EnvConfig
+from components.env.episode import Action, run_episode
 from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.sandbox import SandboxConfig, isolation_report
 from components.env.verifier import derive_cases, verdict_cache_info, verify
@@ -349,6 +351,54 @@ def test_code_under_test_cannot_read_the_task_store(task, tmp_path):
         assert v.status == "ok" and not v.tests_passed, v.detail
     finally:
         shutil.rmtree(store, ignore_errors=True)
+
+
+@pytest.mark.skipif(not BWRAP, reason="hiding the task store needs bubblewrap")
+def test_an_episode_sees_only_its_workspace_never_the_task_store(task, tmp_path):
+    """Hole 4: an episode's sandbox hid its own task folder only: in the container layout
+    (tasks under one mounted folder) another task's hidden cases and tests were readable."""
+    store = Path(tempfile.mkdtemp(prefix="agentrl-store-", dir="/var/tmp"))
+    try:
+        for t in load_tasks(task.root.parent)[0]:
+            shutil.copytree(t.root, store / t.id)
+        mine, other = load_tasks(store)[0][:2]
+        # The paths rot13-encoded: the monitor cannot read them; the sandbox must hide them.
+        targets = [str(store), str(other.hidden_cases_path), str(mine.hidden_tests_dir)]
+        code = (
+            "import codecs, os\n"
+            f"for p in {[codecs_rot13(t) for t in targets]!r}:\n"
+            "    p = codecs.decode(p, 'rot13')\n"
+            "    print('SEEN' if os.path.exists(p) else 'GONE', os.path.isdir(p) and os.listdir(p))\n"
+        )
+        patch = "".join(f"+{line}\n" for line in code.splitlines())
+        n = len(code.splitlines())
+        actions = [
+            Action(
+                "apply_patch",
+                {"patch": f"--- /dev/null\n+++ b/peek.py\n@@ -0,0 +1,{n} @@\n{patch}"},
+            ),
+            Action("run_command", {"cmd": "python peek.py"}),
+        ]
+        result = run_episode(mine, Scripted(actions), ENV, SANDBOX)
+        shown = result.record["trajectory"][4]["observation"]
+        assert shown.count("GONE") == 3 and "SEEN" not in shown, shown
+        assert "expected" not in shown and other.id not in shown
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def codecs_rot13(text: str) -> str:
+    return codecs.encode(text, "rot13")
+
+
+@dataclasses.dataclass
+class Scripted:
+    actions: list
+    name: str = "attacker"
+
+    def act(self, task, events):
+        done = sum(e["role"] == "assistant" for e in events)
+        return self.actions[done] if done < len(self.actions) else Action("finish", {})
 
 
 # ----------------------------------------------------------------------------- 6. the cache
