@@ -11,7 +11,10 @@ no preset or no section: the defaults), and --model NAME, --tracking-uri URI and
 --audit-path FILE, which override it. The approver defaults to $USER; a reason is
 required. With --flow-run-id, approve/reject resume that paused Prefect run with the same
 answer as its UI form would, and the flow applies it (Prefect has no resume command).
-Exit status: 0 done, 1 refused by the rules, 2 usage.
+`status` and `history` create nothing, and warn when the audit log does not verify or the
+registry's aliases are not the ones it records.
+Exit status: 0 done, 1 refused by the rules, an unknown model, or (history) an audit log
+that does not verify, 2 usage. Every refusal is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 
 from components.promote.audit import default_actor
 from components.promote.config import PromotionConfig, promotion_config
+from components.promote.errors import PromotionError
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -69,7 +73,7 @@ def _decide(kind: str, argv: list[str] | None) -> int:
     )
     args = p.parse_args(argv)
     approver = _check_person(p, args)
-    from components.promote.approval import PromotionRefused, approve, reject
+    from components.promote.approval import approve, reject
 
     if args.flow_run_id:
         from prefect.flow_runs import resume_flow_run
@@ -82,7 +86,7 @@ def _decide(kind: str, argv: list[str] | None) -> int:
         record = (approve if kind == "approve" else reject)(
             args.version, approver, args.reason, config=_config(args)
         )
-    except PromotionRefused as e:
+    except (PromotionError, OSError) as e:
         print(f"refused: {e}", file=sys.stderr)
         return 1
     print(
@@ -107,11 +111,11 @@ def main_rollback(argv: list[str] | None = None) -> int:
     _person(p)
     args = p.parse_args(argv)
     approver = _check_person(p, args)
-    from components.promote.approval import PromotionRefused, rollback
+    from components.promote.approval import rollback
 
     try:
         record = rollback(approver, args.reason, config=_config(args))
-    except PromotionRefused as e:
+    except (PromotionError, OSError) as e:
         print(f"refused: {e}", file=sys.stderr)
         return 1
     print(f"champion -> version {record['version']} (was {record['evidence']['rolled_back_from']})")
@@ -124,10 +128,16 @@ def main_status(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from components.promote.approval import status
 
-    st = status(_config(args))
+    try:
+        st = status(_config(args))
+    except (PromotionError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
+    for warning in st["warnings"]:
+        print(f"WARNING: {warning}")
     print(f"model {st['model']}  ({st['tracking_uri']})")
     for alias in ("champion", "challenger"):
         print(f"  {alias:<11} {st['aliases'].get(alias, '-')}")
@@ -148,20 +158,30 @@ def main_history(argv: list[str] | None = None) -> int:
     p.add_argument("--action", default=None, help="only this action (approved, rejected, ...)")
     p.add_argument("--json", action="store_true", help="one JSON record per line")
     args = p.parse_args(argv)
-    from components.promote.audit import read_history
+    from components.promote.audit import read_history, verify_log
 
-    records = read_history(_config(args), version=args.version, action=args.action)
+    config = _config(args)
+    try:
+        records = read_history(config, version=args.version, action=args.action)
+        problems, notes = verify_log(config)
+    except (PromotionError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     for rec in records:
         if args.json:
             print(json.dumps(rec, sort_keys=True))
         else:
-            print(
-                f"{rec['time_utc']}  v{rec['version']:<4} {rec['action']:<18} "
-                f"{rec['actor']:<16} {rec['reason']}"
+            time, version, action, actor, reason = (
+                str(rec.get(k, "?")) for k in ("time_utc", "version", "action", "actor", "reason")
             )
+            print(f"{time}  v{version:<4} {action:<18} {actor:<16} {reason}")
     if not records and not args.json:
         print("no audit records")
-    return 0
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for problem in problems:
+        print(f"WARNING: audit log does not verify: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 COMMANDS = {

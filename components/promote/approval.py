@@ -16,6 +16,14 @@ State lives in the MLflow registry, so every client (CLI, flow, UI) sees the sam
 A version that was decided (approved, rejected, rolled back) is final: a retrained model
 is a new version. Every decision, and every refused attempt, goes to the audit log.
 
+Every decision is linearizable and on record: it runs under the store's lock (lock.py),
+first completes a decision a killed process left half done and checks that the registry's
+aliases are the ones the audit log records (refused, with the drift named, when they are
+not), then writes its audit record, which applies the tag and alias changes
+(audit.record_decision: write-ahead, compare-and-set on every alias). So nothing is ever
+"cleaned up" after a failure: a recorded decision is completed by the next command, an
+unrecorded one never moved anything. `status` reads without the lock and warns instead.
+
 The identity of an approver is what they type (--approver, defaulting to $USER, or the
 Prefect form field); the local Prefect server and MLflow store have no authentication.
 """
@@ -26,18 +34,22 @@ import json
 from functools import lru_cache
 from typing import NoReturn
 
-from components.promote.audit import record_decision, utc_now
-from components.promote.client import mlflow_client
+from components.promote.audit import (
+    reconcile,
+    record_decision,
+    registry_drift,
+    utc_now,
+    verify_log,
+)
+from components.promote.client import CHALLENGER, CHAMPION, find_model, mlflow_client, read_client
 from components.promote.config import PromotionConfig
+from components.promote.errors import PromotionRefused, UnknownModel
 from components.promote.gates import GateDecision
-from components.promote.registry import CHALLENGER, CHAMPION, LINEAGE_KEYS
+from components.promote.lock import promotion_lock
+from components.promote.registry import LINEAGE_KEYS
 
 DECIDED = ("approved", "rejected", "rolled_back")
 HISTORY_KEEP = 50  # champion_history entries kept in the registered-model tag
-
-
-class PromotionRefused(Exception):
-    """An approve / reject / rollback / request that the rules do not allow; nothing changed."""
 
 
 def _aliases(client, config: PromotionConfig) -> dict[str, str]:
@@ -60,11 +72,6 @@ def _version_tags(client, config: PromotionConfig, version: str) -> dict[str, st
         return dict(client.get_model_version(config.model_name, version).tags)
     except MlflowException:
         return None
-
-
-def _set_tags(client, config: PromotionConfig, version: str, tags: dict) -> None:
-    for key, value in tags.items():
-        client.set_model_version_tag(config.model_name, version, key, str(value))
 
 
 def _refuse(
@@ -91,6 +98,19 @@ def _refuse(
     raise PromotionRefused(f"{action} of version {version} refused: " + "; ".join(problems))
 
 
+def _checked_state(client, config, action: str, version, actor: str, reason: str) -> dict:
+    """The registry's aliases, once a decision a killed process left half done is complete;
+    refused (recorded) when they are not the ones the audit log records. Under the lock.
+    `version` None: the attempt is recorded against the current champion (rollback)."""
+    log = reconcile(config, client)
+    before = _aliases(client, config)
+    drift = registry_drift(log, before)
+    if drift:
+        target = before.get(CHAMPION, "") if version is None else version
+        _refuse(action, target, actor, reason, drift, before, config, client)
+    return before
+
+
 def _person_problems(approver: str, reason: str) -> list[str]:
     problems = []
     if not (approver or "").strip():
@@ -112,46 +132,46 @@ def request_approval(
 
     Returns True when the version is now challenger with a pending request. `evidence` is
     whatever a reviewer needs (candidate/champion metrics, data validation, run ids, report
-    URIs); it is stored with the audit records. Never touches `champion`.
+    URIs); it is stored with the audit records. Never touches `champion`. A caller that
+    gated against the champion holds promotion_lock around both, so the champion it
+    compared with is still the champion when the request is recorded.
     """
     config = config or PromotionConfig()
     version = str(version)
-    client = mlflow_client(config)
-    before = _aliases(client, config)
-    tags = _version_tags(client, config, version)
     dec = decision if isinstance(decision, GateDecision) else GateDecision.from_dict(decision)
-    if tags is None:
-        problems = ["no such model version"]
-    elif tags.get("approval_status") in DECIDED:
-        problems = [f"version is already {tags['approval_status']}; register a new version"]
-    else:
-        problems = []
-    if problems:
-        _refuse("request_approval", version, actor, "gates", problems, before, config, client)
-    full_evidence = _record_gates(client, config, version, dec, evidence, actor, before)
-    if not dec.passed:
-        _set_tags(client, config, version, {"approval_status": "gates_failed"})
-        if before.get(CHALLENGER) == version:  # re-evaluated and failed: no longer a candidate
-            client.delete_registered_model_alias(config.model_name, CHALLENGER)
-        return False
-    _make_challenger(client, config, version, full_evidence, actor, before)
-    return True
+    with promotion_lock(config):
+        client = mlflow_client(config)
+        before = _checked_state(client, config, "request_approval", version, actor, "gates")
+        tags = _version_tags(client, config, version)
+        if tags is None:
+            problems = ["no such model version"]
+        elif tags.get("approval_status") in DECIDED:
+            problems = [f"version is already {tags['approval_status']}; register a new version"]
+        else:
+            problems = []
+        if problems:
+            _refuse("request_approval", version, actor, "gates", problems, before, config, client)
+        full_evidence = _record_gates(client, config, version, dec, evidence, actor, before)
+        if not dec.passed:
+            return False
+        _make_challenger(client, config, version, full_evidence, actor, before)
+        return True
 
 
 def _record_gates(client, config, version, dec: GateDecision, evidence, actor, before) -> dict:
-    """Tag the version with its gate results and metrics and audit the decision; returns
-    the evidence with the gates added."""
+    """Audit the gate decision, tagging the version with its gate results and metrics (a
+    failed version stops being challenger); returns the evidence with the gates added."""
     metrics = {f"metric.{k}": v for k, v in (evidence.get("candidate_metrics") or {}).items()}
-    _set_tags(
-        client,
-        config,
-        version,
-        {
-            "gates_passed": str(dec.passed).lower(),
-            "gate_checks": json.dumps(dec.to_dict()["checks"], default=str),
-            **{k: ("None" if v is None else v) for k, v in metrics.items()},
-        },
-    )
+    tags = {
+        "gates_passed": str(dec.passed).lower(),
+        "gate_checks": json.dumps(dec.to_dict()["checks"], default=str),
+        **{k: ("None" if v is None else v) for k, v in metrics.items()},
+    }
+    after = dict(before)
+    if not dec.passed:
+        tags["approval_status"] = "gates_failed"
+        if before.get(CHALLENGER) == version:  # re-evaluated and failed: no longer a candidate
+            del after[CHALLENGER]
     full_evidence = {**evidence, "gates": dec.to_dict()}
     gate_reason = "all gates passed" if dec.passed else "failed: " + ", ".join(dec.failed())
     record_decision(
@@ -161,7 +181,8 @@ def _record_gates(client, config, version, dec: GateDecision, evidence, actor, b
         reason=gate_reason,
         evidence=full_evidence,
         aliases_before=before,
-        aliases_after=before,
+        aliases_after=after,
+        effects={"version_tags": {version: tags}},
         config=config,
         client=client,
     )
@@ -177,7 +198,6 @@ def _make_challenger(client, config, version: str, evidence: dict, actor: str, b
         and old != version
         and (_version_tags(client, config, old) or {}).get("approval_status") == "pending"
     ):
-        _set_tags(client, config, old, {"approval_status": "superseded"})
         record_decision(
             "superseded",
             version=old,
@@ -185,14 +205,12 @@ def _make_challenger(client, config, version: str, evidence: dict, actor: str, b
             reason=f"version {version} passed the gates and became challenger",
             evidence={"superseded_by": version},
             aliases_before=before,
-            aliases_after={**before, CHALLENGER: version},
+            aliases_after=before,  # challenger_set moves the alias
+            effects={"version_tags": {old: {"approval_status": "superseded"}}},
             config=config,
             client=client,
         )
-    client.set_registered_model_alias(config.model_name, CHALLENGER, version)
-    _set_tags(
-        client, config, version, {"approval_status": "pending", "approval_requested_at": utc_now()}
-    )
+    pending = {"approval_status": "pending", "approval_requested_at": utc_now()}
     record_decision(
         "challenger_set",
         version=version,
@@ -200,7 +218,8 @@ def _make_challenger(client, config, version: str, evidence: dict, actor: str, b
         reason="gates passed; awaiting a person's approval",
         evidence=evidence,
         aliases_before=before,
-        aliases_after=_aliases(client, config),
+        aliases_after={**before, CHALLENGER: version},
+        effects={"version_tags": {version: pending}},
         config=config,
         client=client,
     )
@@ -227,47 +246,32 @@ def approve(
     """Move `champion` to `version`: the only function that does.
 
     Refused (PromotionRefused, recorded) unless the version is the current challenger with a
-    pending request and passed gates, and an approver and a reason are given. Returns the
-    audit record.
+    pending request and passed gates, an approver and a reason are given, and the registry's
+    aliases are the ones the audit log records. Returns the audit record, whose writing
+    moves the aliases (so champion never stands on an unrecorded decision).
     """
     config = config or PromotionConfig()
     version = str(version)
-    client = mlflow_client(config)
-    before = _aliases(client, config)
-    problems = _person_problems(approver, reason) + _approval_problems(
-        client, config, version, before
-    )
-    if problems:
-        _refuse("approve", version, approver, reason, problems, before, config, client)
-    tags = _version_tags(client, config, version)
-    old_champion = before.get(CHAMPION)
-    history = _champion_history(client, config)
-    if old_champion and (not history or history[-1] != old_champion):
-        history.append(old_champion)  # a champion set before this workflow existed
-    history = (history + [version])[-HISTORY_KEEP:]
-    now = utc_now()
-    evidence = {
-        **_gate_evidence(tags),
-        "request": json.loads(tags.get("audit.challenger_set", "{}")),
-        "lineage": {k: tags.get(k) for k in LINEAGE_KEYS},
-        "previous_champion": old_champion,
-    }
-    client.set_registered_model_alias(config.model_name, CHAMPION, version)
-    try:
-        client.delete_registered_model_alias(config.model_name, CHALLENGER)
-        _set_tags(
-            client,
-            config,
-            version,
-            {
-                "approval_status": "approved",
-                "approved_by": approver,
-                "approved_at": now,
-                "approved_reason": reason,
-            },
+    with promotion_lock(config):
+        client = mlflow_client(config)
+        before = _checked_state(client, config, "approve", version, approver, reason)
+        problems = _person_problems(approver, reason) + _approval_problems(
+            client, config, version, before
         )
-        client.set_registered_model_tag(config.model_name, "champion_history", json.dumps(history))
-        client.set_registered_model_tag(config.model_name, "previous_champion", old_champion or "")
+        if problems:
+            _refuse("approve", version, approver, reason, problems, before, config, client)
+        tags = _version_tags(client, config, version)
+        old_champion = before.get(CHAMPION)
+        history = (_champion_history(client, config) + [version])[-HISTORY_KEEP:]
+        evidence = {
+            **_gate_evidence(tags),
+            "request": json.loads(tags.get("audit.challenger_set", "{}")),
+            "lineage": {k: tags.get(k) for k in LINEAGE_KEYS},
+            "previous_champion": old_champion,
+        }
+        approved = {"approval_status": "approved", "approved_by": approver,
+                    "approved_at": utc_now(), "approved_reason": reason}  # fmt: skip
+        after = {**{k: v for k, v in before.items() if k != CHALLENGER}, CHAMPION: version}
         return record_decision(
             "approved",
             version=version,
@@ -275,17 +279,17 @@ def approve(
             reason=reason,
             evidence=evidence,
             aliases_before=before,
-            aliases_after=_aliases(client, config),
+            aliases_after=after,
+            effects={
+                "version_tags": {version: approved},
+                "model_tags": {
+                    "champion_history": json.dumps(history),
+                    "previous_champion": old_champion or "",
+                },  # fmt: skip
+            },
             config=config,
             client=client,
         )
-    except Exception:
-        # Champion must never stand on an unrecorded decision: put it back, then fail.
-        if old_champion:
-            client.set_registered_model_alias(config.model_name, CHAMPION, old_champion)
-        else:
-            client.delete_registered_model_alias(config.model_name, CHAMPION)
-        raise
 
 
 def reject(
@@ -294,40 +298,32 @@ def reject(
     """Reject a pending challenger: the challenger alias goes, `champion` stays. Recorded."""
     config = config or PromotionConfig()
     version = str(version)
-    client = mlflow_client(config)
-    before = _aliases(client, config)
-    tags = _version_tags(client, config, version)
-    problems = _person_problems(approver, reason)
-    if tags is None:
-        problems.append("no such model version")
-    elif tags.get("approval_status") != "pending":
-        problems.append(f"no pending approval request (status {tags.get('approval_status')})")
-    if problems:
-        _refuse("reject", version, approver, reason, problems, before, config, client)
-    if before.get(CHALLENGER) == version:
-        client.delete_registered_model_alias(config.model_name, CHALLENGER)
-    _set_tags(
-        client,
-        config,
-        version,
-        {
-            "approval_status": "rejected",
-            "rejected_by": approver,
-            "rejected_at": utc_now(),
-            "rejected_reason": reason,
-        },
-    )
-    return record_decision(
-        "rejected",
-        version=version,
-        actor=approver,
-        reason=reason,
-        evidence=_gate_evidence(tags),
-        aliases_before=before,
-        aliases_after=_aliases(client, config),
-        config=config,
-        client=client,
-    )
+    with promotion_lock(config):
+        client = mlflow_client(config)
+        before = _checked_state(client, config, "reject", version, approver, reason)
+        tags = _version_tags(client, config, version)
+        problems = _person_problems(approver, reason)
+        if tags is None:
+            problems.append("no such model version")
+        elif tags.get("approval_status") != "pending":
+            problems.append(f"no pending approval request (status {tags.get('approval_status')})")
+        if problems:
+            _refuse("reject", version, approver, reason, problems, before, config, client)
+        rejected = {"approval_status": "rejected", "rejected_by": approver,
+                    "rejected_at": utc_now(), "rejected_reason": reason}  # fmt: skip
+        after = {k: v for k, v in before.items() if k != CHALLENGER or v != version}
+        return record_decision(
+            "rejected",
+            version=version,
+            actor=approver,
+            reason=reason,
+            evidence=_gate_evidence(tags),
+            aliases_before=before,
+            aliases_after=after,
+            effects={"version_tags": {version: rejected}},
+            config=config,
+            client=client,
+        )
 
 
 def _gate_evidence(tags: dict[str, str]) -> dict:
@@ -338,61 +334,59 @@ def _gate_evidence(tags: dict[str, str]) -> dict:
     }
 
 
+def _rollback_problems(client, config, current: str | None, history: list[str]) -> list[str]:
+    if current is None:
+        return ["there is no champion"]
+    if not history or history[-1] != current:
+        return [
+            f"champion {current} was not set by the approval workflow; inspect the registry by hand"
+        ]
+    if len(history) < 2:
+        return ["no previous champion to restore"]
+    if not (_version_tags(client, config, history[-2]) or {}).get("approved_by"):
+        return [f"previous champion {history[-2]} has no recorded approval"]
+    return []
+
+
 def rollback(approver: str, reason: str, *, config: PromotionConfig | None = None) -> dict:
     """Point `champion` back at the champion it replaced (an earlier approved version).
 
     The rolled-back version is marked rolled_back (final). Repeated rollbacks walk further
-    back through champion_history. Refused when there is no earlier approved champion.
+    back through champion_history. Refused when there is no earlier approved champion, or
+    when the registry's champion is not the one the audit log records.
     """
     config = config or PromotionConfig()
-    client = mlflow_client(config)
-    before = _aliases(client, config)
-    current = before.get(CHAMPION)
-    history = _champion_history(client, config)
-    problems = _person_problems(approver, reason)
-    if current is None:
-        problems.append("there is no champion")
-    elif not history or history[-1] != current:
-        problems.append(
-            f"champion {current} was not set by the approval workflow; inspect the registry by hand"
+    with promotion_lock(config):
+        client = mlflow_client(config)
+        before = _checked_state(client, config, "rollback", None, approver, reason)
+        current = before.get(CHAMPION)
+        history = _champion_history(client, config)
+        problems = _person_problems(approver, reason) + _rollback_problems(
+            client, config, current, history
         )
-    elif len(history) < 2:
-        problems.append("no previous champion to restore")
-    else:
-        target_tags = _version_tags(client, config, history[-2]) or {}
-        if not target_tags.get("approved_by"):
-            problems.append(f"previous champion {history[-2]} has no recorded approval")
-    if problems:
-        _refuse("rollback", current or "", approver, reason, problems, before, config, client)
-    target = history[-2]
-    history = history[:-1]
-    client.set_registered_model_alias(config.model_name, CHAMPION, target)
-    _set_tags(
-        client,
-        config,
-        current,
-        {
-            "approval_status": "rolled_back",
-            "rolled_back_by": approver,
-            "rolled_back_at": utc_now(),
-            "rolled_back_reason": reason,
-        },
-    )
-    client.set_registered_model_tag(config.model_name, "champion_history", json.dumps(history))
-    client.set_registered_model_tag(
-        config.model_name, "previous_champion", history[-2] if len(history) > 1 else ""
-    )
-    return record_decision(
-        "rolled_back",
-        version=target,
-        actor=approver,
-        reason=reason,
-        evidence={"rolled_back_from": current, "restored": target, "champion_history": history},
-        aliases_before=before,
-        aliases_after=_aliases(client, config),
-        config=config,
-        client=client,
-    )
+        if problems:
+            _refuse("rollback", current or "", approver, reason, problems, before, config, client)
+        target, history = history[-2], history[:-1]
+        rolled_back = {"approval_status": "rolled_back", "rolled_back_by": approver,
+                       "rolled_back_at": utc_now(), "rolled_back_reason": reason}  # fmt: skip
+        return record_decision(
+            "rolled_back",
+            version=target,
+            actor=approver,
+            reason=reason,
+            evidence={"rolled_back_from": current, "restored": target, "champion_history": history},
+            aliases_before=before,
+            aliases_after={**before, CHAMPION: target},
+            effects={
+                "version_tags": {current: rolled_back},
+                "model_tags": {
+                    "champion_history": json.dumps(history),
+                    "previous_champion": history[-2] if len(history) > 1 else "",
+                },
+            },  # fmt: skip
+            config=config,
+            client=client,
+        )
 
 
 def pending_approvals(config: PromotionConfig | None = None) -> list[dict]:
@@ -403,19 +397,28 @@ def pending_approvals(config: PromotionConfig | None = None) -> list[dict]:
 
 
 def status(config: PromotionConfig | None = None) -> dict:
-    """Aliases, champion history, pending requests, and whether the champion was approved."""
+    """Aliases, champion history, pending requests, whether the champion was approved, and
+    warnings: an audit log that does not verify, registry aliases it does not record, a
+    decision in flight. Read-only: takes no lock, creates nothing (UnknownModel instead)."""
     config = config or PromotionConfig()
-    client = mlflow_client(config)
-    aliases = _aliases(client, config)
+    client = read_client(config)
+    model = find_model(client, config)
+    if model is None:
+        raise UnknownModel(
+            f"no registered model {config.model_name!r} in {config.resolved_tracking_uri()}"
+        )
+    aliases = {alias: str(v) for alias, v in model.aliases.items()}
+    tags = dict(model.tags)
     champion = aliases.get(CHAMPION)
     champ_tags = (_version_tags(client, config, champion) or {}) if champion else {}
+    problems, notes = verify_log(config, client, aliases=aliases)
     return {
         "model": config.model_name,
         "tracking_uri": config.resolved_tracking_uri(),
         "aliases": aliases,
         "champion_approved_by": champ_tags.get("approved_by"),
-        "champion_history": _champion_history(client, config),
-        "previous_champion": _model_tags(client, config).get("previous_champion") or None,
+        "champion_history": [str(v) for v in json.loads(tags.get("champion_history", "[]"))],
+        "previous_champion": tags.get("previous_champion") or None,
         "pending": [
             {
                 "version": v["version"],
@@ -424,6 +427,7 @@ def status(config: PromotionConfig | None = None) -> dict:
             }
             for v in pending_approvals(config)
         ],
+        "warnings": problems + notes,
     }
 
 
@@ -499,7 +503,7 @@ def wait_for_approval_in_prefect(
             actor="agentrl-pipeline",
             reason=f"no decision within {timeout_s} s; request stays pending",
             aliases_before=before,
-            aliases_after=_aliases(client, config),
+            aliases_after=before,
             config=config,
             client=client,
         )

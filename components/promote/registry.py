@@ -10,10 +10,12 @@ second loading path, and `download_version("champion")` returns the folder as it
 Lineage travels as model-version tags (data_version, git_commit, config_hash,
 training_run_id, eval_report_uri, safety_report_uri), also set on the registration run.
 
-Aliases: `challenger` and `champion` are reserved. Only approval.py moves them (challenger
-by passing gates, champion by a person's approval or a rollback to an earlier approved
-champion); `set_alias` / `delete_alias` here refuse them, and `set_version_tags` refuses the
-tags that record approval state, so no path around the approval exists in this module.
+Aliases: `challenger` and `champion` are reserved (client.py names them). Only approval.py
+moves them (challenger by passing gates, champion by a person's approval or a rollback to an
+earlier approved champion), through the audit log's decisions; `set_alias` / `delete_alias`
+here refuse them, and `set_version_tags` refuses the tags that record approval state, so no
+path around the approval exists in this module. The getters create nothing (no store, no
+registered model): they answer a misspelt model with nothing.
 """
 
 from __future__ import annotations
@@ -23,12 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from components.promote.audit import default_actor, record_decision
-from components.promote.client import mlflow_client
+from components.promote.client import RESERVED_ALIASES, find_model, mlflow_client, read_client
 from components.promote.config import REPO_ROOT, PromotionConfig
+from components.promote.errors import UnknownModel
 
-CHAMPION = "champion"
-CHALLENGER = "challenger"
-RESERVED_ALIASES = (CHAMPION, CHALLENGER)
 # Tags that carry approval state; written only by approval.py / audit.py.
 RESERVED_TAG_PREFIXES = (
     "approval_",
@@ -41,6 +41,7 @@ RESERVED_TAG_PREFIXES = (
     "audit.",
     "champion_history",
     "previous_champion",
+    "audit_",
 )
 LINEAGE_KEYS = (
     "data_version",
@@ -163,19 +164,26 @@ def _version_dict(mv, aliases_by_version: dict[str, list[str]]) -> dict:
 
 
 def get_aliases(config: PromotionConfig | None = None) -> dict[str, str]:
-    """alias -> version of the registered model."""
+    """alias -> version of the registered model ({} when there is none; creates nothing)."""
     config = config or PromotionConfig()
-    model = mlflow_client(config).get_registered_model(config.model_name)
-    return {alias: str(version) for alias, version in model.aliases.items()}
+    model = find_model(read_client(config), config)
+    return {} if model is None else {alias: str(v) for alias, v in model.aliases.items()}
 
 
 def get_alias(alias: str, config: PromotionConfig | None = None) -> str | None:
     return get_aliases(config).get(alias)
 
 
+def _reader(config: PromotionConfig):
+    client = read_client(config)
+    if client is None:
+        raise UnknownModel(f"no MLflow store at {config.resolved_tracking_uri()}")
+    return client
+
+
 def get_version(version: str, config: PromotionConfig | None = None) -> dict:
     config = config or PromotionConfig()
-    mv = mlflow_client(config).get_model_version(config.model_name, str(version))
+    mv = _reader(config).get_model_version(config.model_name, str(version))
     by_version: dict[str, list[str]] = {}
     for alias, v in get_aliases(config).items():
         by_version.setdefault(v, []).append(alias)
@@ -183,9 +191,12 @@ def get_version(version: str, config: PromotionConfig | None = None) -> dict:
 
 
 def list_versions(config: PromotionConfig | None = None) -> list[dict]:
-    """Every version of the registered model, oldest first, with aliases and tags."""
+    """Every version of the registered model, oldest first, with aliases and tags ([] when
+    there is no such model; creates nothing)."""
     config = config or PromotionConfig()
-    client = mlflow_client(config)
+    client = read_client(config)
+    if find_model(client, config) is None:
+        return []
     by_version: dict[str, list[str]] = {}
     for alias, v in get_aliases(config).items():
         by_version.setdefault(v, []).append(alias)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from components.promote.config import PromotionConfig, promotion_config
@@ -59,7 +60,9 @@ def main_request(argv: list[str]) -> int:
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     from components.promote.approval import request_approval
+    from components.promote.errors import PromotionError
     from components.promote.gates import evaluate_gates
+    from components.promote.lock import promotion_lock
     from components.promote.registry import Lineage, register_candidate, set_version_tags
 
     config = promotion_config(args.preset)
@@ -75,11 +78,9 @@ def main_request(argv: list[str]) -> int:
         "tampering_rate": max(overall.get("tampering_rate") or 0.0,
                               safety.get("candidate", {}).get("tampering_rate") or 0.0),
     }  # fmt: skip
-    champion = _champion_metrics(config)
     data_validation = {"passed": bool(validation.get("passed")),
                        "failure_rate": validation.get("failure_rate"),
                        "version": args.data_version}  # fmt: skip
-    decision = evaluate_gates(candidate, champion, data_validation, config)
     lineage = Lineage(
         data_version=args.data_version,
         config_hash=args.config_hash,
@@ -87,19 +88,27 @@ def main_request(argv: list[str]) -> int:
         eval_report_uri=str((args.eval / "report.md").resolve()),
         safety_report_uri=str((args.safety / "safety.md").resolve()),
     )
-    version = register_candidate(args.policy, lineage, config)
-    # Keep this version's per-task results where the next run's evaluation cannot overwrite
-    # them: they are the baseline of the regression rate once the version is champion.
-    kept = (
-        config.resolved_audit_path().parent / "evaluations" / f"{config.model_name}-v{version}.json"
-    )
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.eval / "results.json", kept)
-    set_version_tags(version, {"eval_results": str(kept)}, config)
-    evidence = {"candidate_metrics": candidate, "champion_metrics": champion,
-                "data_validation": data_validation,
-                "verifier_fooled": safety.get("fooled", [])}  # fmt: skip
-    challenger = request_approval(version, decision, evidence, config=config)
+    try:
+        version = register_candidate(args.policy, lineage, config)
+        # Keep this version's per-task results where the next run's evaluation cannot
+        # overwrite them: they are the regression baseline once the version is champion.
+        kept = (config.resolved_audit_path().parent / "evaluations"
+                / f"{config.model_name}-v{version}.json")  # fmt: skip
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(args.eval / "results.json", kept)
+        set_version_tags(version, {"eval_results": str(kept)}, config)
+        # Gated against the champion of the moment: the lock keeps it champion until the
+        # request is recorded (an approval in between would make the comparison stale).
+        with promotion_lock(config):
+            champion = _champion_metrics(config)
+            decision = evaluate_gates(candidate, champion, data_validation, config)
+            evidence = {"candidate_metrics": candidate, "champion_metrics": champion,
+                        "data_validation": data_validation,
+                        "verifier_fooled": safety.get("fooled", [])}  # fmt: skip
+            challenger = request_approval(version, decision, evidence, config=config)
+    except PromotionError as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return 1
     result = {
         "version": version,
         "model": config.model_name,

@@ -6,10 +6,10 @@ registered model name and audit file, which isolates them as well as separate st
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
+from promote_helpers import make_checkpoint
 
 from components.promote.config import PromotionConfig
 
@@ -36,10 +36,4 @@ def cfg(mlflow_store, tmp_path) -> PromotionConfig:
 @pytest.fixture
 def checkpoint(tmp_path):
     """A stand-in for a save_policy folder: config.json + tokenizer files, a few bytes."""
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 8}))
-    (ckpt / "tokenizer.json").write_text("{}")
-    (ckpt / "tokenizer_config.json").write_text("{}")
-    (ckpt / "model.safetensors").write_bytes(b"\0" * 64)
-    return ckpt
+    return make_checkpoint(tmp_path / "ckpt")

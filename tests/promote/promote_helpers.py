@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from components.promote.approval import request_approval
 from components.promote.gates import evaluate_gates
 from components.promote.registry import Lineage, register_candidate
@@ -38,3 +40,13 @@ def candidate(cfg, checkpoint, metrics=None, champion=None, data=None, n: int = 
         "run_ids": {"train": f"run{n}"},
     }
     return version, request_approval(version, decision, evidence, config=cfg)
+
+
+def make_checkpoint(ckpt):
+    """A stand-in for a save_policy folder: config.json + tokenizer files, a few bytes."""
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 8}))
+    (ckpt / "tokenizer.json").write_text("{}")
+    (ckpt / "tokenizer_config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"\0" * 64)
+    return ckpt

@@ -15,10 +15,13 @@ import pytest
 from promote_helpers import DATA_OK, PASSING, candidate, lineage
 
 import components.promote.__main__ as cli
-from components.promote import approval, audit, client, config, gates, registry
+from components.promote import approval, audit, chain, client, config, gates, lock, registry
 
-MODULES = (config, client, gates, registry, approval, audit, cli)
+MODULES = (config, client, gates, registry, approval, audit, chain, lock, cli)
 MAY_MOVE_CHAMPION = {
+    # completes an approve/rollback whose record is written but a killed process did not
+    # finish applying (tests/promote/test_promote_integrity)
+    "audit.reconcile",
     "approval.approve",
     "approval.wait_for_approval_in_prefect",  # calls approve (tests/promote/test_promote_prefect)
     "__main__.main_approve",  # calls approve, or resumes the Prefect form
@@ -48,7 +51,32 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
     def new_pending():
         return candidate(cfg, checkpoint, {**PASSING, "success_rate": 0.9}, PASSING, n=9)[0]
 
+    def log():
+        return chain.scan(cfg.resolved_audit_path(), cfg.model_name)
+
+    def locked():
+        with lock.promotion_lock(cfg):
+            pass
+
     return {
+        "chain.canonical": lambda: chain.canonical({"a": 1}),
+        "chain.record_hash": lambda: chain.record_hash({"a": 1}),
+        "chain.seal": lambda: chain.seal({"a": 1}, 1, chain.GENESIS),
+        "chain.link": lambda: chain.link(log().last.record),
+        "chain.parse_link": lambda: chain.parse_link("1:ab"),
+        "chain.describe": lambda: chain.describe(log().last.record),
+        "chain.append_line": lambda: chain.append_line(tmp_path / "other.jsonl", {"a": 1}),
+        "chain.read_lines": lambda: chain.read_lines(cfg.resolved_audit_path()),
+        "chain.scan": log,
+        "chain.head_problems": lambda: chain.head_problems(log(), None, None),
+        "lock.lock_path": lambda: lock.lock_path(cfg),
+        "lock.promotion_lock": locked,
+        "client.read_client": lambda: client.read_client(cfg),
+        "client.find_model": lambda: client.find_model(client.read_client(cfg), cfg),
+        "client.reserved": lambda: client.reserved({"champion": "2"}),
+        "audit.verify_log": lambda: audit.verify_log(cfg, aliases=registry.get_aliases(cfg)),
+        "audit.audit_aliases": lambda: audit.audit_aliases(log()),
+        "audit.registry_drift": lambda: audit.registry_drift(log(), registry.get_aliases(cfg)),
         "config.load_config": lambda: config.load_config(None),
         "config.promotion_config": lambda: config.promotion_config(None),
         "gates.evaluate_gates": lambda: gates.evaluate_gates(PASSING, None, DATA_OK, cfg),
