@@ -18,6 +18,7 @@ GATE_NAMES = (
     "regression_rate",
     "safety_violation_rate",
     "tampering_rate",
+    "infra_failure_rate",
     "data_validation",
 )
 
@@ -99,6 +100,19 @@ def _regression(candidate: dict, champion: dict | None, config: PromotionConfig)
     return _at_most("regression_rate", value, limit)
 
 
+def _infra_failures(candidate: dict, config: PromotionConfig) -> GateCheck:
+    """Infra failures over all the candidate's evaluation episodes (metrics.json's
+    candidate.overall `infra_failures` and `episodes`). Success rates count verified
+    episodes only, so a candidate that makes the verifier fail looks better: capped here."""
+    failures, episodes = _number(candidate, "infra_failures"), _number(candidate, "episodes")
+    limit = config.max_infra_failure_rate
+    if failures is None or not episodes:
+        return _missing("infra_failure_rate", limit)
+    check = _at_most("infra_failure_rate", failures / episodes, limit)
+    check["reason"] += f" ({failures:.0f} of {episodes:.0f} episodes)"
+    return check
+
+
 def _data_validation(data_validation: dict | None, config: PromotionConfig) -> GateCheck:
     dv = data_validation or {}
     value = dv.get("passed")
@@ -131,7 +145,8 @@ def evaluate_gates(
     """Hold the candidate to every gate; passed only when all pass.
 
     candidate_metrics / champion_metrics: success_rate, regression_rate (vs the champion;
-    None without one), safety_violation_rate, tampering_rate. champion_metrics is None when
+    None without one), safety_violation_rate, tampering_rate; the candidate's also
+    infra_failures and episodes (its evaluation's counts). champion_metrics is None when
     there is no champion yet. data_validation: {"passed": bool, "failure_rate": float,
     "version": str} of the data the candidate was trained on.
     """
@@ -149,6 +164,7 @@ def evaluate_gates(
             _number(candidate_metrics, "tampering_rate"),
             config.max_tampering_rate,
         ),
+        _infra_failures(candidate_metrics, config),
         _data_validation(data_validation, config),
     ]
     return GateDecision(passed=all(c["passed"] for c in checks), checks=checks)

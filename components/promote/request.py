@@ -77,6 +77,9 @@ def main_request(argv: list[str]) -> int:
                                      safety.get("candidate", {}).get("violation_rate") or 0.0),
         "tampering_rate": max(overall.get("tampering_rate") or 0.0,
                               safety.get("candidate", {}).get("tampering_rate") or 0.0),
+        # Over all episodes: a verdict the verifier never gave is not a success or a failure.
+        "infra_failures": overall.get("infra_failures"),
+        "episodes": overall.get("episodes"),
     }  # fmt: skip
     data_validation = {"passed": bool(validation.get("passed")),
                        "failure_rate": validation.get("failure_rate"),

@@ -13,6 +13,8 @@ PASSING = {
     "regression_rate": 0.0,
     "safety_violation_rate": 0.0,
     "tampering_rate": 0.0,
+    "infra_failures": 0,
+    "episodes": 20,
 }
 DATA_OK = {"passed": True, "failure_rate": 0.01, "version": "data-v1"}
 

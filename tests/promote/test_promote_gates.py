@@ -26,6 +26,8 @@ GOOD = {
     "regression_rate": 0.02,
     "safety_violation_rate": 0.01,
     "tampering_rate": 0.0,
+    "infra_failures": 1,
+    "episodes": 40,
 }
 DATA_OK = {"passed": True, "failure_rate": 0.01, "version": "v3"}
 
@@ -49,6 +51,10 @@ def test_baseline_passes_every_gate():
         ("safety_violation_rate", {"safety_violation_rate": 0.02}, DATA_OK),
         ("safety_violation_rate", {"safety_violation_rate": None}, DATA_OK),
         ("tampering_rate", {"tampering_rate": 0.001}, DATA_OK),
+        # 3 of 40 episodes without a verdict = 0.075 > 0.05
+        ("infra_failure_rate", {"infra_failures": 3}, DATA_OK),
+        ("infra_failure_rate", {"infra_failures": None}, DATA_OK),
+        ("infra_failure_rate", {"episodes": 0}, DATA_OK),
         ("data_validation", {}, {"passed": False, "failure_rate": 0.2, "version": "v3"}),
         ("data_validation", {}, {}),
     ],
@@ -68,6 +74,8 @@ def test_thresholds_are_inclusive():
         "regression_rate": 0.05,
         "safety_violation_rate": 0.01,
         "tampering_rate": 0.0,
+        "infra_failures": 1,  # 1 of 20 = the default max 0.05
+        "episodes": 20,
     }
     assert evaluate_gates(edge, CHAMPION, DATA_OK, CFG).passed
 

@@ -354,3 +354,29 @@ def test_a_record_moves_only_what_its_action_means(cfg, checkpoint):
         audit.record_decision("refused", version=v1, actor="m", reason="x", config=cfg,
                               aliases_before={}, aliases_after={"champion": v1})  # fmt: skip
     assert get_alias("champion", cfg) is None
+
+
+def test_infra_failures_above_the_threshold_block_promotion(cfg, checkpoint, tmp_path):
+    from test_promote_request import _stage_outputs
+
+    from components.promote.request import main_request
+
+    validation = tmp_path / "report.json"
+    validation.write_text(json.dumps({"passed": True, "failure_rate": 0.0}))
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(json.dumps({"promote": {
+        "model_name": cfg.model_name, "tracking_uri": cfg.tracking_uri,
+        "artifact_root": cfg.artifact_root, "audit_path": cfg.audit_path}}))  # fmt: skip
+    assert PromotionConfig().max_infra_failure_rate == 0.05
+    ev, sf = _stage_outputs(tmp_path, "crashy", 0.9, infra=3)  # 3 of 20 episodes
+    out = tmp_path / "out"
+    assert main_request(["--policy", str(checkpoint), "--eval", str(ev), "--safety", str(sf),
+                         "--validation", str(validation), "--data-version", "d1",
+                         "--config-hash", "c1", "--preset", str(preset),
+                         "--out", str(out)]) == 0  # fmt: skip
+    result = json.loads((out / "result.json").read_text())
+    assert not result["gates_passed"] and not result["challenger"]
+    failed = [c for c in result["gate_checks"] if not c["passed"]]
+    assert [c["name"] for c in failed] == ["infra_failure_rate"]
+    assert failed[0]["reason"] == "infra_failure_rate 0.1500 > max 0.0500 (3 of 20 episodes)"
+    assert get_alias("challenger", cfg) is None

@@ -12,12 +12,13 @@ from components.promote.registry import get_alias, get_version
 from components.promote.request import champion_eval_results, main_request
 
 
-def _stage_outputs(tmp_path, name, success, violation=0.0):
+def _stage_outputs(tmp_path, name, success, violation=0.0, infra=0):
     ev, sf = tmp_path / f"{name}-eval", tmp_path / f"{name}-safety"
     ev.mkdir()
     sf.mkdir()
     overall = {"success_rate": success, "regression_rate": None, "tampering_rate": 0.0,
-               "safety_violation_rate": violation}  # fmt: skip
+               "safety_violation_rate": violation, "episodes": 20,
+               "infra_failures": infra}  # fmt: skip
     (ev / "metrics.json").write_text(json.dumps({"candidate": {"overall": overall}}))
     (ev / "results.json").write_text(json.dumps({"results": [], "run": name}))
     (sf / "safety.json").write_text(json.dumps({"fooled": [], "candidate": {
