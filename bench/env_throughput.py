@@ -3,14 +3,27 @@
 1. Verified oracle episodes per second with 1 and with 2 workers.
 2. One sandboxed test run vs a bare `python -m pytest` of the same repo (interleaved, so
    both see the same machine load), as a ratio of medians.
+3. Verification per episode, interleaved on the same oracle trees: "plain" runs the
+   processes verification ran before issue 17 (hidden tests by `python -m pytest` in one
+   copy, the hidden-case run in another, lint) vs `verify` (snapshot, fresh trees, cases
+   first, harness + recorder + canary, derived cases), with the verdict cache off. The
+   issue's bar: at most 15% slower.
+4. A GRPO-like workload: groups of --group episodes per task whose final trees are drawn
+   from a few outcomes (the reference fix, the untouched repo, listed one-edit fixes), as
+   sampled completions of one prompt often coincide: seconds per verification and the
+   verdict cache's hit rate.
 
-    .venv/bin/python bench/env_throughput.py [--tasks 40] [--repeats 20]
+    .venv/bin/python bench/env_throughput.py [--tasks 40] [--repeats 20] [--group 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
+import random
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -21,13 +34,24 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy
-from components.env.scripted import make_policy
+from components.env.fixes import candidate_fixes
 from components.env.sandbox import SandboxConfig, isolation_report, run_sandboxed
+from components.env.scripted import make_policy
+from components.env.verifier import (
+    CASE_RUNNER,
+    clear_verdict_cache,
+    hidden_cases,
+    introduced_findings,
+    verdict_cache_info,
+    verify,
+)
 from components.tasks.generate import GenerateConfig, generate_suite
-from components.tasks.task import load_tasks
+from components.tasks.patching import apply_unified_diff
+from components.tasks.task import Task, load_tasks
 
 
 def episodes_per_second(tasks, workers: int) -> tuple[float, int]:
+    clear_verdict_cache()  # each setting verifies every tree itself
     t0 = time.perf_counter()
     results = evaluate_policy(
         tasks, lambda: make_policy("oracle"), EnvConfig(), SandboxConfig(),
@@ -60,10 +84,91 @@ def sandbox_vs_bare(tasks, repeats: int) -> tuple[float, float]:
     return statistics.median(sandboxed), statistics.median(bare)
 
 
+def fixed_repo(task: Task, dest: Path) -> Path:
+    shutil.copytree(task.repo_dir, dest)
+    apply_unified_diff(dest, task.reference_patch() or "")
+    return dest
+
+
+def plain_verify(task: Task, repo: Path, env: EnvConfig, sandbox: SandboxConfig) -> None:
+    """The processes verification ran before issue 17, for the same tree: one copy with the
+    hidden tests run by `python -m pytest`, lint, and when they pass a copy without them for
+    the hidden cases."""
+    cfg = dataclasses.replace(sandbox, wall_time_s=env.verify_timeout_s)
+    with tempfile.TemporaryDirectory(prefix="agentrl-plain-") as tmp:
+        tree = Path(tmp) / "repo"
+        shutil.copytree(repo, tree)
+        for rel in task.hidden_test_files():
+            shutil.copyfile(task.hidden_tests_dir / rel, tree / rel)
+        introduced_findings(task.repo_dir, tree, [task.metadata.extra.get("module", "")])
+        tests = run_sandboxed(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+                               "addopts=", f"--timeout={env.per_test_timeout_s:g}",
+                               *task.hidden_test_files()], tree, cfg)  # fmt: skip
+        cases, _ = hidden_cases(task)
+        if cases and tests.exit_code == 0:
+            cases_tree = Path(tmp) / "cases"
+            shutil.copytree(repo, cases_tree)
+            token = secrets.token_hex(4)
+            (cases_tree / "runner.py").write_text(CASE_RUNNER)
+            (cases_tree / "args.json").write_text(
+                json.dumps([[c["module"], c["function"], c["args"]] for c in cases])
+            )
+            run_sandboxed(["python", "runner.py", token, "args.json",
+                           f"{env.per_test_timeout_s:g}"], cases_tree, cfg)  # fmt: skip
+
+
+def verification_overhead(tasks, repeats: int) -> tuple[float, float]:
+    """Median seconds per verification (plain, hardened), interleaved on oracle trees."""
+    env, sandbox = EnvConfig(), SandboxConfig()
+    plain, hardened = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [fixed_repo(t, Path(tmp) / t.id) for t in tasks]
+        for i in range(repeats):
+            task, tree = tasks[i % len(tasks)], trees[i % len(tasks)]
+            t0 = time.perf_counter()
+            plain_verify(task, tree, env, sandbox)
+            plain.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            v = verify(task, tree, env, sandbox, cache=False)
+            hardened.append(time.perf_counter() - t0)
+            if not v.tests_passed:
+                raise RuntimeError(f"{task.id}: the oracle tree did not verify: {v.detail}")
+    return statistics.median(plain), statistics.median(hardened)
+
+
+def grpo_workload(tasks, group: int, seed: int = 0) -> tuple[float, float, int]:
+    """(seconds per verification, cache hit rate, verifications) over groups of `group`
+    final trees per task, each drawn from the task's few likely outcomes."""
+    rng = random.Random(seed)
+    env, sandbox = EnvConfig(), SandboxConfig()
+    clear_verdict_cache()
+    n = 0
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in tasks:
+            module = task.metadata.extra["module"]
+            text = (task.repo_dir / module).read_text()
+            outcomes = ["fix", "untouched", *[c.source for c in candidate_fixes(text, 3)]]
+            for g in range(group):
+                tree = Path(tmp) / f"{task.id}-{g}"
+                pick = rng.choice(outcomes)
+                if pick == "fix":
+                    fixed_repo(task, tree)
+                else:
+                    shutil.copytree(task.repo_dir, tree)
+                    if pick != "untouched":
+                        (tree / module).write_text(pick)
+                verify(task, tree, env, sandbox)
+                n += 1
+    info = verdict_cache_info()
+    return (time.perf_counter() - t0) / n, info["hits"] / max(1, info["hits"] + info["misses"]), n
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tasks", type=int, default=40, help="episodes per worker setting")
-    p.add_argument("--repeats", type=int, default=20, help="paired test runs")
+    p.add_argument("--repeats", type=int, default=20, help="paired test runs / verifications")
+    p.add_argument("--group", type=int, default=8, help="episodes per task in the GRPO workload")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-") as tmp:
         generate_suite(Path(tmp), GenerateConfig(n_tasks=max(args.tasks, 30), seed=123))
@@ -82,7 +187,14 @@ def main() -> None:
         sb, bare = sandbox_vs_bare(tasks, args.repeats)
         print(f"  median sandboxed pytest run: {sb * 1000:7.1f} ms")
         print(f"  median bare pytest run:      {bare * 1000:7.1f} ms")
-        print(f"  sandbox overhead ratio:      {sb / bare:.2f}x  (aim < 1.5x)")
+        print(f"  sandbox overhead ratio:      {sb / bare:.2f}x  (aim < 1.5x)\n")
+        plain, hardened = verification_overhead(tasks, args.repeats)
+        print(f"  median verification, plain (before issue 17): {plain * 1000:7.1f} ms")
+        print(f"  median verification, hardened (verify):        {hardened * 1000:7.1f} ms")
+        print(f"  verification overhead ratio: {hardened / plain:.2f}x  (bar: <= 1.15x)\n")
+        per, hit_rate, n = grpo_workload(tasks, args.group)
+        print(f"  GRPO-like workload ({n} verifications, groups of {args.group}): "
+              f"{per * 1000:.1f} ms per verification, cache hit rate {hit_rate:.0%}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -11,21 +11,24 @@ check writes survives it:
    configuration (conftest.py, pytest.ini, pyproject.toml, ..., `*.pth`) and files that could
    shadow or hook the harness (`pytest*`, `_pytest*`, `pluggy`, `sitecustomize`,
    `usercustomize`, at any depth) are reported as tampering and never taken.
-3. **Hidden cases**, when the task ships them (`hidden_cases.json`) or its hidden tests are
-   plain `assert f(literals) == literal` lines (read off here, `derive_cases`): a fresh tree
-   from the snapshot, without the hidden tests, runs the function on the arguments only;
-   the expected values never leave this process. This check runs first, so no process that
-   saw a hidden test ran before it.
-4. **Hidden tests**: another fresh tree plus the hidden tests and a canary test that must
-   fail (both read-only under bwrap), run by a trusted harness under an isolated interpreter
-   start (`python -s -P -B`: no user site, no current folder or repository on sys.path ahead
-   of the environment's packages; the repository is appended after them; the environment is
-   the sandbox's allow-list, so no PYTHON* variable of the host applies) with pytest plugins
-   given explicitly (autoload off; pytest-timeout and the harness's recorder passed as
-   objects). The recorder notes what each test's setup, call and teardown raised,
-   independently of pytest's reports. A pass needs both to agree, the canary reported as
-   failed, every hidden test present and none skipped; anything else that bends the run is
-   a forged verdict (test tampering).
+3. **Hidden tests**: a fresh tree plus the hidden tests and a canary test that must fail
+   (both read-only under bwrap), run by a trusted harness under an isolated interpreter
+   start (`python -s -P -B`: no user site, no current folder or repository on sys.path
+   ahead of the environment's packages; the repository is appended after them; the
+   environment is the sandbox's allow-list, so no PYTHON* variable of the host applies)
+   with pytest plugins given explicitly (autoload off; pytest-timeout and the harness's
+   recorder passed as objects). The recorder notes what each test's setup, call and
+   teardown raised, independently of pytest's reports. A pass needs both to agree, the
+   canary reported as failed, every hidden test present and none skipped; anything else
+   that bends the run is a forged verdict (test tampering). The import of a test module
+   (and of the code it imports) is timed like a test.
+4. **Hidden cases**, when the hidden tests passed and the task ships cases
+   (`hidden_cases.json`) or its hidden tests are plain `assert f(literals) == literal`
+   lines (read off here, `derive_cases`): another fresh tree from the snapshot, without
+   the hidden tests, runs the function on the arguments only; the expected values never
+   leave this process. Answers the code gathered while the hidden tests ran cannot reach
+   this run: under bwrap nothing a sandboxed process writes outlives it except its tree,
+   and this tree is new. Hidden tests that pass while the cases fail are a forged verdict.
 5. **Who caused a missing verdict.** When the agent's tree gives no verdict (no harness
    report, pytest internal/usage error, a wall-clock or other limit, a tree that cannot be
    copied), the untouched task repository is verified under the same harness (the
@@ -41,9 +44,10 @@ What is NOT protected: code under test runs inside the pytest process, so a prog
 written against this harness (patching the recorder's hook implementations in memory,
 reading the hidden test's constants) can still bend the pytest verdict of a task with no
 hidden cases; tasks whose verdict must hold against that need hidden cases (shipped or
-derivable). Without bubblewrap the hidden tests are writable and the task store is
-readable from the sandbox (components/env/sandbox.py). `verify_command` tasks get an
-exit-status verdict only.
+derivable). Without bubblewrap the hidden tests are writable, the task store is readable
+and a process can leave what it learnt in the host's /tmp for the hidden-case run
+(components/env/sandbox.py says what each isolation mode gives). `verify_command` tasks
+get an exit-status verdict only.
 """
 
 from __future__ import annotations
@@ -775,17 +779,15 @@ def _task_key(task: Task, original: dict) -> str:
 
 def _run_checks(
     task: Task, snap: Snapshot, changed: list[str], tampered: set[str], work: Path,
-    env: EnvConfig, cfg: SandboxConfig,
+    env: EnvConfig, cfg: SandboxConfig, *, every_check: bool = False,
 ) -> tuple[_Check | None, _Check, dict]:  # fmt: skip
-    """(hidden-case check or None, hidden-test check, lint findings), each from its own
-    fresh tree. Raises OSError when a tree cannot be built."""
-    cases, comparison = hidden_cases(task)
-    cases_tree, tests_tree = work / "cases", work / "tests"
-    build_tree(task, snap, changed, tampered, cases_tree, hidden=False)
-    kept = [p for p in changed if p not in tampered]
-    findings = introduced_findings(task.repo_dir, cases_tree, kept)
-    case_check = _cases_check(cases, comparison, cases_tree, env, cfg) if cases else None
+    """(hidden-case check or None, hidden-test check, lint findings), each check in its own
+    fresh tree. The hidden cases run only after the hidden tests passed (a failed verdict
+    needs nothing more), unless `every_check`. Raises OSError when a tree cannot be built."""
+    tests_tree, cases_tree = work / "tests", work / "cases"
     build_tree(task, snap, changed, tampered, tests_tree, hidden=True)
+    kept = [p for p in changed if p not in tampered]
+    findings = introduced_findings(task.repo_dir, tests_tree, kept)
     if task.verify_command is not None:
         cmd = run_sandboxed(list(task.verify_command), tests_tree, cfg)
         test_check = _Check(passed=cmd.exit_code == 0, total=1, failed=int(cmd.exit_code != 0),
@@ -794,6 +796,11 @@ def _run_checks(
             test_check.lost = _no_verdict(cmd, "the verify command")
     else:
         test_check = _tests_check(task, tests_tree, env, cfg)
+    cases, comparison = hidden_cases(task)
+    case_check = None
+    if cases and (test_check.passed or every_check):
+        build_tree(task, snap, changed, tampered, cases_tree, hidden=False)
+        case_check = _cases_check(cases, comparison, cases_tree, env, cfg)
     return case_check, test_check, findings
 
 
@@ -813,7 +820,9 @@ def _control(task: Task, key: str, env: EnvConfig, cfg: SandboxConfig) -> str:
     with tempfile.TemporaryDirectory(prefix="agentrl-control-") as tmp:
         try:
             snap = take_snapshot(task.repo_dir, Path(tmp) / "snapshot")
-            cases, tests, _ = _run_checks(task, snap, [], set(), Path(tmp), env, cfg)
+            cases, tests, _ = _run_checks(
+                task, snap, [], set(), Path(tmp), env, cfg, every_check=True
+            )
             lost = (cases.lost if cases else "") or tests.lost
         except Exception as e:  # noqa: BLE001 - any harness crash means no control verdict
             lost = f"{type(e).__name__}: {e}"
