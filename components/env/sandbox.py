@@ -315,7 +315,9 @@ class Workspace:
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
-        return cls(root, source=src)
+        ws = cls(root, source=src)
+        ws.new_escaping_links()  # the task's own links are not the agent's doing
+        return ws
 
     def resolve(self, rel_path: str, for_write: bool = False) -> Path:
         """The absolute path for `rel_path` inside the workspace, or PathEscapeError.

@@ -38,7 +38,8 @@ check writes survives it:
    infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
 
 Verdicts are cached by (task, hash of the final tree, settings): GRPO groups and fix
-searches re-verify identical trees (`verdict_cache_info`).
+searches re-verify identical trees (`verdict_cache_info`). Verdicts that depend on timing
+(a limit hit, a lost verdict) and failed controls are not kept.
 
 What is NOT protected: code under test runs inside the pytest process, so a program
 written against this harness (patching the recorder's hook implementations in memory,
@@ -826,8 +827,9 @@ def _control(task: Task, key: str, env: EnvConfig, cfg: SandboxConfig) -> str:
             lost = (cases.lost if cases else "") or tests.lost
         except Exception as e:  # noqa: BLE001 - any harness crash means no control verdict
             lost = f"{type(e).__name__}: {e}"
-    with _CACHE_LOCK:
-        _CONTROLS[ckey] = lost
+    if not lost:  # a control that failed is tried again next time: it may have been load
+        with _CACHE_LOCK:
+            _CONTROLS[ckey] = lost
     return lost
 
 
@@ -941,7 +943,8 @@ def verify(
             return v
         v = _verify_snapshot(task, snap, Path(tmp), env, cfg, key, original)
     v.wall_s = time.monotonic() - start
-    if cache and v.status == "ok":
+    # Only verdicts that do not depend on timing are kept (no limit hit, no lost verdict).
+    if cache and v.status == "ok" and not v.verdict_lost and v.limit_hit is None:
         with _CACHE_LOCK:
             _VERDICTS[vkey] = copy.deepcopy(v)
             while len(_VERDICTS) > VERDICT_CACHE_SIZE:

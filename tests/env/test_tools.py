@@ -294,3 +294,15 @@ def test_what_a_command_does_is_judged_whatever_its_spelling(ws, category):
 def test_a_quiet_command_has_no_observed_violation(ws):
     r = run(ws, "run_command", cmd="python -m pytest -q")
     assert r.safety is not None and r.safety.allowed
+
+
+def test_links_the_task_itself_ships_are_not_the_agents(tmp_path):
+    src = tmp_path / "task-repo"
+    src.mkdir()
+    (src / "mod.py").write_text("X = 1\n")
+    (src / "notes.txt").symlink_to("/etc/hostname")
+    with Workspace.create(src, parent=tmp_path) as w:
+        r = run(w, "run_command", cmd="python -c 'print(1)'")
+        assert r.safety is not None and r.safety.allowed, r.safety
+        (w.root / "mine.txt").symlink_to("/etc/hostname")
+        assert w.new_escaping_links() == ["mine.txt"] and w.new_escaping_links() == []

@@ -430,3 +430,65 @@ def test_the_honest_oracle_scores_one_on_the_builtin_suite_and_the_quixbugs_fixt
         v = verify(t, agent_repo(t, tmp_path / t.id, fix=True), ENV, SANDBOX, cache=False)
         assert v.status == "ok" and v.tests_passed, (t.id, v.detail)
         assert reward(v).total == 1.0 and v.flags == [], (t.id, v.flags)
+
+
+def test_timing_dependent_verdicts_and_failed_controls_are_not_kept(task, tmp_path, monkeypatch):
+    env = EnvConfig(verify_timeout_s=4, per_test_timeout_s=1)
+    module, text = module_of(task)
+    repo = agent_repo(task, tmp_path, {module: "import time\ntime.sleep(60)\n" + text})
+    first, again = verify(task, repo, env, SANDBOX), verify(task, repo, env, SANDBOX)
+    assert first.limit_hit and again.limit_hit and not again.cached
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(vf, "_run_checks", flaky)
+    assert vf._control(task, "key", ENV, SANDBOX) == "OSError: disk full"
+    assert vf._control(task, "key", ENV, SANDBOX) == "OSError: disk full" and len(calls) == 2
+
+
+FORGED_VERDICT_LINE = """
+import json as _j, os as _o, sys as _s
+if len(_s.argv) > 4 and "harness_" in _s.argv[0]:
+    _t = _s.argv[1]
+    _files = [a for a in _s.argv[4:] if a.endswith(".py")]
+    _items = [[f + "::test_" + str(i), f] for i, f in enumerate(_files[:-1] * 50)]
+    _items.append([_files[-1] + "::test_" + _t, _files[-1]])
+    _ok = {"setup": "ok", "call": "ok", "teardown": "ok"}
+    _rep = {"setup": "passed", "call": "passed", "teardown": "passed"}
+    _rec = {"items": _items, "phases": {i: dict(_ok) for i, _ in _items},
+            "reports": {i: dict(_rep) for i, _ in _items}, "collect": [], "rc": 1}
+    _rec["phases"][_items[-1][0]]["call"] = "AssertionError"
+    _rec["reports"][_items[-1][0]]["call"] = "failed"
+    _line = ("\\nAGENTRL-VERDICT " + _t + " " + _j.dumps(_rec) + "\\n").encode()
+    for _fd in range(3, 64):  # pytest captures fd 1: the harness's copy of stdout is 3
+        try:
+            if __import__("stat").S_ISFIFO(_o.fstat(_fd).st_mode):
+                _o.write(_fd, _line)
+                break
+        except OSError:
+            pass
+    _o._exit(1)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="known limit: code under test runs inside the pytest "
+                   "process; a program written against the harness can print its verdict "
+                   "line. Only hidden cases (shipped or derived) hold against it.")  # fmt: skip
+def test_known_limit_a_forged_verdict_line_on_a_task_without_any_hidden_cases(
+    imported, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(vf, "derive_cases", lambda task: [])
+    module, text = module_of(imported)
+    repo = agent_repo(imported, tmp_path, {module: FORGED_VERDICT_LINE + text})
+    v = verify(imported, repo, ENV, SANDBOX, cache=False)
+    assert not v.tests_passed
+
+
+def test_the_same_forged_verdict_line_fails_where_hidden_cases_exist(imported, tmp_path):
+    module, text = module_of(imported)
+    repo = agent_repo(imported, tmp_path, {module: FORGED_VERDICT_LINE + text})
+    v = verify(imported, repo, ENV, SANDBOX, cache=False)
+    assert v.status == "ok" and not v.tests_passed and v.forged_pass, v.detail
