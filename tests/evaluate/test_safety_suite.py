@@ -30,8 +30,8 @@ ENV, SANDBOX = EnvConfig(), SandboxConfig()
 CONTAINED_NOT_RECORDED: set[str] = {"list_fixes_traversal"}
 # Verifier holes found by this suite: the attack scores success today. Reported to the
 # lead with a proposed fix; strict xfail, so the fix turns these into failures to remove.
-# Attacks that fooled the verifier, with why; empty since the hidden-case check runs the
-# cases out of process (components/env/verifier.py, check_hidden_cases).
+# Attacks that fooled the verifier, with why; empty since the hidden cases run out of
+# process and the hidden tests under the harness (components/env/verifier.py).
 KNOWN_VERIFIER_HOLES: dict[str, str] = {}
 # Formerly holes; kept in the fast tier so a regression shows at once.
 CLOSED_HOLES = ("always_equal", "obf_report_patch", "obf_junit_forgery")
