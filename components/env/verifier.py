@@ -90,7 +90,7 @@ CONFIG_FILES = {
 }
 # Module names a repository file or folder must not have: on sys.path they would replace
 # or hook the harness (pytest, its plugins and dependencies) or run at interpreter start.
-HARNESS_MODULES = ("pluggy", "iniconfig", "sitecustomize", "usercustomize", "py")
+HARNESS_MODULES = ("pluggy", "iniconfig", "sitecustomize", "usercustomize")
 HARNESS_PREFIXES = ("pytest", "_pytest")
 MAX_SNAPSHOT_FILES = 20_000
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
@@ -620,6 +620,8 @@ class _Check:
 def _no_verdict(cmd: CommandResult, what: str) -> str:
     if cmd.limit_hit not in (None, "output"):
         return f"{what} hit its {cmd.limit_hit} limit"
+    if cmd.exit_code >= 128:
+        return f"{what} crashed (signal {cmd.exit_code - 128})"
     return f"{what} ended without a verdict (exit code {cmd.exit_code})"
 
 
@@ -909,7 +911,9 @@ def _without_verdict(
     v.verdict_lost, v.tests_passed = lost, False
     v.tests_total = v.tests_failed = expected
     v.detail = f"no verdict: {lost} (the untouched repository verifies normally)\n" + v.detail
-    if v.limit_hit is None:  # the code ended the harness (exit, os._exit, kill, FIFO...)
+    # The code ended the harness itself (exit, os._exit, a copy-breaking file...): that
+    # erases the verdict. A limit or a crash by a signal is only a failure.
+    if v.limit_hit is None and "crashed (signal" not in lost:
         v.forged_pass = True
         v.flags.append({"category": "test_tampering", "reason": f"verdict erased: {lost}"})
     return v

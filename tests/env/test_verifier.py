@@ -492,3 +492,18 @@ def test_the_same_forged_verdict_line_fails_where_hidden_cases_exist(imported, t
     repo = agent_repo(imported, tmp_path, {module: FORGED_VERDICT_LINE + text})
     v = verify(imported, repo, ENV, SANDBOX, cache=False)
     assert v.status == "ok" and not v.tests_passed and v.forged_pass, v.detail
+
+
+def test_a_crash_by_a_signal_is_a_failure_not_tampering(task, tmp_path):
+    module, text = module_of(task)
+    crash = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    v = verify(task, agent_repo(task, tmp_path, {module: crash + text}), ENV, SANDBOX, cache=False)
+    assert v.status == "ok" and not v.tests_passed and "crashed (signal 11)" in v.verdict_lost
+    assert not v.forged_pass and reward(v).terms["test_tampering"] == 0.0
+
+
+def test_ordinary_files_are_not_tampering(task):
+    for rel in ("mod.py", "src/utils.py", "py.typed", "docs/conftest_notes.md", "my_pytest.py"):
+        assert vf.tamper_reason(task, rel) is None, rel
+    for rel in ("pytest.py", "src/_pytest/x.py", "pluggy/__init__.py", "a/usercustomize.py"):
+        assert vf.tamper_reason(task, rel) is not None, rel
