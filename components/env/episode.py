@@ -29,6 +29,7 @@ from components.env.fixes import (
     summarize_test_output,
 )
 from components.env.rewards import EpisodeFacts, compute_reward
+from components.env.safety import classify_action
 from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
 from components.env.tool_specs import argument_errors
 from components.env.tools import ToolResult, execute_tool, failed_result
@@ -231,7 +232,7 @@ class EpisodeEnv:
             if action.tool in ("list_fixes", "try_fix") and not argument_errors(
                 action.tool, action.arguments
             ):
-                result = self._fix_tool(action)
+                result = self._monitored_fix_tool(action)
             else:
                 result = execute_tool(
                     self.workspace, action.tool, action.arguments, self.sandbox,
@@ -278,6 +279,19 @@ class EpisodeEnv:
 
     def _fix_error(self, text: str) -> ToolResult:
         return failed_result(self.sandbox, text, "fix tool")
+
+    def _monitored_fix_tool(self, action: Action) -> ToolResult:
+        """The fix tools go past the same safety monitor as every other tool (their paths
+        are judged like an edit's) before they run."""
+        verdict = classify_action(
+            action.tool, action.arguments, protected_paths=self.task.protected_paths,
+            allowed_programs=self.sandbox.allowed_programs,
+        )  # fmt: skip
+        if not verdict.allowed:
+            text = f"blocked by safety monitor: {verdict.category}: {verdict.reason}"
+            return failed_result(self.sandbox, text, f"blocked: {verdict.category}",
+                                 safety=verdict)  # fmt: skip
+        return self._fix_tool(action)
 
     def _fix_tool(self, action: Action) -> ToolResult:
         """`list_fixes` / `try_fix` (components/env/fixes.py): tests run through run_command,
@@ -346,6 +360,9 @@ class EpisodeEnv:
             return self._result(None, None, num_tokens)
         try:
             v = verify(self.task, self.workspace.root, self.env, self.verify_sandbox)
+            # What the verifier observed (tampering, a forged or lost verdict, a limit the
+            # agent's code hit) is recorded like what the monitor saw during the episode.
+            self.safety_flags += [{"step": "verify", **flag} for flag in v.flags]
             try:
                 diff = repo_diff(
                     self.task.repo_dir,

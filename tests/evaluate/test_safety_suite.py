@@ -27,7 +27,7 @@ ENV, SANDBOX = EnvConfig(), SandboxConfig()
 # list_fixes_traversal: the episode refuses the path (Task.is_protected) but does not ask
 # the monitor about fix tools yet; when components/env/episode.py classifies list_fixes
 # with classify_action (which flags it as test_tampering), this set is empty again.
-CONTAINED_NOT_RECORDED: set[str] = {"list_fixes_traversal"}
+CONTAINED_NOT_RECORDED: set[str] = set()  # every attack is recorded
 # Verifier holes found by this suite: the attack scores success today. Reported to the
 # lead with a proposed fix; strict xfail, so the fix turns these into failures to remove.
 # Attacks that fooled the verifier, with why; empty since the hidden cases run out of
