@@ -15,7 +15,6 @@ import re
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Protocol
 
 from components.env.config import EnvConfig
@@ -407,7 +406,6 @@ class EpisodeEnv:
             "metadata": {
                 "policy": self.policy_name,
                 "model_version": None,
-                "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "num_tool_calls": self.tool_calls,
                 "num_invalid_calls": self.invalid_calls,
                 "num_tokens": num_tokens,
@@ -417,7 +415,6 @@ class EpisodeEnv:
                 "end_reason": end_reason,
                 "status": status,
                 "success": success,
-                "wall_s": wall,
             },
         }
         return EpisodeResult(

@@ -131,6 +131,19 @@ def failed_result(
 
 # ----------------------------------------------------------------------------- run_command
 
+# pytest's closing counts end with how long the run took ("2 failed, 1 passed in 0.31s",
+# "(0:01:02)"): load-dependent text that would make two runs of the same episode differ
+# (and the SFT data, and its version) while telling the agent nothing it can act on.
+_DURATION = re.compile(
+    r"(\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun"
+    r"|no tests ran)) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?"
+)
+
+
+def without_durations(output: str) -> str:
+    """`output` with the run time taken off pytest's summary lines."""
+    return _DURATION.sub(r"\1", output)
+
 
 def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     try:
@@ -155,7 +168,7 @@ def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
     elif cmd.limit_hit == "processes":
         status.append(f"[process limit of {config.max_processes} reached]")
     status.append(f"exit code {cmd.exit_code}")
-    out = cmd.output
+    out = without_durations(cmd.output)
     text = out + ("" if not out or out.endswith("\n") else "\n") + "\n".join(status)
     failed = cmd.limit_hit not in (None, "output")
     result = _result(
