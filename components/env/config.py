@@ -73,7 +73,10 @@ class EnvConfig:
     )
     verify_timeout_s: float = field(
         default=60.0,
-        metadata=doc("wall limit of the hidden-test run; hitting it is an infra fault"),
+        metadata=doc(
+            "wall limit of one verification run; hitting it fails the agent's verdict unless "
+            "the untouched repository hits it too (then it is an infra fault)"
+        ),
     )
     per_test_timeout_s: float = field(
         default=5.0, metadata=doc("pytest-timeout per hidden test; a hang counts as a failure")
