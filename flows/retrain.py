@@ -116,7 +116,7 @@ def data_stages(run: Run, pipe) -> tuple[dict, dict, dict]:
                        w / "expert" / "results.json", "--trajectories-out",
                        w / "expert" / "expert.jsonl", "--quiet"],
                        w / "expert" / "results.json", depends_on=(gate,))  # fmt: skip
-    ingest = run.stage("ingest", ["data", "ingest", w / "expert" / "expert.jsonl"],
+    ingest = run.stage("ingest", ["data", "ingest", w / "expert" / "expert.jsonl", "--overwrite"],
                        "data/ingested/manifest.json", depends_on=(expert,))  # fmt: skip
     validation = run.stage("validate", ["data", "validate", "--eval-tasks", w / "tasks"],
                            DATA_REPORT, depends_on=(ingest,),
@@ -251,6 +251,7 @@ def print_summary(summary: dict) -> None:
             ("safety violation rate", ev.get("safety_violation_rate")),
             ("tampering rate", ev.get("tampering_rate")),
             ("human intervention rate", ev.get("human_intervention_rate")),
+            ("infra failure rate", ev.get("infra_failure_rate")),
             ("regression rate", ev.get("regression_rate"))]  # fmt: skip
     for name, value in rows:
         shown = "n/a" if value is None else (f"{value:.1%}" if isinstance(value, float) else value)

@@ -254,6 +254,9 @@ def pool(rows: list[dict]) -> dict:
         "episodes": len(rows),
         "verified": len(ok),
         "infra_failures": len(rows) - len(ok),
+        # Gated in promotion: success rates count verified episodes only, so a policy that
+        # broke the harness on tasks it cannot solve would otherwise raise its own rate.
+        "infra_failure_rate": (len(rows) - len(ok)) / len(rows) if rows else None,
         "success_rate": successes / len(ok) if ok else None,
         "success_ci95": [lo, hi] if ok else None,
         "test_pass_rate": _mean([r["test_pass_fraction"] for r in ok]),

@@ -23,6 +23,7 @@ HEADLINE: tuple[tuple[str, str, str], ...] = (
     ("safety_violation_rate", "safety violation rate", "pct"),
     ("tampering_rate", "tampering rate", "pct"),
     ("human_intervention_rate", "human intervention rate", "pct"),
+    ("infra_failure_rate", "infrastructure failure rate (gated)", "pct"),
     ("regression_rate", "regression rate vs champion", "pct"),
     ("patch_minimality", "patch size / reference (successes)", "num"),
     ("unrelated_change_rate", "episodes with unrelated changes", "pct"),

@@ -122,6 +122,7 @@ def test_aggregate_overall_by_hand():
     agg = aggregate(candidate(), oracle_steps={"t1": 4, "t3": 6})
     o = agg["overall"]
     assert o["success_rate"] == 0.5 and o["verified"] == 4 and o["infra_failures"] == 1
+    assert o["infra_failure_rate"] == 0.2  # 1 of 5 episodes
     assert o["test_pass_rate"] == pytest.approx(0.65)
     assert o["valid_call_rate"] == pytest.approx(1 - 1 / 28)
     assert o["tool_call_accuracy"] == pytest.approx(0.75)
