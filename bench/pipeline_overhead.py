@@ -49,7 +49,7 @@ def bare_run(preset_path: Path) -> float:
         ["env", "eval", "--tasks", w / "tasks", "--split", "train", "--policy", "oracle",
          "--out", w / "expert" / "results.json", "--trajectories-out",
          w / "expert" / "expert.jsonl", "--quiet"],
-        ["data", "ingest", w / "expert" / "expert.jsonl"],
+        ["data", "ingest", w / "expert" / "expert.jsonl", "--overwrite"],
         ["data", "validate", "--eval-tasks", w / "tasks"],
         ["data", "snapshot", "-m", "bench"],
         ["policy", "init", "--records", w / "expert" / "expert.jsonl", "--out", w / "policy0"],

@@ -18,6 +18,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("data", "versions"): ("components.data.__main__:main_versions", "list data versions"),
     ("data", "rollback"): ("components.data.__main__:main_rollback", "restore a data version"),
     ("policy", "init"): ("components.train.__main__:main_policy_init", "build the tiny policy"),
+    ("policy", "merge"): ("components.train.__main__:main_policy_merge", "fold LoRA into base"),
     ("train", "sft"): ("components.train.__main__:main_sft", "supervised fine-tuning"),
     ("rollout", "sample"): ("components.train.__main__:main_sample", "sample + verify episodes"),
     ("train", "rs"): ("components.train.__main__:main_rejection_sampling", "rejection sampling"),
@@ -32,6 +33,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("promote", "status"): ("components.promote.__main__:main_status", "aliases + pending"),
     ("promote", "history"): ("components.promote.__main__:main_history", "audit log"),
     ("serve", ""): ("components.serve.__main__:main_serve", "OpenAI-compatible model server"),
+    ("reproduce", ""): ("flows.reproduce:main", "rerun a registered version, compare"),
     ("demo", ""): ("components.evaluate.__main__:main_demo", "environment demo (make demo)"),
 }
 

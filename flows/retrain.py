@@ -126,9 +126,9 @@ def data_stages(run: Run, pipe) -> tuple[dict, dict, dict]:
     return suite, validation, data
 
 
-def training_stages(run: Run, pipe, data: dict) -> tuple[str, dict]:
+def training_stages(run: Run, pipe, data: dict) -> tuple[str, dict, str]:
     """policy init -> SFT -> each RL algorithm from the SFT policy: (the candidate's policy
-    folder, the last training stage's result)."""
+    folder, the last training stage's result, the SFT policy folder)."""
     w = run.workdir
     init = run.stage("policy-init", ["policy", "init", "--records", w / "expert" / "expert.jsonl",
                      "--out", w / "policy0"], w / "policy0" / "result.json",
@@ -154,7 +154,7 @@ def training_stages(run: Run, pipe, data: dict) -> tuple[str, dict]:
             upstream = samples
         training = run.stage(algo, argv, out / "result.json", depends_on=(upstream,))
         candidate = _policy_dir(training) or candidate
-    return candidate, training
+    return candidate, training, _policy_dir(sft)
 
 
 def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, dict]:
@@ -178,41 +178,54 @@ def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, d
 
 @flow(name="retrain", log_prints=True)
 def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
-            launcher_mode: str = "") -> dict:  # fmt: skip
+            launcher_mode: str = "", workdir: str = "", register: bool = True,
+            reproduction_of: dict | None = None) -> dict:  # fmt: skip
     """`launcher_mode` ('' = the preset's `launcher.mode`, else in-process) overrides where
-    the stages run; the rest of the preset's `launcher` section applies in every mode."""
+    the stages run; the rest of the preset's `launcher` section applies in every mode.
+    `workdir` ('' = the preset's pipeline.workdir) and `register=False`, with
+    `reproduction_of` {version, run_id}, are how flows/reproduce.py reruns a version."""
     from components.preset import load_preset, validate_preset
 
     p = load_preset(preset)
     validate_preset(p)
     pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
-    parent = stages.open_run(f"retrain {p.name}", p.sections,
-                             {"preset": p.name, "config_hash": p.config_hash()})  # fmt: skip
+    tags = {"preset": p.name, "config_hash": p.config_hash(), **stages.runtime_tags()}
+    if reproduction_of:
+        tags.update({"reproduction_of_version": reproduction_of["version"],
+                     "reproduction_of_run": reproduction_of.get("run_id", "")})  # fmt: skip
+    parent = stages.open_run(f"{'reproduce' if reproduction_of else 'retrain'} {p.name}",
+                             p.sections, tags)  # fmt: skip
     # Stage command lines use paths relative to this folder: a stage runs in it (a Job's
     # workingDir, which must then be on the volume shared with this flow's pod), and its
     # Job is labelled with this run (agentrl/run-id), unless the preset says otherwise.
-    run = Run(p, Path(pipe.workdir), parent,
+    run = Run(p, Path(workdir or pipe.workdir), parent,
               {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher})  # fmt: skip
-    status, data, candidate = "FAILED", {}, ""
+    status, data, candidate, fingerprints, promotion = "FAILED", {}, "", {}, {}
     try:
         _, validation, data = data_stages(run, pipe)
-        candidate, training = training_stages(run, pipe, data)
+        candidate, training, sft_dir = training_stages(run, pipe, data)
         evaluation, safety = evaluation_stages(run, candidate, training)
         w = run.workdir
-        promotion = run.stage("promote-request", ["promote", "request", "--policy", candidate,
-                              "--eval", w / "eval", "--safety", w / "safety", "--validation",
-                              DATA_REPORT, "--data-version", data.get("version", ""),
-                              "--config-hash", p.config_hash(), "--training-run-id", parent,
-                              "--out", w / "promote"], w / "promote" / "result.json",
-                              depends_on=(evaluation, safety, validation))  # fmt: skip
+        fingerprints = stages.fingerprints(data.get("version", ""), sft_dir, candidate,
+                                           str(w / "eval" / "results.json"),
+                                           str(w / "fingerprints.json"))  # fmt: skip
+        if register:
+            promotion = run.stage("promote-request", ["promote", "request", "--policy",
+                                  candidate, "--eval", w / "eval", "--safety", w / "safety",
+                                  "--validation", DATA_REPORT, "--data-version",
+                                  data.get("version", ""), "--config-hash", p.config_hash(),
+                                  "--training-run-id", parent, "--fingerprints",
+                                  w / "fingerprints.json", "--out", w / "promote"],
+                                  w / "promote" / "result.json",
+                                  depends_on=(evaluation, safety, validation))  # fmt: skip
         status = "FINISHED"
     finally:
         stages.close_run(parent, status, {"data_version": data.get("version", ""),
-                                          "candidate": candidate})  # fmt: skip
+                                          "candidate": candidate, **fingerprints})  # fmt: skip
     summary = {"run_id": parent, "data_version": data.get("version"), "candidate": candidate,
                "evaluation": evaluation["candidate"]["overall"], "promotion": promotion,
-               "preset": p.path}  # fmt: skip
+               "preset": p.path, "fingerprints": fingerprints}  # fmt: skip
     if wait_for_approval and promotion.get("challenger"):
         from components.promote.approval import wait_for_approval_in_prefect
 

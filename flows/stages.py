@@ -98,6 +98,33 @@ def close_run(run_id: str, status: str, tags: dict) -> None:
 
 
 @task
+def fingerprints(data_version: str, sft_dir: str, candidate_dir: str, eval_results: str,
+                 out: str) -> dict:  # fmt: skip
+    """What a reproduction compares, stage by stage (components/lineage.py), also written
+    to `out` for the promotion request to record as lineage."""
+    from components.lineage import results_digest, weights_sha256
+
+    values = {"data_version": data_version, "sft_sha256": weights_sha256(sft_dir),
+              "weights_sha256": weights_sha256(candidate_dir),
+              "eval_digest": results_digest(eval_results)}  # fmt: skip
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(values, indent=2) + "\n")
+    return values
+
+
+def runtime_tags() -> dict:
+    """What the run's numbers may depend on besides its inputs (recorded, not controlled
+    here): torch's intra-op threads, the deterministic-algorithms switch, the CPU count."""
+    import os
+
+    import torch
+
+    return {"torch_threads": str(torch.get_num_threads()),
+            "torch_deterministic": str(torch.are_deterministic_algorithms_enabled()),
+            "cpu_count": str(os.cpu_count()), "torch_version": torch.__version__}  # fmt: skip
+
+
+@task
 def log_traces(run_id: str, trajectories: str, limit: int) -> int:
     from components.tracking import log_episode_traces, read_jsonl
 

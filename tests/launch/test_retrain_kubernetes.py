@@ -54,7 +54,7 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> 
         ("expert", ["env", "eval", "--tasks", f"{w}/tasks", "--split", "train", "--policy",
                     pipe.expert_policy, "--out", f"{w}/expert/results.json", "--trajectories-out",
                     f"{w}/expert/expert.jsonl", "--quiet"]),
-        ("ingest", ["data", "ingest", f"{w}/expert/expert.jsonl"]),
+        ("ingest", ["data", "ingest", f"{w}/expert/expert.jsonl", "--overwrite"]),
         ("validate", ["data", "validate", "--eval-tasks", f"{w}/tasks"]),
         ("snapshot", ["data", "snapshot", "-m", f"retrain {p.name}"]),
         ("policy-init", ["policy", "init", "--records", f"{w}/expert/expert.jsonl", "--out",
@@ -70,7 +70,8 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> 
                              "--safety", f"{w}/safety", "--validation",
                              "reports/data_validation/report.json", "--data-version",
                              results["snapshot"]["version"], "--config-hash", p.config_hash(),
-                             "--training-run-id", run_id, "--out", f"{w}/promote"]),
+                             "--training-run-id", run_id, "--fingerprints",
+                             f"{w}/fingerprints.json", "--out", f"{w}/promote"]),
     ]  # fmt: skip
     return [(name, [str(a) for a in [*argv, "--preset", preset_path]]) for name, argv in stages]
 
@@ -128,7 +129,8 @@ def test_default_preset_submits_one_job_per_stage(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     canned = CannedStage()
     fake_stages = SimpleNamespace(run=canned, open_run=lambda *a: "run-1", track=lambda *a: "",
-                                  close_run=lambda *a: None, log_traces=lambda *a: 0)  # fmt: skip
+                                  close_run=lambda *a: None, log_traces=lambda *a: 0,
+                                  fingerprints=lambda *a: {}, runtime_tags=dict)  # fmt: skip
     monkeypatch.setattr(retrain_module, "stages", fake_stages)
     monkeypatch.setattr(request, "champion_eval_results", lambda config: None)
     preset = yaml.safe_load((ROOT / "configs" / "cpu-demo.yaml").read_text())

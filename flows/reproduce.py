@@ -1,0 +1,133 @@
+"""reproduce: rerun a registered model version's pipeline and say whether it comes out the same.
+
+    .venv/bin/agentrl reproduce VERSION          (or: python -m flows.reproduce VERSION)
+
+Reads the version's lineage (git commit, preset file and its config hash, data version, and
+the fingerprints of its stages: SFT weights, candidate weights, evaluation outcomes),
+checks that this checkout can reproduce it (same commit, same preset content) and that its
+data version is still available, then runs the retrain flow's stages from a clean cache in
+a fresh work folder (same preset, nothing registered), logged to MLflow as a reproduction
+of the original run. It reports `equal`, or `differs` with the first stage whose output
+differs (data, SFT, RL, eval). Exit status 0 for equal, 1 for differs, 2 when it cannot
+reproduce at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+# Compared in pipeline order: the first one that differs is where the runs parted.
+STAGES = (
+    ("data", "data_version"),
+    ("SFT", "sft_sha256"),
+    ("RL", "weights_sha256"),
+    ("eval", "eval_digest"),
+)
+
+
+def lineage_of(version: str, preset_path: str | None = None) -> dict:
+    """The registered version's tags (those a reproduction needs are checked here)."""
+    from components.preset import DEFAULT_PRESET, load_preset
+    from components.promote.registry import get_version
+
+    config = load_preset(preset_path or DEFAULT_PRESET).section("promote")
+    tags = get_version(str(version), config)["tags"]
+    missing = [k for k in ("git_commit", "config_hash", "preset", *dict(STAGES).values())
+               if not tags.get(k)]  # fmt: skip
+    if missing:
+        raise ValueError(
+            f"version {version} has no {', '.join(missing)} in its lineage "
+            "(registered before reproductions were recorded): it cannot be reproduced"
+        )
+    return tags
+
+
+def preconditions(tags: dict) -> list[str]:
+    """Why this checkout cannot reproduce the version ([] when it can)."""
+    from components.preset import load_preset
+    from components.promote.registry import current_git_commit
+
+    problems = []
+    head = current_git_commit()
+    if tags["git_commit"] != head:
+        problems.append(f"code: registered at commit {tags['git_commit'][:12]}, this checkout "
+                        f"is {head[:12]} (check that commit out first)")  # fmt: skip
+    try:
+        found = load_preset(tags["preset"]).config_hash()
+    except Exception as e:  # noqa: BLE001 - any unreadable preset is a reason to stop
+        problems.append(f"preset: {e}")
+    else:
+        if found != tags["config_hash"]:
+            problems.append(f"preset: {tags['preset']} has config hash {found}, the version "
+                            f"was trained with {tags['config_hash']}")  # fmt: skip
+    return problems
+
+
+def compare(registered: dict, reproduced: dict) -> dict:
+    """{'verdict': 'equal' | 'differs', 'first_difference': stage or None, 'stages': ...}"""
+    rows = []
+    for stage, key in STAGES:
+        rows.append({"stage": stage, "key": key, "registered": registered.get(key),
+                     "reproduced": reproduced.get(key),
+                     "equal": registered.get(key) == reproduced.get(key)})  # fmt: skip
+    first = next((r["stage"] for r in rows if not r["equal"]), None)
+    return {"verdict": "equal" if first is None else "differs", "first_difference": first,
+            "stages": rows}  # fmt: skip
+
+
+def reproduce(version: str, workdir: str = "", preset: str | None = None) -> dict:
+    """Check, rerun from a clean cache, compare. `preset` only says where to find the
+    registry (default: the shipped preset's promote section); the run uses the version's
+    own preset."""
+    from flows.retrain import retrain
+
+    tags = lineage_of(version, preset)
+    problems = preconditions(tags)
+    if problems:
+        return {"verdict": "cannot reproduce", "version": str(version), "problems": problems}
+    workdir = workdir or f"runs/reproduce-v{version}"
+    summary = retrain(tags["preset"], workdir=workdir, register=False,
+                      reproduction_of={"version": str(version),
+                                       "run_id": tags.get("training_run_id", "")})  # fmt: skip
+    result = compare(tags, summary["fingerprints"])
+    return {**result, "version": str(version), "run_id": summary["run_id"], "workdir": workdir}
+
+
+def print_report(report: dict) -> None:
+    print(f"\n=== Reproduction of version {report['version']} ===")
+    if report["verdict"] == "cannot reproduce":
+        print("cannot reproduce:")
+        for p in report["problems"]:
+            print(f"  - {p}")
+        return
+    for row in report["stages"]:
+        mark = "equal " if row["equal"] else "DIFFERS"
+        print(f"  [{mark}] {row['stage']:<5} {row['key']}: {row['registered']}"
+              + ("" if row["equal"] else f" -> {row['reproduced']}"))  # fmt: skip
+    where = f" (first at {report['first_difference']})" if report["first_difference"] else ""
+    print(f"\n{report['verdict']}{where}; reproduction run {report['run_id']}, "
+          f"artefacts in {report['workdir']}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="agentrl reproduce", description=__doc__.splitlines()[0])
+    p.add_argument("version", help="registered model version (number or alias)")
+    p.add_argument("--workdir", default="", help="fresh work folder (default runs/reproduce-vN)")
+    p.add_argument("--preset", help="preset whose promote section names the registry")
+    args = p.parse_args(argv)
+    try:
+        report = reproduce(args.version, args.workdir, args.preset)
+    except ValueError as e:
+        print(f"agentrl reproduce: {e}", file=sys.stderr)
+        return 2
+    print_report(report)
+    Path("runs").mkdir(exist_ok=True)
+    Path(f"runs/reproduce-v{args.version}.json").write_text(json.dumps(report, indent=2))
+    return {"equal": 0, "differs": 1}.get(report["verdict"], 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
