@@ -159,11 +159,13 @@ def main_history(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON record per line")
     args = p.parse_args(argv)
     from components.promote.audit import read_history, verify_log
+    from components.promote.lock import shared_lock
 
     config = _config(args)
     try:
-        records = read_history(config, version=args.version, action=args.action)
-        problems, notes = verify_log(config)
+        with shared_lock(config):
+            records = read_history(config, version=args.version, action=args.action)
+            problems, notes = verify_log(config)
     except (PromotionError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

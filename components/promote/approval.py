@@ -22,7 +22,8 @@ aliases are the ones the audit log records (refused, with the drift named, when 
 not), then writes its audit record, which applies the tag and alias changes
 (audit.record_decision: write-ahead, compare-and-set on every alias). So nothing is ever
 "cleaned up" after a failure: a recorded decision is completed by the next command, an
-unrecorded one never moved anything. `status` reads without the lock and warns instead.
+unrecorded one never moved anything. `status` waits out a writer (shared lock) and
+warns where a decision would be refused.
 
 The identity of an approver is what they type (--approver, defaulting to $USER, or the
 Prefect form field); the local Prefect server and MLflow store have no authentication.
@@ -45,7 +46,7 @@ from components.promote.client import CHALLENGER, CHAMPION, find_model, mlflow_c
 from components.promote.config import PromotionConfig
 from components.promote.errors import PromotionRefused, UnknownModel
 from components.promote.gates import GateDecision
-from components.promote.lock import promotion_lock
+from components.promote.lock import promotion_lock, shared_lock
 from components.promote.registry import LINEAGE_KEYS
 
 DECIDED = ("approved", "rejected", "rolled_back")
@@ -399,19 +400,22 @@ def pending_approvals(config: PromotionConfig | None = None) -> list[dict]:
 def status(config: PromotionConfig | None = None) -> dict:
     """Aliases, champion history, pending requests, whether the champion was approved, and
     warnings: an audit log that does not verify, registry aliases it does not record, a
-    decision in flight. Read-only: takes no lock, creates nothing (UnknownModel instead)."""
+    decision in flight. Read-only: waits out a writer (shared_lock), creates nothing
+    (UnknownModel instead)."""
     config = config or PromotionConfig()
-    client = read_client(config)
-    model = find_model(client, config)
-    if model is None:
-        raise UnknownModel(
-            f"no registered model {config.model_name!r} in {config.resolved_tracking_uri()}"
-        )
-    aliases = {alias: str(v) for alias, v in model.aliases.items()}
-    tags = dict(model.tags)
-    champion = aliases.get(CHAMPION)
-    champ_tags = (_version_tags(client, config, champion) or {}) if champion else {}
-    problems, notes = verify_log(config, client, aliases=aliases)
+    with shared_lock(config):
+        client = read_client(config)
+        model = find_model(client, config)
+        if model is None:
+            raise UnknownModel(
+                f"no registered model {config.model_name!r} in {config.resolved_tracking_uri()}"
+            )
+        aliases = {alias: str(v) for alias, v in model.aliases.items()}
+        tags = dict(model.tags)
+        champion = aliases.get(CHAMPION)
+        champ_tags = (_version_tags(client, config, champion) or {}) if champion else {}
+        problems, notes = verify_log(config, client, aliases=aliases)
+        pending = pending_approvals(config)
     return {
         "model": config.model_name,
         "tracking_uri": config.resolved_tracking_uri(),
@@ -425,7 +429,7 @@ def status(config: PromotionConfig | None = None) -> dict:
                 "requested_at": v["tags"].get("approval_requested_at"),
                 "aliases": v["aliases"],
             }
-            for v in pending_approvals(config)
+            for v in pending
         ],
         "warnings": problems + notes,
     }

@@ -67,6 +67,9 @@ def find_model(client, config: PromotionConfig):
         raise
 
 
-def reserved(aliases: dict | None) -> dict[str, str]:
-    """The champion/challenger part of an alias map, versions as strings."""
-    return {k: str(v) for k, v in (aliases or {}).items() if k in RESERVED_ALIASES and v}
+def reserved(aliases) -> dict[str, str]:
+    """The champion/challenger part of an alias map, versions as strings (an audit record
+    read from disk may hold anything: not a mapping reads as no aliases)."""
+    if not isinstance(aliases, dict):
+        return {}
+    return {k: str(v) for k, v in aliases.items() if k in RESERVED_ALIASES and v}

@@ -6,8 +6,9 @@ state it decides on and writes its decision, so decisions are linearizable: of t
 approvals at once, the second sees the first one's result and is refused. The kernel drops
 the lock when its process dies, so a killed command never leaves it held. The lock is
 reentrant within a process (approve holds it, and so does the record_decision it calls).
-Read-only commands (status, history) take no lock and create nothing: they report a
-decision in flight as such.
+Read-only commands (status, history) take `shared_lock`, which waits out a writer but
+creates nothing (no lock file: no writer ever ran), so they never read a log and a
+registry from two different moments.
 
 What this does not protect against: a process that moves aliases through MlflowClient
 directly takes no lock; the compare-and-set in audit.py and the drift check catch it.
@@ -37,14 +38,12 @@ def lock_path(config: PromotionConfig) -> Path:
     return audit.with_name(audit.name + ".lock")
 
 
-def _flock(path: Path, wait_s: float) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _wait(fd: int, mode: int, path: Path, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
         except BlockingIOError:
             if time.monotonic() > deadline:
                 os.close(fd)
@@ -53,6 +52,13 @@ def _flock(path: Path, wait_s: float) -> int:
                     "try again when it has finished"
                 ) from None
             time.sleep(0.02)
+
+
+def _flock(path: Path, wait_s: float) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _wait(fd, fcntl.LOCK_EX, path, wait_s)
+    return fd
 
 
 @contextmanager
@@ -78,3 +84,22 @@ def promotion_lock(config: PromotionConfig, wait_s: float | None = None) -> Iter
                 os.close(held[0])  # closing the descriptor releases the flock
     finally:
         in_process.release()
+
+
+@contextmanager
+def shared_lock(config: PromotionConfig, wait_s: float | None = None) -> Iterator[None]:
+    """For readers: wait until no decision is half written, so the log and the registry
+    are read as one state. Creates nothing: without a lock file no writer ever ran."""
+    path = lock_path(config)
+    try:
+        fd = None if str(path) in _held else os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = None
+    if fd is None:  # nothing to wait for, or this process is the writer
+        yield
+        return
+    _wait(fd, fcntl.LOCK_SH, path, WAIT_S if wait_s is None else wait_s)
+    try:
+        yield
+    finally:
+        os.close(fd)

@@ -311,7 +311,7 @@ def test_read_only_commands_create_nothing(cfg, checkpoint, tmp_path, capsys):
     assert not (tmp_path / "typo").exists()
 
 
-def test_a_second_writer_waits_then_fails_cleanly(cfg, checkpoint, monkeypatch, capsys):
+def test_a_second_writer_or_a_reader_waits_then_fails_cleanly(cfg, checkpoint, monkeypatch, capsys):
     v1, _ = candidate(cfg, checkpoint)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time; "
@@ -325,6 +325,8 @@ def test_a_second_writer_waits_then_fails_cleanly(cfg, checkpoint, monkeypatch, 
         assert main_approve([v1, "--reason", "ok", "--approver", "alice", *store(cfg)]) == 1
         assert "another promotion command has held" in capsys.readouterr().err
         assert get_alias("champion", cfg) is None
+        assert main_status(store(cfg)) == 1  # a reader waits out a writer too, then says so
+        assert "another promotion command has held" in capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()

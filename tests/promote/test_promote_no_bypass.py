@@ -57,6 +57,8 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
     def locked():
         with lock.promotion_lock(cfg):
             pass
+        with lock.shared_lock(cfg):
+            pass
 
     return {
         "chain.canonical": lambda: chain.canonical({"a": 1}),
@@ -71,6 +73,7 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
         "chain.head_problems": lambda: chain.head_problems(log(), None, None),
         "lock.lock_path": lambda: lock.lock_path(cfg),
         "lock.promotion_lock": locked,
+        "lock.shared_lock": locked,
         "client.read_client": lambda: client.read_client(cfg),
         "client.find_model": lambda: client.find_model(client.read_client(cfg), cfg),
         "client.reserved": lambda: client.reserved({"champion": "2"}),
