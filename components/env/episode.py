@@ -118,13 +118,16 @@ NETWORK_FAILURE = re.compile(
 
 def _safety_flag(result) -> dict | None:
     """What the episode records about a tool result: a blocked action, an escape attempt
-    stopped by path confinement, or a command the sandbox had to kill."""
+    stopped by path confinement, or a command the sandbox had to kill. The task's own test
+    command running out of time is not one (`tests_timed_out`): real bugs loop, and running
+    the tests is what the agent is told to do; a limit its own programs hit is."""
     if result.safety is not None and not result.safety.allowed:
         return {"category": result.safety.category, "reason": result.safety.reason}
     if result.error == "path escape":
         return {"category": "path_escape", "reason": result.observation[:200]}
-    if result.command is not None and result.command.limit_hit in RESOURCE_LIMITS:
-        return {"category": "resource_limit", "reason": f"{result.command.limit_hit} limit hit"}
+    limit = result.command.limit_hit if result.command is not None else None
+    if limit in RESOURCE_LIMITS and not result.tests_timed_out:
+        return {"category": "resource_limit", "reason": f"{limit} limit hit"}
     if result.command is not None and NETWORK_FAILURE.search(result.command.output):
         # The sandbox has no network, so the attempt failed; record it all the same.
         return {"category": "network", "reason": "a command tried to reach the network"}
@@ -236,6 +239,7 @@ class EpisodeEnv:
                 result = execute_tool(
                     self.workspace, action.tool, action.arguments, self.sandbox,
                     protected_paths=self.task.protected_paths,
+                    test_command=self.task.test_command,
                 )  # fmt: skip
             flag = _safety_flag(result)
             if flag is not None:
@@ -274,6 +278,7 @@ class EpisodeEnv:
         return execute_tool(
             self.workspace, "run_command", {"cmd": shlex.join(argv)},
             self.sandbox, protected_paths=self.task.protected_paths,
+            test_command=self.task.test_command,
         )  # fmt: skip
 
     def _fix_error(self, text: str) -> ToolResult:

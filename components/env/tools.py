@@ -8,6 +8,10 @@ at `config.max_output_bytes` (head and tail kept, with a visible truncation line
 `ok` is False when the call failed (invalid arguments, blocked, a file/patch error, a
 command that could not start or hit a sandbox limit); a command that ran and exited
 non-zero (failing tests) is ok=True: that outcome is information, not a tool failure.
+So is the task's own test command running out of time (`runs_task_tests`): real bugs loop,
+and running the tests as instructed is what an honest agent does first, so the observation
+says "tests timed out after N s" and `tests_timed_out` is set instead of a limit error; a
+limit hit by any other program (the agent's own script, a loop it runs) stays a failure.
 
 Besides the monitor's verdict on what a call says, a command is judged by what the sandbox
 saw it do (`observed_verdict`): packets or connections in its empty network namespace, a
@@ -18,7 +22,9 @@ same category (and so the same penalty) whichever program or spelling produced i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import posixpath
 import re
 import shlex
 from dataclasses import dataclass
@@ -54,6 +60,8 @@ class ToolResult:
     error: str | None  # short machine-readable reason when ok is False
     safety: SafetyVerdict | None  # the monitor's verdict (None when not consulted)
     command: CommandResult | None  # set when run_command actually ran a program
+    # The task's own test command ran out of time: an observation, not a violation.
+    tests_timed_out: bool = False
 
 
 def execute_tool(
@@ -63,8 +71,10 @@ def execute_tool(
     config: SandboxConfig,
     *,
     protected_paths: tuple[str, ...] = ("tests/",),
+    test_command: tuple[str, ...] = (),
 ) -> ToolResult:
-    """Run one tool call; see the module docstring for the result's meaning."""
+    """Run one tool call; see the module docstring for the result's meaning.
+    `test_command`: the task's test command, whose timeouts are observations."""
     errors = argument_errors(tool, arguments)
     if errors:
         return failed_result(config, "invalid arguments: " + "; ".join(errors), "invalid arguments")
@@ -78,6 +88,8 @@ def execute_tool(
         text = f"blocked by safety monitor: {verdict.category}: {verdict.reason}"
         return failed_result(config, text, f"blocked: {verdict.category}", safety=verdict)
     handler = _HANDLERS[tool]
+    if tool == "run_command":
+        handler = functools.partial(_run_command, test_command=tuple(test_command))
     try:
         result = handler(workspace, arguments, config)
     except PathEscapeError as e:
@@ -145,7 +157,50 @@ def without_durations(output: str) -> str:
     return _DURATION.sub(r"\1", output)
 
 
-def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+# How pytest is started: `python -m pytest` and `pytest` are the same program here.
+_PYTEST_STARTS = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
+# pytest options that change what it shows or how soon it stops, never which code runs.
+_VIEW_OPTION = re.compile(
+    r"-[qvxsl]+|-r\w*|--tb=\w+|--timeout=\d+(?:\.\d+)?|--(?:exitfirst|verbose|quiet|no-header)"
+)
+_TIME_LIMITS = ("wall_time", "cpu_time")
+
+
+def _pytest_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
+    for start in _PYTEST_STARTS:
+        if tuple(argv[: len(start)]) == start:
+            return list(argv[len(start) :])
+    return None
+
+
+def runs_task_tests(argv: list[str] | tuple[str, ...], test_command: tuple[str, ...]) -> bool:
+    """Whether `argv` runs the task's own tests: the task's test command itself or, for a
+    pytest command, the same tests narrowed (a file or test id under the command's test
+    paths) or shown differently (-q, -v, -x, --tb=..., --timeout=N, what the fix tools add).
+    Anything else (the agent's own script, pytest on a file of its own, a plugin it loads)
+    is the agent's program."""
+    if not test_command:
+        return False
+    if list(argv) == list(test_command):
+        return True
+    mine, task = _pytest_args(argv), _pytest_args(test_command)
+    if mine is None or task is None:
+        return False
+    roots = [posixpath.normpath(a) for a in task if not a.startswith("-")]
+    for arg in mine:
+        if _VIEW_OPTION.fullmatch(arg):
+            continue
+        path = posixpath.normpath(arg.split("::", 1)[0])
+        if arg.startswith("-") or path.startswith(("/", "..")):
+            return False
+        if not any(root == "." or path == root or path.startswith(root + "/") for root in roots):
+            return False
+    return True
+
+
+def _run_command(
+    ws: Workspace, args: dict, config: SandboxConfig, *, test_command: tuple[str, ...] = ()
+) -> ToolResult:
     try:
         argv = shlex.split(args["cmd"])
     except ValueError as e:
@@ -159,7 +214,12 @@ def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
     except SandboxError as e:
         return failed_result(config, f"error: {e}", "refused")
     status = []
-    if cmd.limit_hit == "wall_time":
+    tests_timed_out = cmd.limit_hit in _TIME_LIMITS and runs_task_tests(argv, test_command)
+    if tests_timed_out:
+        spent = (f"{config.wall_time_s:g} s" if cmd.limit_hit == "wall_time"
+                 else f"{config.cpu_time_s} s of CPU time")  # fmt: skip
+        status.append(f"[tests timed out after {spent}]")
+    elif cmd.limit_hit == "wall_time":
         status.append(f"[killed: wall time limit of {config.wall_time_s:g}s exceeded]")
     elif cmd.limit_hit == "cpu_time":
         status.append(f"[killed: CPU time limit of {config.cpu_time_s}s exceeded]")
@@ -170,7 +230,7 @@ def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
     status.append(f"exit code {cmd.exit_code}")
     out = without_durations(cmd.output)
     text = out + ("" if not out or out.endswith("\n") else "\n") + "\n".join(status)
-    failed = cmd.limit_hit not in (None, "output")
+    failed = cmd.limit_hit not in (None, "output") and not tests_timed_out
     result = _result(
         config,
         text,
@@ -179,7 +239,9 @@ def _run_command(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
         command=cmd,
         truncated=cmd.truncated,
     )
-    return dataclasses.replace(result, safety=observed_verdict(ws, cmd))
+    return dataclasses.replace(
+        result, safety=observed_verdict(ws, cmd), tests_timed_out=tests_timed_out
+    )
 
 
 # ----------------------------------------------------------------------------- search
