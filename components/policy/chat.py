@@ -15,6 +15,14 @@ header, up to and including `<|im_end|>`. `CHAT_TEMPLATE` is the same rendering 
 saved with the tokenizer for serving stacks (vLLM, `apply_chat_template`); a test keeps
 the two equal.
 
+A checkpoint brought with its own tokenizer keeps its own format when its chat template
+renders tools (`apply_chat_template(messages, tools=...)`): `chat_format(tokenizer)` then
+describes that template's wire format (derived from it once, policy/template_format.py),
+and the segments, the assistant mask, the environment turns of a rollout and the tool-call
+parser all follow it. Every function that takes a tokenizer dispatches on it; a tokenizer
+with our CHAT_TEMPLATE (every tiny policy, and a checkpoint whose template renders no
+tools) gets the format above.
+
 No torch here: the CLI and the environment import this module.
 """
 
@@ -24,6 +32,12 @@ import json
 
 from components.env.episode import Action
 from components.env.tool_specs import TOOL_SPECS, argument_errors
+from components.policy.template_format import (
+    TOOLS,
+    ChatFormat,
+    derive_format,
+    template_segments,
+)
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -31,6 +45,33 @@ TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 ASSISTANT_HEADER = f"{IM_START}assistant\n"
 
 _TASK_LINE = "You are a coding agent. Fix the failing unit tests, then call finish."
+# The system message when the checkpoint's own template lists the tools (its own way).
+TEMPLATE_SYSTEM = f"{_TASK_LINE} Call exactly one tool per turn."
+OURS = ChatFormat(
+    end_of_turn=IM_END,
+    assistant_header=ASSISTANT_HEADER,
+    after_turn="\n",
+    tool_turn=(f"{IM_START}user\n{TOOL_RESPONSE_OPEN}\n", f"\n{TOOL_RESPONSE_CLOSE}{IM_END}\n"),
+    user_turn=(f"{IM_START}user\n", f"{IM_END}\n"),
+    call_open=TOOL_CALL_OPEN,
+    call_close=TOOL_CALL_CLOSE,
+    name_key="name",
+    arguments_key="arguments",
+)
+
+
+def chat_format(tokenizer) -> ChatFormat:
+    """The format `tokenizer` reads and writes: ours, unless its chat template is a
+    checkpoint's own (kept by `model.load_tokenizer` only when it renders tools)."""
+    template = tokenizer.chat_template
+    if not template or template == CHAT_TEMPLATE:
+        return OURS
+    return derive_format(tokenizer)
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The id that ends an assistant turn (generation stops on it)."""
+    return tokenizer.convert_tokens_to_ids(chat_format(tokenizer).end_of_turn)
 
 
 def _signature(name: str, spec: dict) -> str:
@@ -63,13 +104,16 @@ def system_prompt(compact: bool = True) -> str:
     )
 
 
-def render_messages(events: list[dict], compact: bool = True) -> list[dict]:
+def render_messages(events: list[dict], compact: bool = True, fmt: ChatFormat = OURS) -> list[dict]:
     """Canonical events -> chat messages (system prompt first; observations as `tool` turns).
 
     An assistant event with `action: null` (an unparseable output) keeps its raw text as the
     message content and has no tool call, so the model is trained on what it actually wrote.
+    With a checkpoint's own template (`fmt.template`) the system message only states the
+    task: the template lists the tools (`TOOLS`) in its own way.
     """
-    messages: list[dict] = [{"role": "system", "content": system_prompt(compact)}]
+    system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact)
+    messages: list[dict] = [{"role": "system", "content": system}]
     for i, event in enumerate(events):
         role = event.get("role")
         if role == "user":
@@ -158,12 +202,34 @@ CHAT_TEMPLATE = r"""{%- for message in messages -%}
 def render_prompt(tokenizer, events: list[dict], compact: bool = True) -> str:
     """Generation prompt as text (ends with the assistant header), via the tokenizer's template.
 
-    `build_policy`/`load_policy` install CHAT_TEMPLATE on every tokenizer, so this equals
-    `render_text(render_messages(events), add_generation_prompt=True)`.
+    With our CHAT_TEMPLATE this equals
+    `render_text(render_messages(events), add_generation_prompt=True)`; a checkpoint's own
+    template also gets the tools.
     """
+    fmt = chat_format(tokenizer)
     return tokenizer.apply_chat_template(
-        render_messages(events, compact), tokenize=False, add_generation_prompt=True
-    )
+        render_messages(events, compact, fmt), tools=TOOLS if fmt.template else None,
+        tokenize=False, add_generation_prompt=True,
+    )  # fmt: skip
+
+
+def trajectory_segments(tokenizer, events: list[dict], compact: bool = True):
+    """`chat_segments` of the events in the tokenizer's format: (text, generated) pieces."""
+    fmt = chat_format(tokenizer)
+    messages = render_messages(events, compact, fmt)
+    if not fmt.template:
+        return chat_segments(messages)
+    return template_segments(tokenizer, fmt, messages)
+
+
+def environment_turn_pieces(tokenizer, observation: str, closed: bool) -> list[str]:
+    """The context after an assistant turn, piece by piece as `trajectory_segments` cuts it:
+    [end of turn (if the turn was cut before it)], what follows a turn, the observation's
+    turn, the next assistant header."""
+    fmt = chat_format(tokenizer)
+    before, after = fmt.tool_turn
+    pieces = [fmt.after_turn, f"{before}{observation}{after}", fmt.assistant_header]
+    return ([] if closed else [fmt.end_of_turn]) + pieces
 
 
 def _encode_segments(tokenizer, segments: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
@@ -181,8 +247,9 @@ def _encode_segments(tokenizer, segments: list[tuple[str, bool]]) -> tuple[list[
 
 def prompt_ids(tokenizer, events: list[dict], compact: bool = True) -> list[int]:
     """Token ids of the generation prompt, tokenized the way `tokenize_trajectory` does."""
-    segments = chat_segments(render_messages(events, compact))
-    ids, _ = _encode_segments(tokenizer, [*segments, (ASSISTANT_HEADER, False)])
+    segments = trajectory_segments(tokenizer, events, compact)
+    header = chat_format(tokenizer).assistant_header
+    ids, _ = _encode_segments(tokenizer, [*segments, (header, False)])
     return ids
 
 
@@ -195,7 +262,7 @@ def tokenize_trajectory(
     Returns {"input_ids": list[int], "assistant_mask": list[int], "truncated": bool}; a
     transcript longer than `max_tokens` keeps its first `max_tokens` tokens.
     """
-    segments = chat_segments(render_messages(events, compact))
+    segments = trajectory_segments(tokenizer, events, compact)
     # An assistant event with "train": false (an expert's deliberate mistake, kept to show
     # recovery) stays in the context but out of the mask. Assistant segments follow the
     # assistant events in order; `and` calls next() on assistant segments only.
@@ -212,63 +279,86 @@ def _failure(raw: str, reason: str) -> tuple[Action, list[str]]:
     return Action(tool=None, arguments={}, content=raw, parse_error=reason), []
 
 
-def parse_tool_call_with_notes(text: str) -> tuple[Action, list[str]]:
+def _call_start(body: str, fmt: ChatFormat) -> int:
+    """Where the call's opening marker starts in `body` (-1: none). A format whose calls
+    have no marker (a bare JSON object) starts at the first `{` that opens an object with
+    the format's name key."""
+    opener = fmt.call_open.strip()
+    if opener:
+        return body.find(opener)
+    decoder = json.JSONDecoder()
+    for i, char in enumerate(body):
+        if char == "{":
+            try:
+                value, _ = decoder.raw_decode(body, i)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(value, dict) and fmt.name_key in value:
+                return i
+    return -1
+
+
+def parse_tool_call_with_notes(text: str, fmt: ChatFormat = OURS) -> tuple[Action, list[str]]:
     """`parse_tool_call`, plus notes on what a successful parse tolerated or ignored."""
     if not isinstance(text, str):
         return _failure(repr(text), f"model output must be text, got {type(text).__name__}")
+    opener, closer = fmt.call_open.strip(), fmt.call_close.strip()
+    expected = f"{opener}{{json}}{closer}"
     # Generation stops at the end-of-turn token; anything after it was never meant as output.
-    body = text.split(IM_END, 1)[0]
-    start = body.find(TOOL_CALL_OPEN)
+    body = text.split(fmt.end_of_turn, 1)[0]
+    start = _call_start(body, fmt)
     if start < 0:
-        if TOOL_CALL_CLOSE in body:
-            return _failure(body, f"found {TOOL_CALL_CLOSE} without {TOOL_CALL_OPEN}")
-        return _failure(body, f"no tool call: expected {TOOL_CALL_OPEN}{{json}}{TOOL_CALL_CLOSE}")
+        if closer and closer in body:
+            return _failure(body, f"found {closer} without {opener}")
+        return _failure(body, f"no tool call: expected {expected}")
     content = body[:start].strip()
     # Decode the JSON first and look for the closing tag after it: an argument may itself
     # contain "</tool_call>" (an agent editing chat code), which a plain find() would cut.
-    payload = body[start + len(TOOL_CALL_OPEN) :].lstrip()
-    if not payload or payload.startswith(TOOL_CALL_CLOSE):
-        return _failure(body, f"empty {TOOL_CALL_OPEN} block")
+    payload = body[start + len(opener) :].lstrip()
+    if not payload or (closer and payload.startswith(closer)):
+        return _failure(body, f"empty {opener or 'tool call'} block")
     try:
         call, used = json.JSONDecoder().raw_decode(payload)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
         return _failure(body, f"tool call is not valid JSON: {str(exc)[:200]}")
     after = payload[used:].lstrip()
     notes = []
-    if after.startswith(TOOL_CALL_CLOSE):
-        after = after[len(TOOL_CALL_CLOSE) :]
-    elif not after:
+    if closer and after.startswith(closer):
+        after = after[len(closer) :]
+    elif closer and not after:
         # Like vLLM's Hermes parser, accept a final call whose closing tag was cut off.
-        notes.append(f"missing {TOOL_CALL_CLOSE}")
-    else:
+        notes.append(f"missing {closer}")
+    elif closer:
         return _failure(body, "unexpected text after the JSON object inside the tool call")
     if not isinstance(call, dict):
-        return _failure(body, 'tool call must be a JSON object {"name": ..., "arguments": {...}}')
-    name = call.get("name")
+        return _failure(body, f'tool call must be a JSON object {{"{fmt.name_key}": ..., '
+                              f'"{fmt.arguments_key}": {{...}}}}')  # fmt: skip
+    name = call.get(fmt.name_key)
     if not isinstance(name, str):
-        return _failure(body, "tool call has no string 'name'")
-    arguments = call.get("arguments", {})
+        return _failure(body, f"tool call has no string '{fmt.name_key}'")
+    arguments = call.get(fmt.arguments_key, {})
     errors = argument_errors(name, arguments)
     if errors:
         return _failure(body, "; ".join(errors))
-    extra_calls = after.count(TOOL_CALL_OPEN)
+    extra_calls = after.count(opener) if opener else after.count(f'"{fmt.name_key}"')
     if extra_calls:
         notes.append(f"{extra_calls + 1} tool calls in one turn; only the first is used")
     elif after.strip():
-        notes.append(f"text after {TOOL_CALL_CLOSE} ignored")
+        notes.append(f"text after {closer or 'the call'} ignored")
     return Action(tool=name, arguments=arguments, content=content or None), notes
 
 
-def parse_tool_call(text: str) -> Action:
+def parse_tool_call(text: str, fmt: ChatFormat = OURS) -> Action:
     """The model's output -> Action. Never raises: a bad call is Action(tool=None, parse_error=...).
 
     Accepts free text before one `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
     (a missing closing tag is tolerated; with several calls the first is used). Rejects, with
     a reason: no call, malformed JSON, a non-object, a missing name, an unknown tool, invalid
-    arguments (`argument_errors`). For a failure, `content` is the raw output.
+    arguments (`argument_errors`). For a failure, `content` is the raw output. `fmt`: the
+    policy's format (`chat_format(tokenizer)`): a checkpoint's own call syntax.
     """
     try:
-        return parse_tool_call_with_notes(text)[0]
+        return parse_tool_call_with_notes(text, fmt)[0]
     except Exception as exc:  # noqa: BLE001 - model output is untrusted; the contract is no raise
         raw = text if isinstance(text, str) else repr(text)
         return Action(None, {}, content=raw, parse_error=f"unparseable output ({exc!r})"[:300])

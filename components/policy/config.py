@@ -102,3 +102,34 @@ class PolicyConfig:
             raise ValueError(
                 f"PolicyConfig.attn_implementation: unknown {self.attn_implementation!r}"
             )
+
+
+# Every linear layer of a Qwen2 / Llama decoder block: attention and MLP.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (PEFT LoRA) instead of full fine-tuning: the base weights stay
+    frozen, only r x (in + out) numbers per targeted layer train. A training stage with
+    `lora` set saves the adapters (plus the name of their base) instead of a full copy."""
+
+    r: int = field(default=16, metadata=doc("adapter rank"))
+    alpha: int = field(default=32, metadata=doc("scaling numerator: updates are alpha / r x BA"))
+    dropout: float = field(default=0.0, metadata=doc("dropout on the adapter input (0 = none)"))
+    target_modules: tuple[str, ...] = field(
+        default=LORA_TARGETS,
+        metadata=doc("names of the linear layers that get adapters (module name suffixes)"),
+    )
+    init_seed: int = field(
+        default=0, metadata=doc("seed of the adapters' A matrices (B starts at zero)")
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))  # JSON lists
+        if self.r < 1 or self.alpha < 1:
+            raise ValueError("LoRAConfig.r and LoRAConfig.alpha must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError("LoRAConfig.dropout must be in [0, 1)")
+        if not self.target_modules:
+            raise ValueError("LoRAConfig.target_modules must name at least one layer")

@@ -1,9 +1,11 @@
 """Build, save and load the policy: a tiny causal LM from a config, or a local checkpoint.
 
 The tiny model is a real transformers architecture (Qwen2 or Llama) with tied embeddings,
-so every engine downstream (TRL, vLLM, DeepSpeed, PEFT) takes it unchanged; only its size
-is small. Whatever the source, the tokenizer leaves here with our chat template, the chat
-special tokens as single ids, `<|im_end|>` as end of turn and a pad token.
+so every engine downstream (vLLM, DeepSpeed, PEFT) takes it unchanged; only its size is
+small. A local checkpoint (`pretrained_path`) keeps its own tokenizer, and its own chat
+template when that template renders tools (chat.chat_format follows it); otherwise it gets
+ours, with the chat special tokens added as single ids. Either way the tokenizer leaves
+here with a pad token, and generation stops at the format's end-of-turn token.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from components.policy.chat import CHAT_TEMPLATE, IM_END, PAD
+from components.policy.chat import CHAT_TEMPLATE, IM_END, PAD, chat_format, end_of_turn_id
 from components.policy.config import PolicyConfig
+from components.policy.lora import is_adapter_dir, is_adapter_model
 from components.policy.tokenizer import (
     SPECIAL_TOKENS,
     TOOL_TAG_TOKENS,
@@ -110,9 +113,18 @@ def ensure_chat_tokens(model, tokenizer) -> None:
     _set_generation_tokens(model, tokenizer)
 
 
+def own_format_tokens(model, tokenizer) -> None:
+    """A checkpoint that keeps its own template: a pad token (its own, else its document
+    end, else the end of turn: padding is masked everywhere) and generation settings."""
+    if tokenizer.pad_token is None:
+        end_of_turn = chat_format(tokenizer).end_of_turn
+        tokenizer.pad_token = tokenizer.eos_token or end_of_turn
+    _set_generation_tokens(model, tokenizer)
+
+
 def _set_generation_tokens(model, tokenizer) -> None:
     # Generation stops at the end of the assistant turn, not at the document end token.
-    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    eos = end_of_turn_id(tokenizer)
     model.config.eos_token_id = eos
     model.config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config is not None:
@@ -122,8 +134,13 @@ def _set_generation_tokens(model, tokenizer) -> None:
 
 
 def save_policy(model, tokenizer, directory: str | Path) -> Path:
-    """Write model weights/config and tokenizer (with its chat template) to `directory`."""
+    """Write model weights/config and tokenizer (with its chat template) to `directory`; a
+    model with LoRA adapters writes the adapters and the base they belong to (policy/lora.py)."""
     directory = Path(directory)
+    if is_adapter_model(model):
+        from components.policy.lora import save_adapters
+
+        return save_adapters(model, tokenizer, directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -131,10 +148,17 @@ def save_policy(model, tokenizer, directory: str | Path) -> Path:
 
 
 def load_policy(directory: str | Path, dtype: str | None = None) -> tuple:
-    """(model, tokenizer) from a local checkpoint directory; never touches the network."""
+    """(model, tokenizer) from a local checkpoint directory; never touches the network. An
+    adapter folder (policy/lora.py) gives its base with the adapters, trainable."""
     from transformers import AutoModelForCausalLM
 
     directory = Path(directory)
+    if is_adapter_dir(directory):
+        from components.policy.lora import base_directory, load_adapters
+
+        base, _ = load_policy(base_directory(directory), dtype)
+        tokenizer = load_tokenizer(directory)
+        return load_adapters(base, directory), tokenizer
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory} is not a Hugging Face checkpoint (no config.json)")
     kwargs = {"local_files_only": True}
@@ -142,5 +166,8 @@ def load_policy(directory: str | Path, dtype: str | None = None) -> tuple:
         kwargs["dtype"] = _torch_dtype(dtype)
     model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
     tokenizer = load_tokenizer(directory)
-    ensure_chat_tokens(model, tokenizer)
+    if tokenizer.chat_template == CHAT_TEMPLATE:
+        ensure_chat_tokens(model, tokenizer)
+    else:
+        own_format_tokens(model, tokenizer)
     return model, tokenizer

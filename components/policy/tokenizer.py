@@ -147,7 +147,9 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 3072, min_frequency: in
 
 
 def load_tokenizer(path: str | Path):
-    """A tokenizer saved with `save_pretrained` (local files only), with our chat template.
+    """A tokenizer saved with `save_pretrained` (local files only). It keeps its own chat
+    template if that template renders tools (a checkpoint's own format, chat.chat_format);
+    otherwise it gets ours.
 
     A `tokenizer.json` is loaded as is. AutoTokenizer is not used for it: in transformers 5
     it rebuilds the pipeline from the model family (a qwen2 config.json gets
@@ -160,5 +162,8 @@ def load_tokenizer(path: str | Path):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
     else:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    tokenizer.chat_template = CHAT_TEMPLATE
+    from components.policy.template_format import renders_tools
+
+    if tokenizer.chat_template != CHAT_TEMPLATE and not renders_tools(tokenizer):
+        tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer

@@ -44,9 +44,9 @@ from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, EpisodeResult
 from components.env.sandbox import SandboxConfig
 from components.policy.chat import (
-    ASSISTANT_HEADER,
-    IM_END,
-    chat_segments,
+    chat_format,
+    end_of_turn_id,
+    environment_turn_pieces,
     parse_tool_call,
     prompt_ids,
 )
@@ -108,7 +108,7 @@ def generate_transformers(
     """
     import torch
 
-    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    eos = end_of_turn_id(tokenizer)
     input_ids, attention_mask = _left_padded(prompts, tokenizer.pad_token_id)
     width = input_ids.shape[1]
     device = model.device
@@ -252,9 +252,7 @@ def _encode_context(tokenizer, pieces: Sequence[str]) -> list[int]:
 def environment_turn_ids(tokenizer, observation: str, closed: bool) -> list[int]:
     """Context ids after an assistant turn: [<|im_end|>] (if the turn was cut), "\\n",
     the tool-response turn, the next assistant header."""
-    (tool_turn,) = chat_segments([{"role": "tool", "content": observation}])
-    pieces = ([] if closed else [IM_END]) + ["\n", tool_turn[0], ASSISTANT_HEADER]
-    return _encode_context(tokenizer, pieces)
+    return _encode_context(tokenizer, environment_turn_pieces(tokenizer, observation, closed))
 
 
 def _finish(live: _Live) -> Rollout:
@@ -309,7 +307,7 @@ def _advance(
     """Append each sampled turn (mask 1), step the episodes in the pool (tool execution),
     then append each environment turn as context (mask 0), or stop the episode when the
     next turn would not fit: it needs room for the context and one sampled token."""
-    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    eos = end_of_turn_id(tokenizer)
     stepping = []
     for ep, c in zip(live, completions, strict=True):
         if c.error:
@@ -318,7 +316,8 @@ def _advance(
         ep.ids += c.token_ids
         ep.mask += [1] * len(c.token_ids)
         ep.logprobs += c.logprobs
-        action = parse_tool_call(tokenizer.decode(c.token_ids, skip_special_tokens=False))
+        text = tokenizer.decode(c.token_ids, skip_special_tokens=False)
+        action = parse_tool_call(text, chat_format(tokenizer))
         stepping.append((ep, c, pool.submit(_step, ep, action, c)))
     for ep, c, fut in stepping:
         event = fut.result()
@@ -437,7 +436,8 @@ class ModelPolicy:
         (c,) = generate([ids], [cap], derive_seed(self.config.seed, task.id, self._turn), **extra)
         if c.error:
             raise RuntimeError(c.error)  # run_episode cleans up; evaluation reports the fault
-        return parse_tool_call(self.tokenizer.decode(c.token_ids, skip_special_tokens=False))
+        text = self.tokenizer.decode(c.token_ids, skip_special_tokens=False)
+        return parse_tool_call(text, chat_format(self.tokenizer))
 
 
 def load_model_policy(directory: str, config: RolloutConfig | None = None) -> ModelPolicy:

@@ -20,7 +20,7 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from components.policy.chat import chat_segments, render_messages, tokenize_trajectory
+from components.policy.chat import tokenize_trajectory, trajectory_segments
 
 IGNORE_INDEX = -100  # the label value torch's cross_entropy (and HF/TRL) skip
 # Fields of an assistant event that record how it was sampled, not what it said.
@@ -41,7 +41,7 @@ def trajectory_tokens(tokenizer, record: dict, compact: bool = True) -> dict:
         return {"input_ids": out["input_ids"], "assistant_mask": out["assistant_mask"]}
     # Same segment-wise encoding as chat.tokenize_trajectory, with each assistant segment
     # replaced by the ids the model sampled for it (segments map to assistant events in order).
-    segments = chat_segments(render_messages(events, compact))
+    segments = trajectory_segments(tokenizer, events, compact)
     encoded = tokenizer([text for text, _ in segments], add_special_tokens=False)["input_ids"]
     turns = iter(sampled)
     ids: list[int] = []

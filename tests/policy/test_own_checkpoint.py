@@ -1,0 +1,182 @@
+"""Bring your own checkpoint: a local causal LM keeps its own tokenizer and, when its template
+renders tools, its own chat format: transcripts, the assistant mask, a rollout's environment
+turns and the tool-call parser follow it. The checkpoint is a tiny random-init Llama with a
+Llama-3-style template written here (tests/policy/own_checkpoint.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.policy.chat import (
+    CHAT_TEMPLATE,
+    OURS,
+    TOOLS,
+    chat_format,
+    format_tool_call,
+    parse_tool_call,
+    prompt_ids,
+    render_messages,
+    tokenize_trajectory,
+    trajectory_segments,
+)
+from components.policy.config import PolicyConfig
+from tests.policy.conftest import SAMPLE_EVENTS
+from tests.policy.own_checkpoint import (
+    LLAMA3_STYLE_TEMPLATE,
+    PLAIN_TEMPLATE,
+    save_llama3_style_checkpoint,
+)
+
+CORPUS = [json.dumps(e) for e in SAMPLE_EVENTS] + [json.dumps(t) for t in TOOLS]
+
+
+@pytest.fixture(scope="module")
+def own_dir(tmp_path_factory):
+    return save_llama3_style_checkpoint(tmp_path_factory.mktemp("llama3ish"), CORPUS)
+
+
+@pytest.fixture(scope="module")
+def own(own_dir):
+    from components.policy.model import build_policy
+
+    return build_policy(PolicyConfig(pretrained_path=str(own_dir)))
+
+
+def _call(name: str, arguments: dict) -> str:
+    """The template's call syntax, written out by hand (not by the code under test)."""
+    payload = json.dumps(arguments, ensure_ascii=False)
+    return f'<|python_tag|>{{"name": "{name}", "parameters": {payload}}}'
+
+
+def test_the_checkpoint_keeps_its_tokenizer_and_template(own):
+    model, tokenizer = own
+    assert tokenizer.chat_template == LLAMA3_STYLE_TEMPLATE
+    vocab = tokenizer.get_vocab()
+    assert not {"<|im_start|>", "<|im_end|>", "<tool_call>"} & set(vocab)
+    assert len(vocab) == model.get_input_embeddings().weight.shape[0]  # nothing added
+    fmt = chat_format(tokenizer)
+    assert (fmt.end_of_turn, fmt.call_open, fmt.call_close) == ("<|eot_id|>", "<|python_tag|>", "")
+    assert (fmt.name_key, fmt.arguments_key) == ("name", "parameters")
+    assert fmt.assistant_header == "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    assert fmt.tool_turn == ("<|start_header_id|>ipython<|end_header_id|>\n\n", "<|eot_id|>")
+    eot = tokenizer.convert_tokens_to_ids("<|eot_id|>")
+    assert model.generation_config.eos_token_id == eot and tokenizer.pad_token is not None
+
+
+def test_segments_are_the_templates_own_rendering(own, events):
+    _, tokenizer = own
+    fmt = chat_format(tokenizer)
+    expected = tokenizer.apply_chat_template(render_messages(events, fmt=fmt), tools=TOOLS,
+                                             tokenize=False)  # fmt: skip
+    text = "".join(piece for piece, _ in trajectory_segments(tokenizer, events))
+    assert text == expected
+    assert "<|im_start|>" not in text and "<tool_response>" not in text
+    assert '"name": "run_command"' in text  # the tools are listed by the template
+
+
+def test_the_assistant_mask_is_exact(own, events):
+    """Every maximal run of mask 1 decodes to one assistant turn as the template writes it,
+    up to and including <|eot_id|>; every other token is context."""
+    _, tokenizer = own
+    out = tokenize_trajectory(tokenizer, events)
+    ids, mask = out["input_ids"], out["assistant_mask"]
+    runs, current = [], []
+    for token, m in zip(ids, mask, strict=True):
+        if m:
+            current.append(token)
+        elif current:
+            runs, current = [*runs, current], []
+    runs += [current] if current else []
+    expected = []
+    for e in (e for e in events if e["role"] == "assistant"):
+        content = e.get("content") or ""
+        call = _call(e["action"], e["arguments"]) if e["action"] else ""
+        expected.append(content + call + "<|eot_id|>")
+    assert [tokenizer.decode(r, skip_special_tokens=False) for r in runs] == expected
+    assert tokenizer.decode(ids, skip_special_tokens=False) == "".join(
+        piece for piece, _ in trajectory_segments(tokenizer, events)
+    )
+    # The generation prompt is the transcript's beginning, up to the first assistant turn.
+    prompt = prompt_ids(tokenizer, events[:1])
+    assert ids[: len(prompt)] == prompt and mask[len(prompt)] == 1 and not any(mask[: len(prompt)])
+
+
+def test_the_parser_reads_the_templates_calls(own):
+    _, tokenizer = own
+    fmt = chat_format(tokenizer)
+    text = (
+        'Look first.<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}<|eot_id|>'
+    )
+    action = parse_tool_call(text, fmt)
+    assert (action.tool, action.arguments, action.content) == ("read_file", {"path": "a.py"},
+                                                               "Look first.")  # fmt: skip
+    bare = parse_tool_call('{"name": "finish", "parameters": {"summary": "done"}}', fmt)
+    assert bare.tool is None  # the template's calls open with <|python_tag|>
+    assert parse_tool_call(format_tool_call("finish", {"summary": "x"}), fmt).tool is None
+    unknown = parse_tool_call('<|python_tag|>{"name": "rm", "parameters": {}}', fmt)
+    assert unknown.tool is None and "rm" in unknown.parse_error
+    # Ours is unchanged for our format.
+    assert parse_tool_call(format_tool_call("finish", {"summary": "x"})).tool == "finish"
+
+
+def test_a_rollout_follows_the_template(own, tmp_path):
+    """Episodes sampled with the checkpoint: the engine's token sequence (prompt, sampled
+    turns, environment turns) is exactly the transcript's tokenization in the template's
+    format, and the sampled calls were parsed with its syntax."""
+    from components.env.config import EnvConfig
+    from components.env.sandbox import SandboxConfig
+    from components.rollout.completion import Completion
+    from components.rollout.config import RolloutConfig
+    from components.rollout.engine import sample_episodes
+    from components.tasks.generate import generate_suite
+    from components.tasks.task import load_tasks
+    from components.train.data import trajectory_tokens
+
+    model, tokenizer = own
+    generate_suite(tmp_path / "tasks", 3, 0)
+    tasks = load_tasks(tmp_path / "tasks", split="train")[0][:1]
+    turns = iter([_call("run_command", {"cmd": "python -m pytest -q"}) + "<|eot_id|>",
+                  "Done." + _call("finish", {"summary": "gave up"}) + "<|eot_id|>"])  # fmt: skip
+
+    def generate(prompts, caps, seed, **_):
+        ids = tokenizer(next(turns), add_special_tokens=False)["input_ids"]
+        return [Completion(ids, [-1.0] * len(ids), "stop") for _ in prompts]
+
+    config = RolloutConfig(samples_per_task=1, batch_size=1, workers=1, max_new_tokens=256)
+    (rollout,) = sample_episodes(tasks, model, tokenizer, config, EnvConfig(max_steps=4),
+                                 SandboxConfig(), generate_fn=generate)  # fmt: skip
+    record = rollout.result.record
+    assert rollout.result.end_reason == "finished"
+    assert [e.get("action") for e in record["trajectory"] if e["role"] == "assistant"] == [
+        "run_command", "finish"]  # fmt: skip
+    tokens = trajectory_tokens(tokenizer, {**record, "input_ids": None})
+    n = len(rollout.input_ids)  # the record goes on with the final observation, as context
+    assert tokens["input_ids"][:n] == rollout.input_ids
+    assert tokens["assistant_mask"][:n] == rollout.assistant_mask
+    assert not any(tokens["assistant_mask"][n:])
+
+
+def test_a_template_without_tools_gets_ours(tmp_path):
+    from components.policy.model import load_policy
+
+    directory = save_llama3_style_checkpoint(tmp_path / "plain", CORPUS, PLAIN_TEMPLATE)
+    model, tokenizer = load_policy(directory)
+    assert tokenizer.chat_template == CHAT_TEMPLATE and chat_format(tokenizer) is OURS
+    assert "<|im_start|>" in tokenizer.get_vocab()
+    assert len(tokenizer) == model.get_input_embeddings().weight.shape[0]
+
+
+def test_sft_on_the_checkpoint_saves_its_own_format(own_dir, events, tmp_path):
+    from components.policy.model import load_policy
+    from components.train.config import SFTConfig
+    from components.train.sft import train_sft
+
+    model, tokenizer = load_policy(own_dir)
+    config = SFTConfig(max_steps=2, batch_size=1, max_seq_len=2048, use_cpu=True,
+                       output_dir=str(tmp_path / "sft"))  # fmt: skip
+    result = train_sft(model, tokenizer, [{"id": "a", "trajectory": events}], config)
+    assert result.steps == 2 and all(x == x for x in result.losses)
+    _, reloaded = load_policy(result.checkpoint_dir)
+    assert reloaded.chat_template == LLAMA3_STYLE_TEMPLATE
