@@ -3,6 +3,7 @@ small `result.json` into its output folder, so a stage runs the same in-process,
 subprocess or as a Kubernetes Job.
 
     agentrl policy init   --preset P --records SRC --out DIR
+    agentrl policy merge  --policy ADAPTER_DIR --out DIR
     agentrl train sft     --preset P --policy DIR --records SRC --out DIR
     agentrl rollout sample --preset P --policy DIR --tasks DIR --split train --out DIR
     agentrl train rs      --preset P --policy DIR --samples DIR --out DIR
@@ -80,6 +81,23 @@ def main_policy_init(argv: list[str]) -> int:
         "vocab_size": len(tokenizer),
         "seconds": round(time.monotonic() - t0, 2),
     })  # fmt: skip
+
+
+def main_policy_merge(argv: list[str]) -> int:
+    """Fold a LoRA adapter policy into its base: a plain checkpoint for serving."""
+    p = argparse.ArgumentParser(prog="agentrl policy merge", description=main_policy_merge.__doc__)
+    p.add_argument("--policy", required=True, help="adapter folder (a stage run with lora)")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    args = p.parse_args(argv)
+    from components.policy.lora import base_directory, is_adapter_dir, merge_adapters
+    from components.policy.model import load_policy, save_policy
+
+    if not is_adapter_dir(args.policy):
+        raise SystemExit(f"agentrl: {args.policy} is not an adapter policy (no adapter metadata)")
+    model, tokenizer = load_policy(args.policy)
+    merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
+    return _write_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
+                                    "base": str(base_directory(args.policy))})  # fmt: skip
 
 
 def main_sft(argv: list[str]) -> int:

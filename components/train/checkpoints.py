@@ -1,8 +1,10 @@
 """Resumable state of a GRPO run on disk: checkpoints and the metrics file.
 
-A checkpoint (output_dir/checkpoints/iter-NNNNNN/) holds the weights (save_pretrained), the
-optimizer state, the torch / CUDA / python / numpy RNG states and a `state.json` (iteration,
-data position, config hash). It is written to a temporary folder and renamed into place,
+A checkpoint (output_dir/checkpoints/iter-NNNNNN/) holds the weights (save_pretrained; LoRA:
+the adapters), the optimizer state (`optimizer.pt`), each rank's torch / CUDA / python /
+numpy RNG states (`rng-rankR.pt`) and a `state.json` (iteration, data position, config
+hash). Under DeepSpeed the weights and optimizer are the engine's own checkpoint (tag
+`zero`: each rank's ZeRO partitions), so a run resumes on the same number of ranks. It is written to a temporary folder and renamed into place,
 `state.json` last, so a kill leaves the previous checkpoint intact and a folder without
 `state.json` never counts. The metrics file (one JSON row per iteration) is rewritten whole
 and renamed into place too; on resume the rows logged after the checkpoint are dropped,
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from components.train.parallel import barrier
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -49,57 +53,81 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
-def save_checkpoint(model, optimizer, output_dir: str | Path, state: dict, keep: int) -> Path:
+def save_checkpoint(stepper, output_dir: str | Path, state: dict, keep: int) -> Path:
     """Write weights, optimizer, RNG and `state` to a temporary folder, then rename it; keep
-    the `keep` most recent checkpoints."""
+    the `keep` most recent checkpoints. Under torchrun every rank enters: each writes its
+    RNG state (and, under DeepSpeed, its ZeRO shards); rank 0 writes the rest and renames."""
     root = checkpoint_root(output_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter-{state['iteration']:06d}"
-    for stale in root.glob(".tmp-*"):  # left by a run killed while writing (one writer)
-        shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f".tmp-{final.name}"
-    model.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt")
-    # state.json last: its presence marks the folder complete.
-    (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
-    if final.exists():  # a rerun of the same iteration after a resume replaces it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    kept = sorted(p for p in root.glob("iter-*") if (p / "state.json").is_file())
-    for old in kept[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if stepper.rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".tmp-*"):  # left by a run killed while writing (one writer)
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+    barrier()
+    if stepper.engine is not None:  # a collective: model and optimizer shards per rank
+        stepper.engine.save_checkpoint(str(tmp), tag="zero", save_latest=False)
+    elif stepper.rank == 0:
+        stepper.model.save_pretrained(tmp)
+        torch.save({"optimizer": stepper.optimizer.state_dict()}, tmp / "optimizer.pt")
+    torch.save(rng_state(), tmp / f"rng-rank{stepper.rank}.pt")
+    barrier()
+    if stepper.rank == 0:
+        # state.json last: its presence marks the folder complete.
+        (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+        if final.exists():  # a rerun of the same iteration after a resume replaces it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        kept = sorted(p for p in root.glob("iter-*") if (p / "state.json").is_file())
+        for old in kept[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    barrier()
     return final
 
 
-def load_checkpoint(path: Path, model, optimizer) -> dict:
-    """Restore weights, optimizer and RNG in place; returns the saved state."""
+def load_checkpoint(path: Path, stepper) -> dict:
+    """Restore weights (LoRA: the adapters), optimizer and this rank's RNG in place; returns
+    the saved state."""
     from transformers import AutoModelForCausalLM
 
-    loaded = AutoModelForCausalLM.from_pretrained(
-        str(path), local_files_only=True, dtype=next(model.parameters()).dtype
-    )
-    model.load_state_dict(loaded.state_dict())
-    trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)  # our own file
-    optimizer.load_state_dict(trainer_state["optimizer"])
-    set_rng_state(trainer_state["rng"])
+    from components.policy.lora import is_adapter_model, load_adapter_weights
+
+    model = stepper.model
+    if stepper.engine is not None:
+        stepper.engine.load_checkpoint(str(path), tag="zero", load_module_strict=True,
+                                       load_lr_scheduler_states=False)  # fmt: skip
+    elif is_adapter_model(model):
+        load_adapter_weights(model, path)
+    else:
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, dtype=next(model.parameters()).dtype
+        )
+        model.load_state_dict(loaded.state_dict())
+    if stepper.engine is None:
+        saved = torch.load(path / "optimizer.pt", weights_only=False)  # our own file
+        stepper.optimizer.load_state_dict(saved["optimizer"])
+    set_rng_state(torch.load(path / f"rng-rank{stepper.rank}.pt", weights_only=False))
     return json.loads((path / "state.json").read_text())
 
 
-def restore(output_dir: str | Path, model, optimizer, config_hash: str, resume: bool) -> dict:
-    """The state to continue from: the latest checkpoint's (restored into `model` and
-    `optimizer`), or iteration 0 at data position 0. `resume=False` deletes old checkpoints;
-    a checkpoint written with another config hash is an error."""
+def restore(output_dir: str | Path, stepper, config_hash: str, resume: bool) -> dict:
+    """The state to continue from: the latest checkpoint's (restored into the stepper's
+    model and optimizer), or iteration 0 at data position 0. `resume=False` deletes old
+    checkpoints; a checkpoint written with another config hash is an error."""
     checkpoint = latest_checkpoint(output_dir) if resume else None
     if checkpoint is None:
-        if not resume:
+        if not resume and stepper.rank == 0:
             shutil.rmtree(checkpoint_root(output_dir), ignore_errors=True)
+        barrier()
         return {"iteration": 0, "data_position": 0, "checkpoint": None}
-    state = load_checkpoint(checkpoint, model, optimizer)
+    state = json.loads((checkpoint / "state.json").read_text())
     if state["config_hash"] != config_hash:
         raise ValueError(
             f"{checkpoint}: written by a run with other settings (config hash "
             f"{state['config_hash']} != {config_hash}); use another output_dir or resume=False"
         )
+    load_checkpoint(checkpoint, stepper)
     return {**state, "checkpoint": checkpoint}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from components.policy.config import LoRAConfig
 from components.typed_config import doc
 
 # Shipped DeepSpeed configs, relative to the repository root.
@@ -145,12 +146,20 @@ class SFTConfig:
     )
     deepspeed: DeepSpeedConfig | None = field(
         default=None,
-        metadata=doc("train through DeepSpeed ZeRO (launch with torchrun/deepspeed); None = TRL"),
+        metadata=doc(
+            "train through DeepSpeed ZeRO (launch with torchrun); None = the in-process loop"
+        ),
+    )
+    lora: LoRAConfig | None = field(
+        default=None,
+        metadata=doc("train LoRA adapters on the frozen base (policy/lora.py); None = all weights"),
     )
 
     def __post_init__(self) -> None:
         if isinstance(self.deepspeed, dict):  # from YAML/JSON
             object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
+        if isinstance(self.lora, dict):
+            object.__setattr__(self, "lora", LoRAConfig(**self.lora))
         if self.learning_rate <= 0:
             raise ValueError("SFTConfig.learning_rate must be positive")
         if self.lr_scheduler not in ("constant", "linear", "cosine"):
@@ -257,8 +266,25 @@ class DPOConfig:
     mlflow_experiment: str = field(
         default="agentrl-dpo", metadata=doc("MLflow experiment name of the run")
     )
+    deepspeed: DeepSpeedConfig | None = field(
+        default=None,
+        metadata=doc(
+            "update under DeepSpeed ZeRO (launch with torchrun, train/parallel.py); None = "
+            "plain AdamW (gradients all-reduced across torchrun ranks)"
+        ),
+    )
+    lora: LoRAConfig | None = field(
+        default=None,
+        metadata=doc(
+            "train LoRA adapters on the frozen base, reference = the base; None = all weights"
+        ),
+    )
 
     def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):  # from JSON
+            object.__setattr__(self, "lora", LoRAConfig(**self.lora))
+        if isinstance(self.deepspeed, dict):
+            object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
         if self.beta <= 0:
             raise ValueError("DPOConfig.beta must be positive")
         if self.loss_type not in ("sigmoid", "hinge", "ipo", "robust"):
@@ -373,8 +399,25 @@ class GRPOConfig:
     mlflow_experiment: str = field(
         default="agentrl-grpo", metadata=doc("MLflow experiment name of the run")
     )
+    deepspeed: DeepSpeedConfig | None = field(
+        default=None,
+        metadata=doc(
+            "update under DeepSpeed ZeRO (launch with torchrun, train/parallel.py); None = "
+            "plain AdamW (gradients all-reduced across torchrun ranks)"
+        ),
+    )
+    lora: LoRAConfig | None = field(
+        default=None,
+        metadata=doc(
+            "train LoRA adapters on the frozen base, KL reference = the base; None = all weights"
+        ),
+    )
 
     def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):  # from JSON
+            object.__setattr__(self, "lora", LoRAConfig(**self.lora))
+        if isinstance(self.deepspeed, dict):
+            object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
         for name in ("iterations", "tasks_per_iteration", "ppo_epochs", "micro_batch_size",
                      "checkpoint_every", "keep_checkpoints"):  # fmt: skip
             if getattr(self, name) < 1:

@@ -10,6 +10,8 @@ output), and has no per-token mask to say otherwise. So the log-probabilities he
 `losses.dpo_loss` (cross-checked against TRL on identical inputs in tests/train/test_losses.py).
 
 The reference is frozen: its log-probs are computed once, up front, and reused every epoch.
+With `config.lora` the policy trains adapters and the reference is the same model with its
+adapters off (policy/lora.py): no second copy of the weights.
 Note: the IPO variant gets summed (not length-normalised) log-probs here; see dpo_loss.
 """
 
@@ -23,6 +25,15 @@ from pathlib import Path
 
 from components.train.config import DPOConfig
 from components.train.data import collate, trajectory_tokens
+from components.train.parallel import (
+    all_gather_list,
+    all_sum,
+    deal,
+    make_stepper,
+    save_gathered,
+    world,
+)
+from components.train.sft import trainable_parameters, training_device
 
 
 @dataclass
@@ -69,59 +80,57 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
     """Train `policy` in place on (chosen, rejected) trajectory pairs; save it to output_dir.
 
     `pairs` come from `data.preference_pairs`. `reference`: a frozen model, or None for a
-    frozen copy of `policy` as it is now (config.reference_path, if set, is loaded instead).
+    frozen copy of `policy` as it is now (config.reference_path, if set, is loaded instead;
+    with `config.lora`, the base itself with its adapters off). Under torchrun every rank
+    holds the pairs and trains on its share of each batch (parallel.py).
     """
     import torch
 
-    from components.policy.model import load_policy, save_policy
+    from components.policy.lora import add_adapters, reference_or_base, without_adapters
+    from components.policy.model import load_policy
 
-    use_cuda = torch.cuda.is_available() and not config.use_cpu
-    device = torch.device("cuda" if use_cuda else "cpu")
+    device = training_device(config.use_cpu)
     torch.manual_seed(config.seed)
-    if reference is None:
-        reference = (
-            load_policy(config.reference_path)[0]
-            if config.reference_path
-            else copy.deepcopy(policy)
-        )
+    policy = add_adapters(policy, config.lora) if config.lora else without_adapters(policy)
+    if reference is None and config.reference_path:
+        reference = load_policy(config.reference_path)[0]
+    elif reference is None and not config.lora:
+        reference = copy.deepcopy(policy)
+    if reference is not None:
+        reference.to(device).eval().requires_grad_(False)
     policy.to(device).train()
-    reference.to(device).eval().requires_grad_(False)
     pad_id = tokenizer.pad_token_id
-
     examples = [t for t in (_pair_tokens(p, tokenizer, config.max_seq_len) for p in pairs) if t]
     if not examples:
         raise ValueError("train_dpo: no usable pair (none given, or all truncated)")
-    _score_reference(reference, examples, pad_id, config, device)
-    optimizer = torch.optim.AdamW(
-        policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    # Linear warmup, then constant: DPO runs are short and usually stopped by evaluation.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / (config.warmup_steps + 1))
-    )
-    mlflow = _start_tracking(config, len(examples))
-
+    with reference_or_base(policy, reference) as frozen:
+        _score_reference(frozen, examples, pad_id, config, device)
+    stepper = make_stepper(
+        policy, config.deepspeed, learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+        micro_batch_size=config.batch_size, bf16=config.bf16,
+        # Linear warmup, then constant: DPO runs are short and usually stopped by evaluation.
+        schedule=lambda step: min(1.0, (step + 1) / (config.warmup_steps + 1)),
+    )  # fmt: skip
+    mlflow = _start_tracking(config, len(examples)) if stepper.rank == 0 else None
     batches = _pair_batches(examples, config.batch_size, config.seed)
     history: dict[str, list[float]] = {k: [] for k in ("loss", "chosen", "rejected", "acc")}
     tokens_seen, started = 0, time.perf_counter()
     try:
         for step in range(1, config.max_steps + 1):
-            loss, chosen, rejected, tokens = _accumulate(policy, batches, pad_id, config, device)
-            if config.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            rate = stepper.learning_rate()
+            loss, chosen, rejected, tokens = _accumulate(stepper, batches, pad_id, config, device)
+            stepper.step()
             tokens_seen += tokens
             history["loss"].append(loss)
             history["chosen"].append(chosen.mean().item())
             history["rejected"].append(rejected.mean().item())
             history["acc"].append((chosen > rejected).float().mean().item())
             if mlflow is not None and step % config.log_every == 0:
-                rate = tokens_seen / max(time.perf_counter() - started, 1e-9)
-                _log_step(mlflow, history, scheduler.get_last_lr()[0], rate, step)
+                speed = tokens_seen / max(time.perf_counter() - started, 1e-9)
+                _log_step(mlflow, history, rate, speed, step)
         seconds = time.perf_counter() - started
-        checkpoint = save_policy(policy, tokenizer, Path(config.output_dir) / "policy")
+        checkpoint = save_gathered(stepper, tokenizer, Path(config.output_dir) / "policy")
     finally:
         if mlflow is not None:
             mlflow.end_run()
@@ -136,21 +145,32 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
         tokens_per_second=tokens_seen / max(seconds, 1e-9),
         train_seconds=seconds,
         checkpoint_dir=str(checkpoint),
+        metrics={"world_size": stepper.world, **trainable_parameters(policy)},
     )
 
 
 def _score_reference(reference, examples: list[dict], pad_id: int, config: DPOConfig, device):
     """Store each pair's reference log-probs in it (ref_chosen, ref_rejected): the reference
-    never changes, so every pair is scored once."""
+    never changes, so every pair is scored once (each rank scores its share; the ranks
+    exchange them)."""
     import torch
 
+    rank, size = world()
+    mine = deal(list(range(len(examples))), rank, size)
+    scored: dict[int, tuple] = {}
     with torch.no_grad():
-        for start in range(0, len(examples), config.batch_size):
-            chunk = examples[start : start + config.batch_size]
-            seqs = [ex["chosen"] for ex in chunk] + [ex["rejected"] for ex in chunk]
+        for start in range(0, len(mine), config.batch_size):
+            chunk = mine[start : start + config.batch_size]
+            seqs = [examples[i]["chosen"] for i, _ in chunk]
+            seqs += [examples[i]["rejected"] for i, _ in chunk]
             ref = _sequence_logps(reference, seqs, pad_id, config, device).float().cpu()
-            for i, ex in enumerate(chunk):
-                ex["ref_chosen"], ex["ref_rejected"] = ref[i], ref[len(chunk) + i]
+            for k, (i, weight) in enumerate(chunk):
+                if weight:
+                    scored[i] = (ref[k], ref[len(chunk) + k])
+    for part in all_gather_list(sorted(scored.items())) if size > 1 else []:
+        scored.update(part)
+    for i, ex in enumerate(examples):
+        ex["ref_chosen"], ex["ref_rejected"] = scored[i]
 
 
 def _pair_batches(examples: list[dict], batch_size: int, seed: int):
@@ -168,35 +188,44 @@ def _pair_batches(examples: list[dict], batch_size: int, seed: int):
         yield batch
 
 
-def _accumulate(policy, batches, pad_id: int, config: DPOConfig, device):
-    """Forward and backward of one optimizer step's grad_accum micro-batches: (mean loss,
-    chosen rewards, rejected rewards, tokens processed)."""
+def _accumulate(stepper, batches, pad_id: int, config: DPOConfig, device):
+    """Forward and backward of one optimizer step's grad_accum micro-batches, this rank's
+    share of each: (mean loss, chosen rewards, rejected rewards, tokens processed), all
+    over every rank's pairs."""
     import torch
 
     from components.train.losses import dpo_loss
 
     step_loss, chosen, rejected, tokens = 0.0, [], [], 0
-    for _ in range(config.grad_accum):
-        batch = next(batches)
-        seqs = [ex["chosen"] for ex in batch] + [ex["rejected"] for ex in batch]
-        tokens += sum(len(s["input_ids"]) for s in seqs)
+    for k in range(config.grad_accum):
+        batch = next(batches)  # the same on every rank
+        mine = deal(batch, stepper.rank, stepper.world)
+        real = [ex for ex, weight in mine if weight]
+        pairs = real or [mine[0][0]]  # a zero-weight pass keeps the ranks' forwards in step
+        seqs = [ex["chosen"] for ex in pairs] + [ex["rejected"] for ex in pairs]
+        tokens += sum(len(s["input_ids"]) for s in seqs) if real else 0
         # Chosen and rejected in one forward: one [2B, T] batch.
-        logps = _sequence_logps(policy, seqs, pad_id, config, device).float()  # [2B]
-        n = len(batch)
+        logps = _sequence_logps(stepper.module, seqs, pad_id, config, device).float()  # [2B]
+        n = len(pairs)
         loss, c_rewards, r_rewards = dpo_loss(
             logps[:n],
             logps[n:],
-            torch.stack([ex["ref_chosen"] for ex in batch]).to(device),
-            torch.stack([ex["ref_rejected"] for ex in batch]).to(device),
+            torch.stack([ex["ref_chosen"] for ex in pairs]).to(device),
+            torch.stack([ex["ref_rejected"] for ex in pairs]).to(device),
             beta=config.beta,
             label_smoothing=config.label_smoothing,
             loss_type=config.loss_type,
         )
-        (loss / config.grad_accum).backward()
-        step_loss += loss.item() / config.grad_accum
-        chosen.append(c_rewards.cpu())
-        rejected.append(r_rewards.cpu())
-    return step_loss, torch.cat(chosen), torch.cat(rejected), tokens
+        share = len(real) / len(batch) / config.grad_accum
+        # The engines average gradients over the ranks: scale back up to the sum.
+        stepper.backward(loss * share * stepper.world, last=k == config.grad_accum - 1)
+        step_loss += loss.item() * share
+        chosen.append(c_rewards.cpu()[: len(real)])
+        rejected.append(r_rewards.cpu()[: len(real)])
+    totals = all_sum({"loss": step_loss, "tokens": tokens})
+    chosen = torch.cat([t for part in all_gather_list(chosen) for t in part])
+    rejected = torch.cat([t for part in all_gather_list(rejected) for t in part])
+    return totals["loss"], chosen, rejected, int(totals["tokens"])
 
 
 def _start_tracking(config: DPOConfig, num_pairs: int):
@@ -208,7 +237,8 @@ def _start_tracking(config: DPOConfig, num_pairs: int):
     mlflow.set_tracking_uri(config.mlflow_tracking_uri)
     mlflow.set_experiment(config.mlflow_experiment)
     mlflow.start_run(run_name="dpo")
-    mlflow.log_params({**vars(config), "num_pairs": num_pairs})
+    params = {k: v for k, v in vars(config).items() if k not in ("lora", "deepspeed")}
+    mlflow.log_params({**params, "lora": config.lora is not None, "num_pairs": num_pairs})
     return mlflow
 
 

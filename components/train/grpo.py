@@ -63,6 +63,7 @@ import torch
 
 from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
+from components.policy.lora import reference_or_base
 from components.rollout.completion import GenerateFn
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout, sample_episodes
@@ -77,6 +78,15 @@ from components.train.losses import (
     token_entropy,
     token_logprobs,
     turn_token_advantages,
+)
+from components.train.parallel import (
+    all_gather_list,
+    all_sum,
+    deal,
+    join_process_group,
+    make_stepper,
+    save_gathered,
+    world,
 )
 
 # Loss types that divide by the minibatch's tokens; the others average over sequences.
@@ -114,31 +124,26 @@ def train_grpo(
 
     `reference`: the frozen KL reference (beta > 0), or None for a frozen copy of `model`
     as passed in, i.e. before a checkpoint is restored: pass the *starting* policy on
-    resume too. Episodes are sampled in-process with `model` (transformers backend);
+    resume too. With `config.lora`, None means the base with its adapters off (no copy). Episodes are sampled in-process with `model` (transformers backend);
     `generate_fn` overrides that (tests, benchmarks; it must sample from `model`).
     `resume=True` continues from the latest checkpoint in output_dir, if any.
     """
-    from components.policy.model import save_policy
-
     _check_inputs(tasks, rollout_config, generate_fn)
-    device = torch.device("cuda" if torch.cuda.is_available() and not config.use_cpu else "cpu")
+    rank, _ = world()
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     rollout_config = dataclasses.replace(rollout_config, samples_per_task=config.group_size)
     fingerprint = config_hash(config, rollout_config, env_config, sandbox_config)
-    model.to(device)
-    reference = _frozen_reference(model, reference, device) if config.beta > 0 else None
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    start = restore(output_dir, model, optimizer, fingerprint, resume)
+    stepper, reference, device = _setup(model, reference, config)
+    start = restore(output_dir, stepper, fingerprint, resume)
     iteration, position = start["iteration"], start["data_position"]
     resumed_from = iteration if start["checkpoint"] is not None else None
     # Rows a killed run logged after its last checkpoint are replayed, so they are dropped.
     metrics_path = output_dir / "metrics.jsonl"
     history = read_metrics(metrics_path, iteration)
-    write_metrics(metrics_path, history)
-    mlflow = _start_tracking(config, fingerprint, resumed_from, len(tasks))
+    if rank == 0:
+        write_metrics(metrics_path, history)
+    mlflow = _start_tracking(config, fingerprint, resumed_from, len(tasks)) if rank == 0 else None
 
     rows: list[dict] = []
     last_checkpoint = start["checkpoint"]
@@ -150,17 +155,18 @@ def train_grpo(
             position += config.tasks_per_iteration
             row = {"iteration": iteration, "data_position": position}
             row.update(_iteration(
-                model, reference, optimizer, tokenizer, [tasks[i] for i in picked], iteration,
+                stepper, reference, tokenizer, [tasks[i] for i in picked], iteration,
                 config, rollout_config, env_config, sandbox_config, device, generate_fn,
             ))  # fmt: skip
             rows.append(row)
-            _log(row, history, metrics_path, mlflow)
+            if rank == 0:
+                _log(row, history, metrics_path, mlflow)
             if iteration % config.checkpoint_every == 0 or iteration == config.iterations:
                 state = {"iteration": iteration, "data_position": position,
                          "config_hash": fingerprint, "seed": config.seed}  # fmt: skip
-                last_checkpoint = save_checkpoint(model, optimizer, output_dir, state,
+                last_checkpoint = save_checkpoint(stepper, output_dir, state,
                                                   config.keep_checkpoints)  # fmt: skip
-        policy_dir = save_policy(model, tokenizer, output_dir / "policy")
+        policy_dir = save_gathered(stepper, tokenizer, output_dir / "policy")
     finally:
         if mlflow is not None:
             mlflow.end_run()
@@ -174,32 +180,44 @@ def train_grpo(
     )
 
 
+def _setup(model, reference, config: GRPOConfig):
+    """(stepper, frozen reference or None, device): LoRA adapters if configured (then the
+    KL reference is the base itself, adapters off), the model on this rank's device, the
+    optimizer (DeepSpeed engine or AdamW)."""
+    from components.policy.lora import add_adapters, without_adapters
+
+    device = torch.device("cuda" if torch.cuda.is_available() and not config.use_cpu else "cpu")
+    model = add_adapters(model, config.lora) if config.lora else without_adapters(model)
+    model.to(device)
+    if config.beta > 0 and (reference is not None or config.lora is None):
+        reference = _frozen_reference(model, reference, device)
+    stepper = make_stepper(
+        model, config.deepspeed, learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+        micro_batch_size=config.micro_batch_size,
+    )  # fmt: skip
+    return stepper, reference, device
+
+
 def _iteration(
-    model, reference, optimizer, tokenizer, tasks: Sequence[Task], iteration: int,
+    stepper, reference, tokenizer, tasks: Sequence[Task], iteration: int,
     config: GRPOConfig, rollout_config: RolloutConfig, env_config: EnvConfig,
     sandbox_config: SandboxConfig, device, generate_fn: GenerateFn | None,
 ) -> dict:  # fmt: skip
     """One iteration on this iteration's `tasks`: sample -> advantages -> update. Returns its
     metrics (episodes, rewards, the update's means, timings)."""
     t0 = time.perf_counter()
-    # One sampling seed per iteration: fresh samples each time, the same on a replay.
-    sampling = dataclasses.replace(
-        rollout_config, seed=derive_seed(config.seed, "sample", iteration)
-    )
-    model.eval()
-    rollouts = sample_episodes(
-        tasks, model, tokenizer, sampling, env_config, sandbox_config,
-        policy_name="grpo", generate_fn=generate_fn,
-    )  # fmt: skip
+    rollouts = _sample(stepper, tokenizer, tasks, iteration, config, rollout_config,
+                       env_config, sandbox_config, generate_fn)  # fmt: skip
     t1 = time.perf_counter()
 
     advantages, episode_advantages, valid, keep = _advantages(rollouts, config)
     row = _rollout_metrics(rollouts, valid)
     row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
     if keep:
-        model.train()
+        stepper.model.train()
         row.update(_update(
-            model, reference, optimizer, [rollouts[i] for i in keep], advantages[keep],
+            stepper, reference, [rollouts[i] for i in keep], advantages[keep],
             config, rollout_config, tokenizer.pad_token_id, device, iteration,
         ))  # fmt: skip
     else:
@@ -211,6 +229,31 @@ def _iteration(
     row["tokens_per_s"] = row["update_tokens"] / max(t2 - t1, 1e-9)
     row["sample_tokens_per_s"] = row["generated_tokens"] / max(t1 - t0, 1e-9)
     return row
+
+
+def _sample(
+    stepper, tokenizer, tasks: Sequence[Task], iteration: int, config: GRPOConfig,
+    rollout_config: RolloutConfig, env_config: EnvConfig, sandbox_config: SandboxConfig,
+    generate_fn: GenerateFn | None,
+) -> list[Rollout]:  # fmt: skip
+    """The iteration's episodes, in (task, sample) order, on every rank: rank r samples the
+    tasks r, r + world, ... (with the whole weights: ZeRO-3 gathers them) and the ranks
+    exchange their episodes."""
+    # One sampling seed per iteration: fresh samples each time, the same on a replay.
+    sampling = dataclasses.replace(
+        rollout_config, seed=derive_seed(config.seed, "sample", iteration)
+    )
+    stepper.model.eval()
+    with stepper.gathered():
+        mine = sample_episodes(
+            tasks[stepper.rank :: stepper.world], stepper.model, tokenizer, sampling,
+            env_config, sandbox_config, policy_name="grpo", generate_fn=generate_fn,
+        )  # fmt: skip
+    if stepper.world == 1:
+        return mine
+    order = {task.id: i for i, task in reversed(list(enumerate(tasks)))}
+    gathered = [r for part in all_gather_list(mine) for r in part]
+    return sorted(gathered, key=lambda r: (order[r.group_id], r.sample_index))
 
 
 def _log(row: dict, history: list[dict], metrics_path: Path, mlflow) -> None:
@@ -416,9 +459,8 @@ def _policy_logps(model, batch: dict, device, temperature: float, entropy: bool 
 
 
 def _update(
-    model,
+    stepper,
     reference,
-    optimizer,
     rollouts: list[Rollout],
     advantages: torch.Tensor,
     config: GRPOConfig,
@@ -429,7 +471,8 @@ def _update(
 ) -> dict:
     """ppo_epochs passes of minibatch steps over the valid rollouts; returns mean metrics.
 
-    advantages: [B, T] per token, or [B] per episode (repeated over its tokens).
+    advantages: [B, T] per token, or [B] per episode (repeated over its tokens). Every rank
+    holds all rollouts; each step's minibatch is dealt out over the ranks (parallel.py).
     """
     temperature = rollout_config.temperature or 1.0  # greedy log-probs are stored at T = 1
     n = len(rollouts)
@@ -437,7 +480,8 @@ def _update(
     advantages = per_token(advantages, rollouts)  # [B, T]
     ref_logps = None
     if config.beta > 0:  # once per iteration: the reference never changes
-        ref_logps = _reference_logps(reference, rollouts, config, pad_id, device, temperature)
+        with reference_or_base(stepper.model, reference) as frozen:
+            ref_logps = _reference_logps(frozen, rollouts, config, pad_id, device, temperature)
     # Minibatch order from (seed, iteration): nothing drawn from the global RNG.
     generator = torch.Generator().manual_seed(derive_seed(config.seed, "minibatch", iteration))
     sums: dict[str, float] = {}
@@ -446,7 +490,7 @@ def _update(
         order = torch.randperm(n, generator=generator).tolist()
         for start in range(0, n, minibatch):
             step_metrics = _optimizer_step(
-                model, optimizer, rollouts, advantages, ref_logps, order[start : start + minibatch],
+                stepper, rollouts, advantages, ref_logps, order[start : start + minibatch],
                 config, rollout_config, pad_id, device, temperature,
             )  # fmt: skip
             for key, value in step_metrics.items():
@@ -459,33 +503,36 @@ def _update(
 
 
 def _optimizer_step(
-    model, optimizer, rollouts: list[Rollout], advantages: torch.Tensor, ref_logps: list | None,
+    stepper, rollouts: list[Rollout], advantages: torch.Tensor, ref_logps: list | None,
     members: list[int], config: GRPOConfig, rollout_config: RolloutConfig, pad_id: int, device,
     temperature: float,
 ) -> dict:  # fmt: skip
     """One optimizer step on the minibatch `members` (indices into rollouts), gradients
-    accumulated over its micro-batches; returns the step's metrics."""
+    accumulated over its micro-batches (this rank's share of them); returns the step's
+    metrics, summed over the ranks."""
     # Token-level reductions normalise by the minibatch's tokens, not the micro-batch's.
     num_items = max(sum(sum(rollouts[i].assistant_mask[1:]) for i in members), 1)
+    mine = deal(members, stepper.rank, stepper.world)
+    chunks = [mine[i : i + config.micro_batch_size]
+              for i in range(0, len(mine), config.micro_batch_size)]  # fmt: skip
     step_metrics: dict[str, float] = {}
-    for micro in range(0, len(members), config.micro_batch_size):
-        idx = members[micro : micro + config.micro_batch_size]
+    for k, chunk in enumerate(chunks):
+        real = [i for i, weight in chunk if weight]
+        idx = real or [chunk[0][0]]  # a zero-weight pass keeps the ranks' forwards in step
         loss, metrics, tokens = _micro_batch_loss(
-            model, [rollouts[i] for i in idx], advantages[idx],
+            stepper.module, [rollouts[i] for i in idx], advantages[idx],
             None if ref_logps is None else [ref_logps[i] for i in idx],
             config, rollout_config, pad_id, device, temperature, num_items,
         )  # fmt: skip
         # "grpo" and "dr_grpo" average over sequences: weight each micro-batch by its
         # share of the minibatch. "token" already divides by the minibatch's tokens.
-        weight = 1.0 if config.loss_type in TOKEN_LOSSES else len(idx) / len(members)
-        (loss * weight).backward()
-        _add_step_metrics(step_metrics, loss, metrics, weight, tokens / num_items)
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        model.parameters(), config.max_grad_norm or float("inf")
-    )
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    step_metrics["grad_norm"] = float(grad_norm)
+        share = 1.0 if config.loss_type in TOKEN_LOSSES else len(real) / len(members)
+        share = share if real else 0.0
+        # Both engines average gradients over the ranks: scale back up to the sum.
+        stepper.backward(loss * share * stepper.world, last=k == len(chunks) - 1)
+        _add_step_metrics(step_metrics, loss, metrics, share, tokens / num_items if real else 0)
+    step_metrics = all_sum(step_metrics)
+    step_metrics["grad_norm"] = stepper.step()
     return step_metrics
 
 
@@ -493,14 +540,21 @@ def _reference_logps(
     reference, rollouts: Sequence[Rollout], config: GRPOConfig, pad_id: int, device,
     temperature: float,
 ) -> list[torch.Tensor]:  # fmt: skip
-    """Each episode's log-probs under the frozen reference, [len - 1] on the CPU."""
-    out = []
+    """Each episode's log-probs under the frozen reference, [len - 1] on the CPU. Each rank
+    scores its share of the episodes; the ranks exchange them."""
+    rank, size = world()
+    mine = deal(list(range(len(rollouts))), rank, size)
+    out: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for start in range(0, len(rollouts), config.micro_batch_size):
-            chunk = rollouts[start : start + config.micro_batch_size]
+        for start in range(0, len(mine), config.micro_batch_size):
+            chunk = [rollouts[i] for i, _ in mine[start : start + config.micro_batch_size]]
             lp = _policy_logps(reference, collate_rollouts(chunk, pad_id), device, temperature)
-            out.extend(lp[i, : len(r.input_ids) - 1].float().cpu() for i, r in enumerate(chunk))
-    return out
+            for (i, weight), row in zip(mine[start : start + len(chunk)], lp, strict=True):
+                if weight:
+                    out[i] = row[: len(rollouts[i].input_ids) - 1].float().cpu()
+    for part in all_gather_list(sorted(out.items())) if size > 1 else []:
+        out.update(part)
+    return [out[i] for i in range(len(rollouts))]
 
 
 def _micro_batch_loss(
@@ -557,7 +611,9 @@ def _add_step_metrics(
 
 def main_grpo(argv: Sequence[str] | None = None) -> int:
     """GRPO from a saved policy on a task suite, every setting from the preset's sections
-    grpo, rollout, env and sandbox (a missing section means its defaults)."""
+    grpo, rollout, env and sandbox (a missing section means its defaults). Launched by
+    torchrun (`python -m torch.distributed.run --nproc_per_node N -m components.cli train
+    grpo ...`), the ranks share the sampling and the update; rank 0 writes the results."""
     from components.preset import DEFAULT_PRESET, load_preset
 
     p = argparse.ArgumentParser(prog="agentrl train grpo", description=main_grpo.__doc__)
@@ -577,12 +633,14 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     tasks, errors = load_tasks(args.tasks, split=args.split or None)
     if errors:
         raise SystemExit(f"task errors: {errors[:5]}")
+    rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
     result = train_grpo(
         model, tokenizer, tasks, config, preset.section("rollout"), preset.section("env"),
         preset.section("sandbox"), resume=not args.no_resume,
     )  # fmt: skip
-    _write_result(result, Path(args.out))
+    if rank == 0:
+        _write_result(result, Path(args.out))
     return 0
 
 

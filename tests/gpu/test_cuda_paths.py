@@ -42,6 +42,7 @@ from components.train.grpo import (
     rollout_turn_advantages,
 )
 from components.train.losses import group_advantages, token_logprobs
+from components.train.parallel import Stepper
 
 _GPU = [
     pytest.mark.gpu,
@@ -275,8 +276,9 @@ def test_grpo_update_step(tiny_config, device, dtype, turn_credit, tmp_path):
     before = _snapshot(model)
     model.train()
     metrics = _update(
-        model, reference, optimizer, rollouts, advantages, config, rollout_config,
-        tokenizer.pad_token_id, torch.device(device), iteration=1,
+        Stepper(model, model, optimizer, max_grad_norm=config.max_grad_norm), reference,
+        rollouts, advantages, config, rollout_config, tokenizer.pad_token_id,
+        torch.device(device), iteration=1,
     )  # fmt: skip
 
     assert metrics["optimizer_steps"] == 1

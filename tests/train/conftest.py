@@ -144,3 +144,16 @@ def tiny_policy(tiny_config):
     from components.policy.model import build_policy
 
     return build_policy(tiny_config)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """A generated suite (3 tasks) and its first two train tasks, for GRPO runs."""
+    from components.tasks.generate import generate_suite
+    from components.tasks.task import load_tasks
+
+    root = tmp_path_factory.mktemp("grpo_suite") / "tasks"
+    generate_suite(root, 3, 0)
+    tasks, errors = load_tasks(root, split="train")
+    assert not errors and len(tasks) >= 2
+    return root, tasks[:2]

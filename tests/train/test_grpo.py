@@ -45,18 +45,6 @@ TIMING = {"sample_seconds", "update_seconds", "iteration_seconds", "tokens_per_s
           "sample_tokens_per_s"}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    from components.tasks.generate import generate_suite
-    from components.tasks.task import load_tasks
-
-    root = tmp_path_factory.mktemp("grpo_suite") / "tasks"
-    generate_suite(root, 3, 0)
-    tasks, errors = load_tasks(root, split="train")
-    assert not errors and len(tasks) >= 2
-    return root, tasks[:2]
-
-
 def scripted_generate(model, tokenizer, tasks, fail_index: int | None = None, give_up=None):
     """Batch position i (task-major, sample-minor on the first turn): even -> the task's
     reference patch, odd -> finish without a fix (or the `give_up` call text); `fail_index`
