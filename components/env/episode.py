@@ -337,7 +337,7 @@ class EpisodeEnv:
             kinds = sorted({fix_kind(c.id) for c in listing.candidates})
             return self._fix_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
         try:
-            self.workspace.resolve(listing.path, for_write=True).write_text(fix.source)
+            self.workspace.resolve(listing.path, for_write=True).write_text(fix.text)
         except (OSError, PathEscapeError) as e:
             return self._fix_error(f"error: cannot write {listing.path}: {e}")
         listing.tried.append(k)

@@ -16,8 +16,12 @@ into the environment and leave the decision to the policy:
   the tests and reports the outcome, so a wrong guess costs one turn and is undone by the
   next try.
 
-Candidates are whole-module texts from `ast.unparse`, so on a module that is not already
-in that canonical form (the generated suite is) a try also reformats the file.
+A candidate is found on the parsed module, but what `try_fix` writes is the module's own
+text with only the changed node's span rewritten (`edit_in_place`): comments, blank lines
+and formatting elsewhere survive, so on external code (not in `ast.unparse`'s canonical
+form, as the generated suite is) the stored diff, and the patch-size metrics read off it,
+show the one line that was fixed. Candidates are still compared, and deduplicated, by their
+canonical text (`source`), which is how the oracle matches the reference fix.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from components.tasks.mutations import enumerate_mutants
+from components.tasks.mutations import enumerate_mutants, normalize
 
 # pytest's own lines worth keeping in a short observation.
 _KEEP = re.compile(r"^(FAILED|ERROR|E   |>   |\S+\.py:\d+: |=+ .*(passed|failed|error).* =+$)")
@@ -48,7 +52,8 @@ class FixCandidate:
     id: str  # "<kind>-<n>", as shown to the policy
     lineno: int
     description: str  # "line 5: entries -> v"
-    source: str  # the whole module after the change
+    source: str  # the whole module after the change, canonical (ast.unparse): for comparing
+    text: str  # the module's own text with only the changed code rewritten: what try_fix writes
 
 
 @dataclass
@@ -94,17 +99,233 @@ def candidate_fixes(source: str, limit: int) -> list[FixCandidate]:
     """One-edit variants of `source`, in reading order (line, then operator), at most `limit`.
 
     Raises SyntaxError if `source` does not parse (there is nothing to enumerate then)."""
-    ast.parse(source)
+    tree = ast.parse(source)
     mutants = enumerate_mutants(source)
     order = sorted(range(len(mutants)), key=lambda i: (mutants[i].lineno, i))[:limit]
+    # A module already in canonical form (the generated suite) needs no search: its mutant's
+    # canonical text differs from it only where the edit is.
+    canonical = source == normalize(source) + "\n"
     seen: dict[str, int] = {}
     out = []
     for i in order:
         m = mutants[i]
         kind = KIND.get(m.operator, m.operator)
         seen[kind] = seen.get(kind, 0) + 1
-        out.append(FixCandidate(f"{kind}-{seen[kind]}", m.lineno, m.description, m.source + "\n"))
+        text = m.source + "\n" if canonical else _edit_in_place(_Text(source), tree, m.source)
+        out.append(FixCandidate(f"{kind}-{seen[kind]}", m.lineno, m.description,
+                                m.source + "\n", text))  # fmt: skip
     return out
+
+
+# ----------------------------------------------------------------------------- in-place edits
+
+
+class _Text:
+    """A module's text, addressed the way `ast` locates nodes (line, UTF-8 byte column)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines = re.split(r"(?<=\n)", source)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, lineno: int, col: int) -> int:
+        return self.starts[lineno - 1] + len(self.lines[lineno - 1].encode()[:col].decode())
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return (self.offset(node.lineno, node.col_offset),
+                self.offset(node.end_lineno, node.end_col_offset))  # fmt: skip
+
+    def outer_span(self, node: ast.AST) -> tuple[int, int]:
+        """The node's span with the parentheses around it (`(a + b)`, which `ast` leaves
+        out): what moves with the node when it trades places with a sibling."""
+        start, end = self.span(node)
+        while True:
+            before = self.source[:start].rstrip()
+            after = self.source[end:]
+            gap = len(after) - len(after.lstrip())
+            if not (before.endswith("(") and after[gap : gap + 1] == ")"):
+                return start, end
+            start, end = len(before) - 1, end + gap + 1
+
+    def indent(self, node: ast.AST) -> str | None:
+        """The whitespace before `node` on its first line; None if code precedes it there."""
+        before = self.source[self.starts[node.lineno - 1] : self.span(node)[0]]
+        return before if not before.strip() else None
+
+    def replace(self, edits: list[tuple[int, int, str]]) -> str:
+        out = self.source
+        for start, end, new in sorted(edits, reverse=True):
+            out = out[:start] + new + out[end:]
+        return out
+
+
+def _dump(value: object) -> str:
+    if isinstance(value, ast.AST):
+        return ast.dump(value)
+    if isinstance(value, list):
+        return repr([_dump(v) for v in value])
+    return repr(value)
+
+
+def _change(a: object, b: object) -> tuple[list[tuple], list[tuple]] | None:
+    """Where trees `a` and `b` differ (None: nowhere): the path of node pairs from the roots
+    down to the deepest pair that holds every difference, and the differing (a, b) field
+    values there (two for a swap; a pair of lists of unequal length for an added or removed
+    statement). One walk over both trees."""
+    if not isinstance(a, ast.AST) or type(a) is not type(b):
+        return None if type(a) is type(b) and a == b else ([(a, b)], [])
+    diffs: list[tuple] = []
+    for name, va in ast.iter_fields(a):
+        vb = getattr(b, name, None)
+        if isinstance(va, list) and isinstance(vb, list) and len(va) != len(vb):
+            diffs.append((va, vb, None))
+            continue
+        pairs = (
+            zip(va, vb, strict=True)
+            if isinstance(va, list) and isinstance(vb, list)
+            else [(va, vb)]
+        )
+        diffs += [(x, y, d) for x, y in pairs if (d := _change(x, y)) is not None]
+    if not diffs:
+        return None
+    if len(diffs) == 1 and isinstance(diffs[0][0], ast.AST) and isinstance(diffs[0][1], ast.AST):
+        path, inner = diffs[0][2]
+        return [(a, b), *path], inner
+    return [(a, b)], [(x, y) for x, y, _ in diffs]
+
+
+def _unparse_at(node: ast.AST, indent: str) -> str:
+    return ast.unparse(node).replace("\n", "\n" + indent)
+
+
+def _swap_edits(text: _Text, diffs: list[tuple]):
+    """Children that traded places, each rewritten with the original text of the sibling it
+    equals (swapped arguments or operands keep their own spelling): with their parentheses,
+    then without, then parenthesized."""
+    if len(diffs) < 2 or not all(isinstance(x, ast.expr) and isinstance(y, ast.AST)
+                                 for x, y in diffs):  # fmt: skip
+        return
+    for span, wrap in ((text.outer_span, "{}"), (text.span, "{}"), (text.span, "({})")):
+        own = {_dump(x): text.source[slice(*span(x))] for x, _ in diffs}
+        yield text.replace(
+            [(*span(x), wrap.format(own.get(_dump(y)) or ast.unparse(y))) for x, y in diffs]
+        )
+
+
+def _statement_edit(text: _Text, diffs: list[tuple]) -> str | None:
+    """One statement removed (its lines deleted) or added (a line inserted at the
+    indentation of its neighbour), when the neighbours own their lines."""
+    if len(diffs) != 1 or not all(isinstance(v, list) for v in diffs[0]):
+        return None
+    old, new = diffs[0]
+    if abs(len(old) - len(new)) != 1 or not old or not all(isinstance(s, ast.stmt) for s in old):
+        return None
+    pairs = enumerate(zip(old, new, strict=False))
+    p = next((i for i, (x, y) in pairs if _dump(x) != _dump(y)), min(len(old), len(new)))
+    if len(new) < len(old):  # removed: old[p]
+        node = old[p]
+        tail = text.lines[node.end_lineno - 1].encode()[node.end_col_offset :].decode()
+        if (
+            _dump(old[p + 1 :]) != _dump(new[p:])
+            or text.indent(node) is None
+            or (tail.strip() and not tail.strip().startswith("#"))
+        ):
+            return None
+        return text.replace([(text.starts[node.lineno - 1], text.starts[node.end_lineno], "")])
+    if _dump(old[p:]) != _dump(new[p + 1 :]):
+        return None
+    anchor = old[p] if p < len(old) else old[-1]
+    indent = text.indent(anchor)
+    if indent is None:
+        return None
+    line = indent + _unparse_at(new[p], indent) + "\n"
+    if p < len(old):
+        at = text.starts[anchor.lineno - 1]
+    else:
+        at = text.starts[anchor.end_lineno]
+        line = ("" if text.source[:at].endswith("\n") else "\n") + line
+    return text.replace([(at, at, line)])
+
+
+# How an operator is spelled in source (AugAssign adds "=").
+_SPELLING = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+    ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|", ast.BitXor: "^",
+    ast.BitAnd: "&", ast.MatMult: "@", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+    ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in", ast.Is: "is",
+    ast.IsNot: "is not", ast.And: "and", ast.Or: "or",
+}  # fmt: skip
+
+
+def _operator_gaps(node: ast.AST, op: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """The (left, right) operands between which `op`, an operator of `node`, is written."""
+    if isinstance(node, ast.BinOp):
+        return [(node.left, node.right)]
+    if isinstance(node, ast.AugAssign):
+        return [(node.target, node.value)]
+    if isinstance(node, ast.BoolOp):
+        return list(zip(node.values, node.values[1:], strict=False))
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        return [(operands[i], operands[i + 1]) for i, o in enumerate(node.ops) if o is op]
+    return []
+
+
+def _operator_edit(text: _Text, path: list[tuple]) -> str | None:
+    """Only the operator's token rewritten, wherever the expression's lines break."""
+    if len(path) < 2 or type(path[-1][0]) not in _SPELLING or type(path[-1][1]) not in _SPELLING:
+        return None
+    (node, _), (old, new) = path[-2], path[-1]
+    suffix = "=" if isinstance(node, ast.AugAssign) else ""
+    pattern = r"\s+".join(map(re.escape, (_SPELLING[type(old)] + suffix).split()))
+    edits = []
+    for left, right in _operator_gaps(node, old):
+        start, end = text.span(left)[1], text.span(right)[0]
+        gap = re.sub(r"#[^\n]*", lambda m: " " * len(m.group()), text.source[start:end])
+        found = re.search(pattern, gap)
+        if found is None:
+            return None
+        edits.append((start + found.start(), start + found.end(), _SPELLING[type(new)] + suffix))
+    return text.replace(edits) if edits else None
+
+
+def _in_place_texts(text: _Text, original: ast.Module, mutant: ast.Module):
+    """Candidate texts, smallest edit first; the caller keeps the first that is right."""
+    found = _change(original, mutant)
+    if found is None:
+        return
+    path, diffs = found
+    small = [_operator_edit(text, path), *_swap_edits(text, diffs), _statement_edit(text, diffs)]
+    yield from (candidate for candidate in small if candidate is not None)
+    for a, b in reversed(path):  # the deepest node holding the change, then its ancestors
+        if isinstance(a, ast.expr):
+            span = text.span(a)
+            yield text.replace([(*span, ast.unparse(b))])
+            yield text.replace([(*span, f"({ast.unparse(b)})")])
+        elif isinstance(a, ast.stmt):
+            indent = text.indent(a)
+            if indent is not None or "\n" not in ast.unparse(b):  # `if x: return y`
+                yield text.replace([(*text.span(a), _unparse_at(b, indent or ""))])
+
+
+def _edit_in_place(text: _Text, original: ast.Module, mutant: str) -> str:
+    for candidate in _in_place_texts(text, original, ast.parse(mutant)):
+        try:
+            if normalize(candidate) == mutant:
+                return candidate
+        except (SyntaxError, ValueError):
+            continue
+    return mutant + "\n"  # no span edit gives the mutant: the whole module, canonical
+
+
+def edit_in_place(source: str, mutant: str) -> str:
+    """`source` turned into `mutant` (a canonical module text, `ast.unparse`'s, one edit away
+    from `source`) by rewriting only the text of the node that changed: the smallest span
+    whose rewrite parses to `mutant`. Comments, blank lines and formatting elsewhere stay.
+    Falls back to `mutant` itself when no span rewrite reproduces it."""
+    return _edit_in_place(_Text(source), ast.parse(source), mutant)
 
 
 def summarize_test_output(output: str, max_lines: int = 5) -> str:

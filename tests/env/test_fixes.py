@@ -1,13 +1,17 @@
 """list_fixes / try_fix: candidates contain the inverse of an injected bug, tries undo each
 other, tests run in the sandbox, and misuse is an error observation, never a crash."""
 
+import difflib
+
 import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
+from components.env.final_diff import diff_changed_lines
 from components.env.fixes import (
     FixListing,
     candidate_fixes,
+    edit_in_place,
     listed_ids,
     render_listing,
     summarize_test_output,
@@ -16,7 +20,9 @@ from components.env.policies import OraclePolicy
 from components.env.sandbox import SandboxConfig
 from components.env.scripted import make_policy
 from components.env.tool_specs import argument_errors
+from components.tasks.generate import unified_diff
 from components.tasks.mutations import apply_edit, get_operator, normalize
+from components.tasks.task import TaskMetadata, write_task_folder
 
 SOURCE = normalize(
     "def clamp(x, lo, hi):\n"
@@ -286,3 +292,112 @@ def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks
     assert time.monotonic() - t0 < 20  # the sandbox's wall limit is 60 s
     assert "Timeout" in listing and "Candidate fixes of" in listing
     env.finish()
+
+
+# ----------------------------------------------------------------------------- in-place edits
+
+# Not in ast.unparse's form: comments, blank lines, a one-line `if`, a multi-line
+# expression, parentheses unparse would drop, double quotes.
+UNCANONICAL = '''"""Module docstring."""
+
+# A comment at the top.
+
+
+def bucket(items, k):  # trailing comment
+    """Docstring."""
+    counts = [0]*k   # no spaces
+
+    for x in items:
+        counts[x] += 1
+        if x > k: return counts
+    total = (sum(counts)
+             + len(items))  # multi-line
+    label = "done"
+    if not (total and k):
+        return None
+    return max(counts), total - (k * 2), (total) // 2, f(label, k)
+'''
+
+
+def _changed_lines(before: str, after: str) -> list[str]:
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+    return [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+
+
+def test_candidates_rewrite_only_the_lines_of_their_change():
+    fixes = candidate_fixes(UNCANONICAL, limit=200)
+    kinds = {f.id.rsplit("-", 1)[0] for f in fixes}
+    assert {"arith", "cmp", "bool", "const", "bound", "var", "not", "ret", "loop", "args",
+            "swap", "call"} <= kinds  # fmt: skip
+    comments = [ln for ln in UNCANONICAL.splitlines() if "#" in ln]
+    for f in fixes:
+        assert normalize(f.text) + "\n" == f.source, f.id  # the listed change, nothing else
+        changed = _changed_lines(UNCANONICAL, f.text)
+        assert 1 <= len(changed) <= 2, (f.id, f.description, changed)
+        assert f.text.startswith('"""Module docstring."""\n\n# A comment at the top.\n\n\n')
+        for line in comments:  # every comment is still there, changed or not
+            assert line.split("#", 1)[1] in f.text, (f.id, line)
+    by_description = {f.description: f for f in fixes}
+    multi = by_description["line 13: + -> -"]  # the operator of a two-line expression
+    assert _changed_lines(UNCANONICAL, multi.text) == [
+        "-             + len(items))  # multi-line", "+             - len(items))  # multi-line"]  # fmt: skip
+    swapped = by_description["line 18: total - k * 2 -> operands swapped"]
+    assert "return max(counts), (k * 2) - total, (total) // 2" in swapped.text  # own spelling
+
+
+def test_edit_in_place_falls_back_to_the_canonical_module():
+    assert edit_in_place("x = 1\n", "x = 2") == "x = 2\n"
+    assert edit_in_place("x  =  1  # one\n", "x = 2") == "x  =  2  # one\n"
+    assert edit_in_place("x = 1\n", "x = 1") == "x = 1\n"  # no change: nothing to find
+
+
+def _commented_task(root):
+    buggy = (
+        '"""Clamp a value into [lo, hi]."""\n'
+        "\n"
+        "# Bounds are inclusive.\n"
+        "\n"
+        "\n"
+        "def clamp(x, lo, hi):\n"
+        "    if x < lo:  # below the range\n"
+        "        return lo\n"
+        "\n"
+        "    if x < hi:  # above the range\n"
+        "        return hi\n"
+        "    return x\n"
+    )
+    test = "from clamp import clamp\n\n\ndef test_clamp():\n    assert clamp(1, 0, 3) == 1\n"
+    return write_task_folder(
+        root,
+        task_id="commented-0001",
+        instruction="fix clamp.py",
+        metadata=TaskMetadata(family="clamp", bug_class="comparison_swap", split="test"),
+        repo_files={"clamp.py": buggy, "tests/test_clamp.py": test,
+                    "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["."]\n'},
+        hidden_test_files={"tests/test_clamp_hidden.py": test.replace("test_clamp(", "test_h(")
+                           + "\n\ndef test_above():\n    assert clamp(5, 0, 3) == 3\n"},
+        reference_patch=unified_diff("clamp.py", buggy, buggy.replace("x < hi:", "x > hi:")),
+    )  # fmt: skip
+
+
+def test_try_fix_keeps_comments_and_blank_lines_elsewhere(tmp_path):
+    import shutil
+
+    from components.env.policies import fixed_files
+    from components.tasks.patching import apply_unified_diff
+
+    task = _commented_task(tmp_path / "task")
+    policy = OraclePolicy(style="fixes", fallback=False, recovery_rate=1.0)  # wrong, then right
+    result = run_episode(task, policy, EnvConfig(), SandboxConfig())
+    tries = [
+        e["arguments"]["id"] for e in result.record["trajectory"] if e.get("action") == "try_fix"
+    ]
+    assert result.success and len(tries) == 2
+    assert _changed_lines(*fixed_files(task)["clamp.py"]) == [
+        "-    if x < hi:  # above the range", "+    if x > hi:  # above the range"]  # fmt: skip
+    assert diff_changed_lines(result.final_diff) == 2  # what the patch metrics read
+    shutil.copytree(task.repo_dir, tmp_path / "repo")
+    apply_unified_diff(tmp_path / "repo", result.final_diff)
+    fixed = (tmp_path / "repo" / "clamp.py").read_text()
+    assert fixed == fixed_files(task)["clamp.py"][1]  # byte for byte the reference fix
+    assert '"""\n\n# Bounds are inclusive.\n\n\ndef clamp' in fixed
