@@ -9,6 +9,10 @@ subprocess or as a Kubernetes Job.
     agentrl train rs      --preset P --policy DIR --samples DIR --out DIR
     agentrl train dpo     --preset P --policy DIR --samples DIR --out DIR
     agentrl train grpo    (see --help)
+
+`train sft` (with the preset's sft.deepspeed), `train dpo` and `train grpo` also run under
+torchrun, one process per device (`python -m torch.distributed.run --nproc_per_node N -m
+components.cli train dpo ...`, the k8s trainer Job): rank 0 writes the result.
 """
 
 from __future__ import annotations
@@ -109,12 +113,15 @@ def main_sft(argv: list[str]) -> int:
     p.add_argument("--epochs", type=float)
     args = p.parse_args(argv)
     from components.policy.model import load_policy
+    from components.train.parallel import world
     from components.train.sft import train_sft
 
     config = _section(args, "sft", max_steps=args.max_steps, epochs=args.epochs,
                       output_dir=str(args.out))  # fmt: skip
     model, tokenizer = load_policy(args.policy)
     result = train_sft(model, tokenizer, read_records(args.records), config)
+    if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
+        return 0
     return _write_result(args.out, {**dataclasses.asdict(result),
                                     "policy_dir": str(Path(result.checkpoint_dir))})  # fmt: skip
 
@@ -178,15 +185,17 @@ def main_dpo(argv: list[str]) -> int:
     from components.policy.model import load_policy
     from components.train.data import preference_pairs
     from components.train.dpo import train_dpo
+    from components.train.parallel import join_process_group
 
     config = _section(args, "dpo", output_dir=str(args.out))
     pairs = preference_pairs(read_records(args.samples), config.pairs_per_task, config.seed)
     if not pairs:
         return _write_result(args.out, {"skipped": "no success/failure pair on any task",
                                         "num_pairs": 0, "policy_dir": args.policy})  # fmt: skip
+    rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
     result = train_dpo(model, None, tokenizer, pairs, config)
-    return _write_result(args.out, dataclasses.asdict(result))
+    return _write_result(args.out, dataclasses.asdict(result)) if rank == 0 else 0
 
 
 def main_grpo(argv: list[str]) -> int:
