@@ -11,13 +11,14 @@ from components.env.sandbox import SandboxConfig, isolation_report
 
 
 def _sandboxed_runner(argv: list[str]):
-    """(the gate's test runner and the converters' `run_python`, both under the preset's env
-    and sandbox sections, the rest of argv)."""
+    """(the gate's test runner, the converters' `run_python`, the gate's hang finder, all
+    under the preset's env and sandbox sections, the rest of argv)."""
     import dataclasses
 
     from components.env.sandbox import run_sandboxed
     from components.env.verifier import sandboxed_test_runner
     from components.preset import DEFAULT_PRESET, load_preset
+    from components.tasks.gate import hang_finder
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--preset", default=DEFAULT_PRESET)
@@ -32,7 +33,8 @@ def _sandboxed_runner(argv: list[str]):
         result = run_sandboxed(["python", *python_args], folder, cfg)
         return result.exit_code, result.output
 
-    return sandboxed_test_runner(env, sandbox), run_python, rest
+    find_hangs = hang_finder(run_python, env.per_test_timeout_s)
+    return sandboxed_test_runner(env, sandbox), run_python, find_hangs, rest
 
 
 def main_isolation(argv: list[str]) -> int:
@@ -46,8 +48,8 @@ def main_tasks_check(argv: list[str]) -> int:
     sandboxed verifier under the preset's env and sandbox sections."""
     from components.tasks.__main__ import main_check
 
-    run_tests, _, rest = _sandboxed_runner(argv)
-    return main_check(rest, run_tests=run_tests)
+    run_tests, _, find_hangs, rest = _sandboxed_runner(argv)
+    return main_check(rest, run_tests=run_tests, find_hangs=find_hangs)
 
 
 def main_tasks_import(argv: list[str]) -> int:
@@ -56,5 +58,5 @@ def main_tasks_import(argv: list[str]) -> int:
     task code run only in the sandbox."""
     from components.tasks.__main__ import main_import
 
-    run_tests, run_python, rest = _sandboxed_runner(argv)
-    return main_import(rest, run_tests=run_tests, run_python=run_python)
+    run_tests, run_python, find_hangs, rest = _sandboxed_runner(argv)
+    return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs)

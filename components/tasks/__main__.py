@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from components.tasks.external import RunPython
-from components.tasks.gate import RunTests, check_tasks
+from components.tasks.gate import FindHangs, RunTests, check_tasks
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.quixbugs import convert_quixbugs
 from components.tasks.task import load_tasks
@@ -51,7 +51,8 @@ def main_generate(argv: list[str]) -> int:
     return 0
 
 
-def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path | None):
+def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path | None,
+          find_hangs: FindHangs | None = None):  # fmt: skip
     if not tasks_dir.is_dir():
         raise SystemExit(f"agentrl: no such task folder: {tasks_dir}")
     tasks, errors = load_tasks(tasks_dir)
@@ -59,7 +60,7 @@ def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path 
         raise SystemExit(f"agentrl: no tasks (no task.json) under {tasks_dir}")
     for err in errors:
         print(f"INVALID {err}", file=sys.stderr)
-    gate = check_tasks(tasks, run_tests=run_tests, workers=workers)
+    gate = check_tasks(tasks, run_tests=run_tests, workers=workers, find_hangs=find_hangs)
     print(gate.summary_table())
     if errors:
         print(f"{len(errors)} folder(s) are not valid tasks (see above)")
@@ -70,13 +71,13 @@ def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path 
     return tasks, errors, gate
 
 
-def main_check(argv: list[str], *, run_tests: RunTests) -> int:
+def main_check(argv: list[str], *, run_tests: RunTests, find_hangs: FindHangs | None = None) -> int:
     p = argparse.ArgumentParser(prog="tasks check", description="run the data gate on a folder")
     p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
     p.add_argument("--workers", type=int, default=2, help="parallel checks")
     p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
     args = p.parse_args(argv)
-    _, errors, gate = _gate(args.tasks, args.workers, run_tests, args.report)
+    _, errors, gate = _gate(args.tasks, args.workers, run_tests, args.report, find_hangs)
     return 0 if gate.ok and not errors else 1
 
 
@@ -110,7 +111,10 @@ def _convert(args, run_python: RunPython, staging: Path) -> list[str]:
     return errors
 
 
-def main_import(argv: list[str], *, run_tests: RunTests, run_python: RunPython) -> int:
+def main_import(
+    argv: list[str], *, run_tests: RunTests, run_python: RunPython,
+    find_hangs: FindHangs | None = None,
+) -> int:  # fmt: skip
     p = _import_parser()
     args = p.parse_args(argv)
     if (args.src is None) == (args.src_opt is None):
@@ -124,7 +128,7 @@ def main_import(argv: list[str], *, run_tests: RunTests, run_python: RunPython) 
             converted = _convert(args, run_python, src)
             if not src.is_dir():
                 return 1  # nothing converted; the errors are printed
-        tasks, errors, gate = _gate(src, args.workers, run_tests, None)
+        tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs)
         copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
     if args.report is not None:
         data = {"conversion_errors": converted, "load_errors": errors, **gate.to_dict()}

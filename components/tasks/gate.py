@@ -7,6 +7,12 @@ For each task:
      is unsolvable or its tests are wrong). The patch must also leave protected paths alone.
 Tasks without reference.patch get only check 1 and are reported as 'unverified fix'.
 
+Besides, a warning rather than a failure: what hangs on the buggy code (`find_hangs`,
+`hang_finder`): visible tests the task's test command runs, hidden tests and hidden cases
+that run past the per-test timeout on the unmodified repository, each named, so a
+converter can drop or bound it (docs/tasks.md, "Hanging cases"). A hang is legitimate (real
+bugs loop) but costs the timeout in every test run of every episode.
+
 The test runner is injected (`run_tests(task, repo_dir) -> (passed, detail)`): it receives
 a candidate repo folder, must not modify it, overlays the hidden tests on a copy and runs
 them. The production runner is the sandboxed verifier; `subprocess_run_tests` here is a
@@ -15,22 +21,29 @@ plain local one for development and tests.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from components.tasks.external import RunPython
 from components.tasks.patching import PatchError, apply_unified_diff, parse_unified_diff
 from components.tasks.task import Task
 
 RunTests = Callable[[Task, Path], tuple[bool, str]]
+# `find_hangs(task)`: what hangs on the task's unmodified repository, each named.
+FindHangs = Callable[[Task], list[str]]
 UNVERIFIED = "unverified fix"
+HANG_TIMEOUT_S = 5.0  # EnvConfig.per_test_timeout_s's default: what verification allows a test
 
 
 @dataclass
@@ -40,6 +53,7 @@ class TaskCheck:
     ok: bool
     reason: str  # "" when ok; UNVERIFIED for an ok task without a reference patch
     seconds: float
+    hanging: list[str] = field(default_factory=list)  # what hangs on the buggy code (warning)
 
 
 @dataclass
@@ -47,6 +61,7 @@ class GateReport:
     passed: list[str] = field(default_factory=list)  # usable tasks (unverified ones included)
     failed: dict[str, str] = field(default_factory=dict)  # task id -> reason
     unverified: list[str] = field(default_factory=list)  # passed, but no reference to check
+    hanging: dict[str, list[str]] = field(default_factory=dict)  # task id -> what hangs (warning)
     checks: list[TaskCheck] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -76,6 +91,9 @@ class GateReport:
         lines.append(f"gate time: {self.seconds:.1f}s")
         for task_id, reason in sorted(self.failed.items()):
             lines.append(f"FAILED {task_id}: {reason}")
+        for task_id, items in sorted(self.hanging.items()):
+            lines.append(f"HANGS {task_id} on the buggy code (a timeout in every run; "
+                         "docs/tasks.md, Hanging cases): " + "; ".join(items))  # fmt: skip
         return "\n".join(lines)
 
 
@@ -149,16 +167,152 @@ def subprocess_run_tests(
         return False, f"exit code {proc.returncode}: {output}"
 
 
-def check_task(task: Task, run_tests: RunTests = subprocess_run_tests) -> TaskCheck:
+# ----------------------------------------------------------------------------- hangs
+
+_JUNIT = "_agentrl_gate_junit.xml"
+_HANGS_MARKER = "AGENTRL-GATE-HANGS"
+# Calls the function on each hidden case's arguments under a per-case alarm; prints the
+# indices of the cases that ran out of time (run in the sandbox: it executes task code).
+_CASE_SCAN = r"""
+import ast, importlib.util, json, signal, sys
+
+
+def on_alarm(signum, frame):
+    raise TimeoutError
+
+
+module_file, function, timeout, args_file = sys.argv[1:5]
+sys.path.insert(0, ".")
+spec = importlib.util.spec_from_file_location("module_under_test", module_file)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+signal.signal(signal.SIGALRM, on_alarm)
+hung = []
+for i, text in enumerate(json.load(open(args_file))):
+    signal.setitimer(signal.ITIMER_REAL, float(timeout))
+    try:
+        getattr(module, function)(*ast.literal_eval(text))
+    except TimeoutError:
+        hung.append(i)
+    except BaseException:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+print("\n%s %s" % (sys.argv[5], json.dumps(hung)))
+"""
+
+
+def _visible_test_paths(task: Task, repo: Path) -> list[str]:
+    """The paths a pytest test command names (its tests, without its options)."""
+    argv = list(task.test_command)
+    at = next((i for i, a in enumerate(argv) if a == "pytest" or a.endswith("/pytest")), None)
+    if at is None:
+        return []
+    return [
+        a for a in argv[at + 1 :] if not a.startswith("-") and (repo / a.split("::")[0]).exists()
+    ]
+
+
+def _count_tests(paths: list[Path]) -> int:
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*.py")))]
+    return sum(f.read_text(errors="replace").count("def test") for f in files)
+
+
+def _timeouts(junit: Path) -> list[str]:
+    """`file::test` of every test pytest-timeout stopped, from a junit report (xunit1)."""
+    out = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        bad = [b for b in (case.find("failure"), case.find("error")) if b is not None]
+        if any("Failed: Timeout" in (b.get("message") or "") + (b.text or "") for b in bad):
+            out.append(f"{case.get('file') or case.get('classname')}::{case.get('name')}")
+    return out
+
+
+def hanging_tests(task: Task, run_python: RunPython, timeout_s: float) -> list[str]:
+    """The visible tests the task's test command runs and the hidden tests that run past
+    `timeout_s` on the unmodified repository, as "visible <test id>" / "hidden <test id>"."""
+    hidden = task.hidden_test_files() if task.verify_command is None else []
+    with tempfile.TemporaryDirectory(prefix=f"gate-hangs-{task.id}-") as tmp:
+        work = Path(tmp) / "repo"
+        shutil.copytree(task.repo_dir, work, symlinks=True)
+        overlay_hidden_tests(task, work)
+        targets = _visible_test_paths(task, work) + hidden
+        if not targets:
+            return []
+        n_tests = _count_tests([work / t.split("::")[0] for t in targets])
+        wall = 60 + 2 * timeout_s * max(n_tests, 10)
+        argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_timeout",
+                f"--timeout={timeout_s:g}", "-o", "junit_family=xunit1",
+                f"--junitxml={_JUNIT}", *targets]  # fmt: skip
+        code, output = run_python(work, argv, wall)
+        try:
+            stopped = _timeouts(work / _JUNIT)
+        except (ET.ParseError, OSError):
+            return [f"tests: no report after {wall:g} s (exit code {code}): {_tail(output, 200)}"]
+    return [f"{'hidden' if t.split('::')[0] in hidden else 'visible'} {t}" for t in stopped]
+
+
+def hanging_cases(task: Task, run_python: RunPython, timeout_s: float) -> list[str]:
+    """The hidden cases (hidden_cases.json) whose call runs past `timeout_s` on the
+    unmodified repository, as "hidden case N: f(args)"."""
+    if task.hidden_cases_path is None:
+        return []
+    spec = json.loads(task.hidden_cases_path.read_text())
+    args = [c["args"] for c in spec["cases"]]
+    token = f"{_HANGS_MARKER}-{secrets.token_hex(8)}"
+    with tempfile.TemporaryDirectory(prefix=f"gate-cases-{task.id}-") as tmp:
+        work = Path(tmp) / "repo"
+        shutil.copytree(task.repo_dir, work, symlinks=True)
+        (work / "_agentrl_case_scan.py").write_text(_CASE_SCAN)
+        (work / "_agentrl_case_args.json").write_text(json.dumps(args))
+        wall = 60 + len(args) * (timeout_s + 1)
+        code, output = run_python(work, ["_agentrl_case_scan.py", spec["module"], spec["function"],
+                                         f"{timeout_s:g}", "_agentrl_case_args.json", token],
+                                  wall)  # fmt: skip
+    found = [ln for ln in output.splitlines() if ln.startswith(token + " ")]
+    if not found:
+        return [f"hidden cases: no result (exit code {code}): {_tail(output, 200)}"]
+    hung = json.loads(found[-1][len(token) + 1 :])
+    return [f"hidden case {i + 1}: {spec['function']}{args[i]}"[:120] for i in hung]
+
+
+def hang_finder(run_python: RunPython, timeout_s: float = HANG_TIMEOUT_S) -> FindHangs:
+    """`find_hangs(task)` for the gate: hanging_tests + hanging_cases, run through
+    `run_python` (the command line's is sandboxed: it runs task code)."""
+
+    def find_hangs(task: Task) -> list[str]:
+        return hanging_tests(task, run_python, timeout_s) + hanging_cases(
+            task, run_python, timeout_s
+        )
+
+    return find_hangs
+
+
+# ----------------------------------------------------------------------------- the gate
+
+
+def check_task(
+    task: Task, run_tests: RunTests = subprocess_run_tests, find_hangs: FindHangs | None = None
+) -> TaskCheck:
+    """The gate's checks on one task; with `find_hangs`, also what hangs on the buggy code
+    (a warning kept in `hanging`, never a failure)."""
     start = time.monotonic()
+    hanging: list[str] = []
 
     def done(ok: bool, reason: str) -> TaskCheck:
-        return TaskCheck(task.id, task.metadata.split, ok, reason, time.monotonic() - start)
+        return TaskCheck(
+            task.id, task.metadata.split, ok, reason, time.monotonic() - start, hanging
+        )
 
     try:
         passed, detail = run_tests(task, task.repo_dir)
         if passed:
             return done(False, "hidden tests pass on the unmodified repo (bug not detected)")
+        if find_hangs is not None:
+            try:
+                hanging += find_hangs(task)
+            except Exception as e:  # noqa: BLE001 - a warning must not fail the task
+                hanging.append(f"hang scan failed: {type(e).__name__}: {e}")
         patch = task.reference_patch()
         if patch is None:
             return done(True, UNVERIFIED)
@@ -189,13 +343,14 @@ def check_tasks(
     run_tests: RunTests = subprocess_run_tests,
     workers: int = 2,
     progress: Callable[[TaskCheck], None] | None = None,
+    find_hangs: FindHangs | None = None,
 ) -> GateReport:
     """Gate every task (in parallel threads; the runner does the heavy work in
     subprocesses or sandboxes). Results are ordered by task id."""
     start = time.monotonic()
     report = GateReport()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(check_task, t, run_tests) for t in tasks]
+        futures = [pool.submit(check_task, t, run_tests, find_hangs) for t in tasks]
         for fut in futures:
             check = fut.result()
             if progress is not None:
@@ -203,6 +358,8 @@ def check_tasks(
             report.checks.append(check)
     report.checks.sort(key=lambda c: c.task_id)
     for c in report.checks:
+        if c.hanging:
+            report.hanging[c.task_id] = c.hanging
         if c.ok:
             report.passed.append(c.task_id)
             if c.reason == UNVERIFIED:

@@ -12,9 +12,15 @@ from pathlib import Path
 import pytest
 
 from components.tasks.__main__ import main_check, main_generate, main_import
-from components.tasks.gate import UNVERIFIED, check_tasks, subprocess_run_tests
+from components.tasks.gate import UNVERIFIED, check_tasks, hang_finder, subprocess_run_tests
 from components.tasks.generate import generate_suite
-from components.tasks.task import load_task, load_tasks
+from components.tasks.task import (
+    HIDDEN_CASES_FILE,
+    TaskMetadata,
+    load_task,
+    load_tasks,
+    write_task_folder,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "external_quixbugs"
 
@@ -144,3 +150,77 @@ def test_full_default_suite_passes_gate(tmp_path):
     assert errors == [] and len(tasks) == 300
     gate = check_tasks(tasks, workers=2)
     assert gate.failed == {}, gate.summary_table()
+
+
+# ----------------------------------------------------------------------------- hangs
+
+LOOPING = (
+    "def count_down(n):\n"
+    "    steps = 0\n"
+    "    while n > 0:\n"
+    "        n = n + 1 if n > 2 else n - 1\n"  # the bug: loops from 3 up; 1 and 2 are right
+    "        steps += 1\n"
+    "    return steps\n"
+)
+
+
+def _looping_task(root: Path):
+    from components.tasks.generate import unified_diff
+
+    visible = (
+        "import pytest\n\nfrom countdown import count_down\n\n\n"
+        "@pytest.mark.parametrize('n', [1, 4])\ndef test_count(n):\n    assert count_down(n) == n\n"
+    )
+    hidden = (
+        "from countdown import count_down\n\n\n"
+        "def test_two():\n    assert count_down(2) == 2\n\n\n"
+        "def test_five():\n    assert count_down(5) == 5\n"
+    )
+    task = write_task_folder(
+        root,
+        task_id="loop-0001",
+        instruction="fix countdown.py",
+        metadata=TaskMetadata(family="count_down", bug_class="arith_swap", split="test"),
+        repo_files={"countdown.py": LOOPING, "tests/test_countdown.py": visible,
+                    "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["."]\n'},
+        hidden_test_files={"tests/test_countdown_hidden.py": hidden},
+        reference_patch=unified_diff("countdown.py", LOOPING, LOOPING.replace("n + 1", "n - 1")),
+        protected_paths=("tests/", "pyproject.toml"),
+    )  # fmt: skip
+    cases = [{"args": "(2,)", "expected": "2"}, {"args": "(6,)", "expected": "6"}]
+    spec = {"module": "countdown.py", "function": "count_down", "cases": cases}
+    (root / HIDDEN_CASES_FILE).write_text(json.dumps(spec))
+    return load_task(task.root)
+
+
+def test_gate_names_the_tests_and_cases_that_hang_on_the_buggy_code(suite12, tmp_path):
+    """A warning, not a failure: the looping task passes the gate, and the report names the
+    visible test, the hidden test and the hidden case on which its bug loops."""
+    from components.env.__main__ import _sandboxed_runner
+    from components.env.config import EnvConfig
+    from components.env.verifier import sandboxed_test_runner
+
+    run_python = _sandboxed_runner([])[1]  # the command line's: task code only in the sandbox
+    looping, plain = _looping_task(tmp_path / "loop"), load_task(suite12 / "test-0001")
+    report = check_tasks(
+        [looping, plain],
+        run_tests=sandboxed_test_runner(EnvConfig(per_test_timeout_s=1.0)),
+        workers=1,
+        find_hangs=hang_finder(run_python, timeout_s=1.0),
+    )
+    assert report.ok and report.passed == ["loop-0001", "test-0001"]
+    assert report.hanging == {"loop-0001": [
+        "visible tests/test_countdown.py::test_count[4]",
+        "hidden tests/test_countdown_hidden.py::test_five",
+        "hidden case 2: count_down(6,)",
+    ]}  # fmt: skip
+    assert "HANGS loop-0001 on the buggy code" in report.summary_table()
+    assert report.to_dict()["hanging"] == report.hanging
+    broken = check_tasks([plain], run_tests=_never, find_hangs=_broken_scan)
+    assert broken.failed == {"test-0001": "hidden tests fail with reference.patch applied: "
+                             "fake runner: always fails"}  # fmt: skip
+    assert broken.hanging == {"test-0001": ["hang scan failed: RuntimeError: no sandbox"]}
+
+
+def _broken_scan(task):
+    raise RuntimeError("no sandbox")
