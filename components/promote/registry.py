@@ -50,6 +50,10 @@ LINEAGE_KEYS = (
     "training_run_id",
     "eval_report_uri",
     "safety_report_uri",
+    "preset",
+    "sft_sha256",
+    "weights_sha256",
+    "eval_digest",
 )
 
 
@@ -63,6 +67,12 @@ class Lineage:
     eval_report_uri: str = ""
     safety_report_uri: str = ""
     git_commit: str = ""  # '' = HEAD of this repository at registration time
+    # What `agentrl reproduce` needs (flows/reproduce.py): the preset file the run read,
+    # and the fingerprints of its stages (components/lineage.py).
+    preset: str = ""
+    sft_sha256: str = ""
+    weights_sha256: str = ""
+    eval_digest: str = ""
 
 
 def current_git_commit(repo: Path = REPO_ROOT) -> str:

@@ -56,6 +56,9 @@ def main_request(argv: list[str]) -> int:
     p.add_argument("--data-version", required=True)
     p.add_argument("--config-hash", required=True)
     p.add_argument("--training-run-id", default="")
+    p.add_argument("--fingerprints", type=Path,
+                   help="the run's stage fingerprints (JSON from the retrain flow), kept as "
+                        "lineage so `agentrl reproduce` can compare a rerun")  # fmt: skip
     p.add_argument("--preset", default=None, help="preset YAML (its `promote` section)")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
@@ -84,12 +87,15 @@ def main_request(argv: list[str]) -> int:
     data_validation = {"passed": bool(validation.get("passed")),
                        "failure_rate": validation.get("failure_rate"),
                        "version": args.data_version}  # fmt: skip
+    prints = json.loads(args.fingerprints.read_text()) if args.fingerprints else {}
     lineage = Lineage(
         data_version=args.data_version,
         config_hash=args.config_hash,
         training_run_id=args.training_run_id,
         eval_report_uri=str((args.eval / "report.md").resolve()),
         safety_report_uri=str((args.safety / "safety.md").resolve()),
+        preset=args.preset or "",
+        **{k: str(prints.get(k, "")) for k in ("sft_sha256", "weights_sha256", "eval_digest")},
     )
     try:
         version = register_candidate(args.policy, lineage, config)
