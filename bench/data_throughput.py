@@ -99,7 +99,7 @@ def run(n: int, out: Path, secret_policy: str = "redact") -> dict:
     src = out / "input.jsonl"
     write_inputs(src, n)
     t = time.perf_counter()
-    result = ingest([str(src)], IngestConfig(out_dir=str(out / "ingested")))
+    result = ingest([str(src)], IngestConfig(out_dir=str(out / "ingested")), overwrite=True)
     ingest_s = time.perf_counter() - t
     t = time.perf_counter()
     report = validate_dataset(

@@ -1,16 +1,20 @@
 """Command lines of the data stages; components/cli.py mounts them as `agentrl data ...`.
 
     agentrl data ingest SRC... [--format auto|mission|openai|miniswe|rollout] [--out DIR]
+                        [--overwrite]
     agentrl data validate [--in DIR] [--out DIR] [--report-dir DIR] [--secret-policy P]
                           [--max-failure-rate F] [--eval-tasks DIR] [--eval-task-id ID ...]
     agentrl data snapshot [--message TEXT] [--init-only]
     agentrl data versions [--json]
-    agentrl data rollback VERSION
+    agentrl data rollback VERSION [--snapshot-first]
 
 Every command takes --preset FILE and reads its `data` section (sub-sections ingest /
 validate / versioning, components/data/config.py; no preset or no section: the defaults);
 flags given on the command line override it. Each function returns the exit status:
-0 done, 1 the stage failed (validation over threshold, rollback not verified), 2 usage.
+0 done, 1 the stage failed or refused (validation over threshold, an empty input, a
+dataset in --out without --overwrite, unsnapshotted changes before a rollback, another
+writer holding the target past the lock timeout; one `error:` line, no traceback),
+2 usage or a missing input.
 Also runnable as `python -m components.data <command> ...`.
 """
 
@@ -51,6 +55,22 @@ def _versioning(args):
     return _with(_load(args).versioning, repo_root=args.repo_root)
 
 
+def _error(e: BaseException) -> int:
+    """One line on stderr for an expected failure; 2 for a missing input, else 1."""
+    print(f"error: {e}", file=sys.stderr)
+    return 2 if isinstance(e, FileNotFoundError) else 1
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """What a data command reports as one line instead of a traceback: refusals, lock
+    timeouts, damaged datasets and file-system errors (permissions, a full disk)."""
+    from components.data.ingest import DatasetError
+    from components.data.versioning import VersioningError
+    from components.data.writers import LockTimeout
+
+    return (DatasetError, VersioningError, LockTimeout, OSError)
+
+
 def main_ingest(argv: list[str] | None = None) -> int:
     p = _parser("ingest", "Read trajectories in any supported format into Parquet shards.")
     p.add_argument(
@@ -63,16 +83,16 @@ def main_ingest(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rows-per-shard", type=int, default=None, help="trajectories per Parquet shard"
     )
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
     args = p.parse_args(argv)
     from components.data.ingest import ingest
 
     cfg = _with(_load(args).ingest, format=args.format, out_dir=args.out,
                 rows_per_shard=args.rows_per_shard)  # fmt: skip
     try:
-        result = ingest(args.sources, cfg)
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        result = ingest(args.sources, cfg, overwrite=args.overwrite)
+    except _expected_errors() as e:
+        return _error(e)
     for entry in result.quarantine:
         for reason in entry["reasons"]:
             print(f"quarantined: {reason}", file=sys.stderr)
@@ -130,9 +150,8 @@ def main_validate(argv: list[str] | None = None) -> int:
     )
     try:
         report = validate_dataset(cfg)
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except _expected_errors() as e:
+        return _error(e)
     summary = {
         k: report[k]
         for k in (
@@ -168,18 +187,17 @@ def main_snapshot(argv: list[str] | None = None) -> int:
         "--init-only", action="store_true", help="only dvc init and configure the remote"
     )
     args = p.parse_args(argv)
-    from components.data.versioning import VersioningError, init_dvc, snapshot
+    from components.data.versioning import init_dvc, snapshot
 
     cfg = _versioning(args)
-    if args.init_only:
-        for line in init_dvc(cfg) or ["already initialised"]:
-            print(line)
-        return 0
     try:
+        if args.init_only:
+            for line in init_dvc(cfg) or ["already initialised"]:
+                print(line)
+            return 0
         entry = snapshot(cfg, args.message)
-    except VersioningError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except _expected_errors() as e:
+        return _error(e)
     print(entry["version"])
     print(f"commit data.dvc and {cfg.version_log} to record this version", file=sys.stderr)
     return 0

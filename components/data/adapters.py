@@ -77,9 +77,16 @@ def _text(content: Any, field: str) -> str | None:
     )
 
 
-def _iso(ts: Any) -> str | None:
+def _iso(ts: Any, field: str) -> str | None:
+    """A Unix time in seconds as ISO 8601; a string passes (the schema checks it)."""
     if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-        return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+        try:
+            return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+        except (ValueError, OverflowError, OSError) as e:
+            hint = "; milliseconds?" if abs(ts) >= 1e11 else ""
+            raise AdapterError(
+                field, f"timestamp {ts!r} is not a time in seconds since 1970 ({e}{hint})"
+            ) from e
     return ts if isinstance(ts, str) else None
 
 
@@ -280,7 +287,7 @@ def from_openai(obj: dict, *, default_source: str = "") -> dict:
     metadata = {
         "policy": meta_in.get("policy"),
         "model_version": meta_in.get("model_version") or obj.get("model"),
-        "created_at": meta_in.get("created_at") or _iso(obj.get("created")),
+        "created_at": meta_in.get("created_at") or _iso(obj.get("created"), "created"),
         "num_tool_calls": sum(1 for e in events if e["role"] == "assistant" and e.get("action")),
         "num_tokens": meta_in.get("num_tokens"),
         "split": meta_in.get("split"),
@@ -319,8 +326,8 @@ def from_miniswe(obj: dict, *, default_source: str = "", file_name: str = "") ->
     instance = obj.get("instance_id") or stem or task_id_for_text(_first_user_text(events))
     source = default_source or "mini-swe-agent"
     stamps = [
-        m["extra"]["timestamp"]
-        for m in messages
+        (m["extra"]["timestamp"], f"messages[{i}].extra.timestamp")
+        for i, m in enumerate(messages)
         if isinstance(m, dict) and isinstance(m.get("extra"), dict) and "timestamp" in m["extra"]
     ]
     model_cfg = (info.get("config") or {}).get("model") or {}
@@ -340,7 +347,7 @@ def from_miniswe(obj: dict, *, default_source: str = "", file_name: str = "") ->
         "metadata": {
             "policy": "mini-swe-agent",
             "model_version": model_cfg.get("model_name"),
-            "created_at": _iso(stamps[0]) if stamps else None,
+            "created_at": _iso(*stamps[0]) if stamps else None,
             "num_tool_calls": sum(
                 1 for e in events if e["role"] == "assistant" and e.get("action")
             ),

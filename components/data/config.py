@@ -52,6 +52,12 @@ def _positive(config, *names: str) -> None:
             raise ValueError(f"{type(config).__name__}.{name} must be >= 1")
 
 
+def _not_negative(config, *names: str) -> None:
+    for name in names:
+        if not getattr(config, name) >= 0:
+            raise ValueError(f"{type(config).__name__}.{name} must be >= 0")
+
+
 def _compiles(pattern: str) -> None:
     try:
         re.compile(pattern)
@@ -79,10 +85,19 @@ class IngestConfig:
     default_source: str = field(
         default="", metadata=doc("source name for records that carry none ('' = the format's name)")
     )
+    max_depth: int = field(
+        default=100,
+        metadata=doc("a record nested deeper than this (objects/arrays) is quarantined"),
+    )
+    lock_timeout_s: float = field(
+        default=600.0,
+        metadata=doc("how long to wait for another writer of the output folder, in seconds"),
+    )
 
     def __post_init__(self) -> None:
         _one_of(self, "format", FORMATS)
-        _positive(self, "rows_per_shard", "max_record_bytes")
+        _positive(self, "rows_per_shard", "max_record_bytes", "max_depth")
+        _not_negative(self, "lock_timeout_s")
 
 
 @dataclass(frozen=True)
@@ -139,8 +154,13 @@ class ValidationConfig:
     eval_task_ids: tuple[str, ...] = field(
         default=(), metadata=doc("extra task ids that must not appear (eval sets)")
     )
+    lock_timeout_s: float = field(
+        default=600.0,
+        metadata=doc("how long to wait for a writer of the input or output folder, in seconds"),
+    )
 
     def __post_init__(self) -> None:
+        _not_negative(self, "lock_timeout_s")
         if not 0.0 <= self.max_failure_rate <= 1.0:
             raise ValueError(
                 f"ValidationConfig.max_failure_rate must be in [0, 1], got {self.max_failure_rate}"
@@ -202,8 +222,13 @@ class VersioningConfig:
     s3: S3RemoteConfig | None = field(
         default=None, metadata=doc("use this S3-compatible remote instead of the local folder")
     )
+    lock_timeout_s: float = field(
+        default=600.0,
+        metadata=doc("how long snapshot / rollback wait for another writer of data/, in seconds"),
+    )
 
     def __post_init__(self) -> None:
+        _not_negative(self, "lock_timeout_s")
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", self.remote_name):
             raise ValueError(
                 f"remote_name must be letters, digits, - or _, got {self.remote_name!r}"

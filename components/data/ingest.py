@@ -7,20 +7,29 @@ A dataset folder (written here and by validate.py) holds
 Nothing is dropped silently: every JSONL line that is not blank, every element of a JSON
 array and every whole JSON file is one *ingested* record, and ends up either valid or in
 quarantine; the manifest's counts reconcile (ingested = valid + quarantined) per source.
-Outputs hold no timestamps, so the same inputs give byte-identical files (and one DVC
-version).
+No record aborts the run (reading.py says what is checked on the way in), and a file that
+cannot be read is listed in the manifest's `skipped_files` with the reason. Outputs hold no
+timestamps, so the same inputs give byte-identical files (and one DVC version).
 
-Quarantine lines: {"record", "source_file", "source_index", "stage", "format", "reasons",
-"raw" | "raw_text"}; each reason reads "record <id> field <path>: <problem>". `raw` is the
-record as read; `raw_text` the line as escaped text when it could not be decoded/parsed.
+Writing (writers.py): ingest holds a lock on its output folder for the whole run, builds
+the dataset in a hidden sibling folder and renames it into place, so readers and a second
+ingest see the old dataset or the new one, never a mix. It refuses to replace an existing
+dataset unless asked (`overwrite`), refuses a folder holding anything else, and refuses to
+publish a dataset of zero records.
+
+Quarantine lines: {"record", "source_file", "source_index", ["source_item"], "stage",
+"format", "reasons", "raw" | "raw_text"}; each reason reads "record <id> field <path>:
+<problem>". `raw` is the record as read; `raw_text` the line as escaped text when it could
+not be decoded/parsed. `source_item` is the position in a JSON array found on one line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,26 +37,27 @@ from typing import Any
 
 from components.data.adapters import AdapterError, detect_format, to_canonical
 from components.data.config import DEFAULT_SECRET_PATTERNS, IngestConfig
+from components.data.reading import (
+    InputFile,
+    RawRecord,
+    find_input_files,
+    first_bad_utf8,
+    open_input,
+    read_records,
+)
 from components.data.redaction import redact_text, secret_regex
 from components.data.schema import SCHEMA_VERSION, parse_record, record_to_rows
+from components.data.writers import Lock, is_bookkeeping, locked, publish_dir, recover_dir
 
-_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]")
-INPUT_SUFFIXES = (".jsonl", ".json", ".traj")
 MANIFEST = "manifest.json"
 QUARANTINE = "quarantine.jsonl"
+DATASET_FILE = re.compile(r"(?:trajectories|steps)-\d{5}\.parquet|quarantine\.jsonl|manifest\.json")
+# Line breaks that str.splitlines (and many JSON-lines readers) split on, inside strings.
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-@dataclass
-class RawRecord:
-    """One input record as read: the parsed object, or why it could not be parsed."""
-
-    source_file: str
-    source_index: int  # 1-based line for JSONL; position for a JSON array; 0 for a file
-    obj: Any = None
-    error: str | None = None  # "field <path>: <problem>" when obj could not be read
-    raw_text: str | None = None
-    # The JSON text has a \\uD8xx-\\uDFxx escape: a lone surrogate may hide in a string.
-    maybe_surrogate: bool = False
+class DatasetError(RuntimeError):
+    """A dataset cannot be written or read as asked; the message says why (one line)."""
 
 
 @dataclass
@@ -59,113 +69,29 @@ class IngestResult:
     manifest: dict = field(default_factory=dict)
 
 
-def find_input_files(sources: list[str]) -> tuple[list[tuple[str, Path]], list[str]]:
-    """Expand files and folders into (label, path) pairs; list what was skipped and why."""
-    files: list[tuple[str, Path]] = []
-    skipped: list[str] = []
-    for src in sources:
-        p = Path(src)
-        if p.is_file():
-            files.append((str(p), p))  # named explicitly: read whatever the extension
-        elif p.is_dir():
-            for f in sorted(q for q in p.rglob("*") if q.is_file()):
-                if f.name.endswith(INPUT_SUFFIXES):
-                    files.append((str(f), f))
-                elif not f.name.startswith("."):
-                    skipped.append(f"{f}: not an input file (expected {', '.join(INPUT_SUFFIXES)})")
-        else:
-            raise FileNotFoundError(f"input {src!r} does not exist")
-    return files, skipped
-
-
-def _escaped(data: bytes, limit: int = 4096) -> str:
-    text = data[:limit].decode("utf-8", "backslashreplace")
-    return text + (f"... [{len(data) - limit} more bytes]" if len(data) > limit else "")
-
-
-def _decode(data: bytes, label: str, index: int, max_bytes: int) -> RawRecord:
-    if len(data) > max_bytes:
-        return RawRecord(
-            label,
-            index,
-            error=f"field <bytes>: record is {len(data)} bytes (max {max_bytes})",
-            raw_text=_escaped(data),
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return RawRecord(
-            label,
-            index,
-            error=f"field <bytes>: invalid UTF-8 at byte {e.start} ({data[e.start : e.start + 4]!r})",
-            raw_text=_escaped(data),
-        )
-    try:
-        return RawRecord(
-            label, index, obj=json.loads(text), maybe_surrogate=_SURROGATE.search(data) is not None
-        )
-    except json.JSONDecodeError as e:
-        what = "truncated JSON" if e.pos >= len(text.rstrip()) else "invalid JSON"
-        return RawRecord(
-            label,
-            index,
-            error=f"field <json>: {what}: {e.msg} at column {e.colno}",
-            raw_text=_escaped(data),
-        )
-
-
-def read_records(label: str, path: Path, max_bytes: int) -> Iterator[RawRecord]:
-    """Yield every record of one input file, parsed or with the reason it could not be."""
-    if path.name.endswith(".jsonl"):
-        with path.open("rb") as f:
-            for lineno, line in enumerate(f, start=1):
-                if line.strip():
-                    yield _decode(line.rstrip(b"\r\n"), label, lineno, max_bytes)
-        return
-    rec = _decode(path.read_bytes(), label, 0, max_bytes)
-    if rec.error is None and isinstance(rec.obj, list):
-        for i, obj in enumerate(rec.obj):
-            yield RawRecord(label, i, obj=obj, maybe_surrogate=rec.maybe_surrogate)
-    else:
-        yield rec
-
-
-def _bad_utf8_path(obj: Any, path: str = "") -> str | None:
-    """Path of the first string that cannot be UTF-8 encoded (JSON escapes like \\ud800)."""
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "<record>"
-        return None
-    items = (
-        obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    )
-    for k, v in items:
-        sub = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k))
-        if isinstance(k, str) and _bad_utf8_path(k) is not None:
-            return sub
-        found = _bad_utf8_path(v, sub)
-        if found:
-            return found
-    return None
-
-
 def _record_name(obj: Any, fallback: str) -> str:
     rid = obj.get("id") if isinstance(obj, dict) else None
     return rid if isinstance(rid, str) and rid else fallback
 
 
-def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
-    """RawRecord -> (trajectory row, step rows, None) or (None, None, quarantine entry)."""
-    name = f"{raw.source_file}:{raw.source_index}"
-    entry = {
-        "record": name,
+def _entry(raw: RawRecord) -> dict[str, Any]:
+    """The start of a quarantine line for `raw` (see the module doc)."""
+    entry: dict[str, Any] = {
+        "record": raw.name,
         "source_file": raw.source_file,
         "source_index": raw.source_index,
         "stage": "ingest",
         "format": None,
     }
+    if raw.item is not None:
+        entry["source_item"] = raw.item
+    return entry
+
+
+def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
+    """RawRecord -> (trajectory row, step rows, None) or (None, None, quarantine entry)."""
+    name = raw.name
+    entry = _entry(raw)
     if raw.error is not None:
         return (
             None,
@@ -178,8 +104,7 @@ def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
     if use is None:
         why = "cannot detect the format (no 'trajectory' or 'messages' key); use --format"
         return None, None, {**entry, "reasons": [f"record {name} field <record>: {why}"]}
-    name = _record_name(raw.obj, name)
-    entry["record"] = name
+    name = entry["record"] = _record_name(raw.obj, name)
     try:
         record = to_canonical(
             raw.obj, use, file_name=raw.source_file, default_source=default_source
@@ -190,24 +115,34 @@ def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
             None,
             {**entry, "reasons": [f"record {name} field {e.field}: {e.problem} ({use} format)"]},
         )
-    name = _record_name(record, name)
-    entry["record"] = name
-    bad = _bad_utf8_path(record) if raw.maybe_surrogate else None
+    name = entry["record"] = _record_name(record, name)
+    bad = first_bad_utf8(record) if raw.maybe_surrogate else None
     if bad is not None:
-        # Lone surrogates (\udXXX escapes) decode in JSON but are not valid UTF-8 text.
-        return (
-            None,
-            None,
-            {
-                **entry,
-                "reasons": [f"record {name} field {bad}: invalid UTF-8 (unpaired surrogate)"],
-            },
-        )
+        # Lone surrogates (\\udXXX escapes) decode in JSON but are not valid UTF-8 text.
+        reason = f"record {name} field {bad}: invalid UTF-8 (unpaired surrogate)"
+        return None, None, {**entry, "reasons": [reason]}
     model, reasons = parse_record(record, name)
     if reasons:
         return None, None, {**entry, "reasons": reasons}
     traj_row, step_rows = record_to_rows(model, raw.source_file, raw.source_index)
     return traj_row, step_rows, None
+
+
+def adapt_or_quarantine(raw: RawRecord, fmt: str, default_source: str = ""):
+    """adapt_record, with the last line of defence: whatever goes wrong with one record
+    quarantines that record (with the error) instead of aborting the run."""
+    try:
+        return adapt_record(raw, fmt, default_source)
+    except Exception as e:  # noqa: BLE001 - one record must never abort an ingest
+        entry = _entry(raw)
+        problem = f"could not be processed ({type(e).__name__}: {str(e)[:200]})"
+        entry["reasons"] = [f"record {raw.name} field <record>: {problem}"]
+        try:
+            json.dumps(raw.obj)  # what the quarantine writer will do with it
+            entry["raw"] = raw.obj
+        except (ValueError, TypeError, RecursionError):
+            entry["raw_text"] = raw.raw_text
+        return None, None, entry
 
 
 def file_md5(path: Path) -> str:
@@ -218,11 +153,33 @@ def file_md5(path: Path) -> str:
     return h.hexdigest()
 
 
-def clear_dataset(out_dir: Path) -> None:
-    """Remove a previous dataset's files (only ours) so no stale shard survives."""
-    for pattern in ("trajectories-*.parquet", "steps-*.parquet", QUARANTINE, MANIFEST):
-        for p in out_dir.glob(pattern):
-            p.unlink()
+def check_target(out_dir: Path, overwrite: bool) -> None:
+    """Refuse to write over anything but a dataset we may replace: a folder holding other
+    files (they would be lost), or a dataset when `overwrite` is False."""
+    if not os.path.lexists(out_dir):
+        return
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise DatasetError(f"output {out_dir} exists and is not a folder")
+    names = sorted(p.name for p in out_dir.iterdir() if not is_bookkeeping(p.name))
+    foreign = [n for n in names if not DATASET_FILE.fullmatch(n)]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" (+{len(foreign) - 5})" if len(foreign) > 5 else "")
+        raise DatasetError(
+            f"output {out_dir} holds files that are not part of a dataset ({shown}); "
+            "they would be lost: choose another output folder"
+        )
+    if names and not overwrite:
+        raise DatasetError(
+            f"output {out_dir} already holds a dataset; pass --overwrite to replace it"
+        )
+
+
+def _quarantine_line(entry: dict, rx) -> str:
+    line = json.dumps(entry, ensure_ascii=False, default=str)
+    for char, escape in _LINE_BREAKS.items():
+        if char in line:  # only inside strings: the escape is the same JSON value
+            line = line.replace(char, escape)
+    return redact_text(line, rx) if rx.pattern else line
 
 
 def write_dataset(
@@ -234,7 +191,8 @@ def write_dataset(
     rows_per_shard: int,
     secret_patterns: dict[str, str] | None = None,
 ) -> dict:
-    """Write shards, quarantine and manifest; returns the manifest as written.
+    """Write shards, quarantine and manifest into `out_dir` (a fresh folder: publish_dir's);
+    returns the manifest as written.
 
     Steps of trajectory shard k go to steps shard k, so one shard pair is self-contained.
     Quarantined raw text has credentials redacted: it is versioned and pushed like the data.
@@ -244,7 +202,6 @@ def write_dataset(
     rx = secret_regex(DEFAULT_SECRET_PATTERNS if secret_patterns is None else secret_patterns)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    clear_dataset(out_dir)
     files: dict[str, dict] = {}
     n = traj_table.num_rows
     offsets = step_offsets(traj_table)
@@ -266,8 +223,7 @@ def write_dataset(
     # escape (\\udXXX), so the file stays valid UTF-8 and reads back to the same record.
     with (out_dir / QUARANTINE).open("w", encoding="utf-8", errors="backslashreplace") as f:
         for entry in quarantine:
-            line = json.dumps(entry, ensure_ascii=False, default=str)
-            f.write((redact_text(line, rx) if rx.pattern else line) + "\n")
+            f.write(_quarantine_line(entry, rx) + "\n")
     files[QUARANTINE] = {"md5": file_md5(out_dir / QUARANTINE), "rows": len(quarantine)}
     hashes = traj_table.column("content_hash").to_pylist() if n else []
     manifest = {
@@ -304,68 +260,125 @@ def reconcile(per_source: dict[str, dict]) -> dict[str, int]:
     return {k: totals[k] for k in ("ingested", "valid", "quarantined")}
 
 
-def ingest(sources: list[str], cfg: IngestConfig) -> IngestResult:
-    """Read every input, reshape, check the schema, and write the dataset folder."""
+def _read_file(f: InputFile, cfg: IngestConfig, out: dict) -> None:
+    """Every record of one file into out["traj"/"steps"/"quarantine"] and its counts."""
+    stats = {"ingested": 0, "valid": 0, "quarantined": 0, "formats": {}}
+
+    def take(raw: RawRecord) -> None:
+        stats["ingested"] += 1
+        traj, steps, bad = adapt_or_quarantine(raw, cfg.format, cfg.default_source)
+        if bad is None:
+            out["traj"].append(traj)
+            out["steps"].extend(steps)
+            stats["valid"] += 1
+            fmt = detect_format(raw.obj, f.label) if cfg.format == "auto" else cfg.format
+        else:
+            out["quarantine"].append(bad)
+            stats["quarantined"] += 1
+            fmt = bad["format"]
+        stats["formats"][fmt or "unknown"] = stats["formats"].get(fmt or "unknown", 0) + 1
+
+    with open_input(f) as handle:  # OSError here: the caller lists the file as skipped
+        out["sources"][f.label] = stats
+        try:
+            for raw in read_records(handle, f.label, cfg.max_record_bytes, cfg.max_depth):
+                take(raw)
+        except OSError as e:  # the file broke mid-read: say where, keep what was read
+            problem = f"field <file>: read failed after {stats['ingested']} records ({e})"
+            take(RawRecord(f.label, 0, error=problem))
+
+
+def _read_sources(sources: list[str], cfg: IngestConfig) -> dict:
+    """Read every input: {"traj", "steps", "quarantine", "sources", "skipped"}."""
+    files, skipped = find_input_files(sources)
+    out: dict = {"traj": [], "steps": [], "quarantine": [], "sources": {}, "skipped": skipped}
+    for f in files:
+        try:
+            _read_file(f, cfg, out)
+        except OSError as e:  # could not be opened: not a source, a skipped file
+            out["skipped"].append(f"{f.label}: cannot be read ({e.strerror or e})")
+    return out
+
+
+def ingest(sources: list[str], cfg: IngestConfig, overwrite: bool = False) -> IngestResult:
+    """Read every input, reshape, check the schema, and publish the dataset folder.
+
+    Raises DatasetError (nothing written) when the output holds a dataset and `overwrite`
+    is False, holds other files, or when the inputs hold no record at all; LockTimeout when
+    another writer holds the output for longer than cfg.lock_timeout_s.
+    """
     import pyarrow as pa
 
     from components.data.schema import arrow_schemas
 
-    files, skipped = find_input_files(sources)
-    traj_rows: list[dict] = []
-    step_rows: list[dict] = []
-    quarantine: list[dict] = []
-    per_source: dict[str, dict] = defaultdict(
-        lambda: {"ingested": 0, "valid": 0, "quarantined": 0, "formats": {}}
-    )
-    for label, path in files:
-        stats = per_source[label]
-        for raw in read_records(label, path, cfg.max_record_bytes):
-            stats["ingested"] += 1
-            traj, steps, bad = adapt_record(raw, cfg.format, cfg.default_source)
-            fmt = bad["format"] if bad else None
-            if bad is None:
-                traj_rows.append(traj)
-                step_rows.extend(steps)
-                stats["valid"] += 1
-                fmt = detect_format(raw.obj, label) if cfg.format == "auto" else cfg.format
-            else:
-                quarantine.append(bad)
-                stats["quarantined"] += 1
-            key = fmt or "unknown"
-            stats["formats"][key] = stats["formats"].get(key, 0) + 1
-    per_source = dict(per_source)
-    counts = reconcile(per_source)
-    traj_schema, step_schema = arrow_schemas()
-    traj_table = pa.Table.from_pylist(traj_rows, schema=traj_schema)
-    step_table = pa.Table.from_pylist(step_rows, schema=step_schema)
     out_dir = Path(cfg.out_dir)
-    manifest = write_dataset(
-        out_dir,
-        traj_table,
-        step_table,
-        quarantine,
-        {"stage": "ingest", "counts": counts, "sources": per_source, "skipped_files": skipped},
-        cfg.rows_per_shard,
-    )
-    return IngestResult(out_dir, counts, per_source, quarantine, manifest)
+    with locked([Lock(out_dir)], cfg.lock_timeout_s):
+        recover_dir(out_dir)
+        check_target(out_dir, overwrite)
+        read = _read_sources(sources, cfg)
+        counts = reconcile(read["sources"])
+        if counts["ingested"] == 0:
+            skipped = read["skipped"]
+            detail = f"{len(read['sources'])} files read, all empty" if read["sources"] else ""
+            detail += "; " if detail and skipped else ""
+            detail += f"{len(skipped)} skipped, first: {skipped[0]}" if skipped else ""
+            raise DatasetError(
+                f"no records in the input ({detail or 'no input files'}): "
+                f"nothing written to {out_dir}"
+            )
+        traj_schema, step_schema = arrow_schemas()
+        traj_table = pa.Table.from_pylist(read["traj"], schema=traj_schema)
+        step_table = pa.Table.from_pylist(read["steps"], schema=step_schema)
+        with publish_dir(out_dir) as tmp:
+            manifest = write_dataset(
+                tmp,
+                traj_table,
+                step_table,
+                read["quarantine"],
+                {
+                    "stage": "ingest",
+                    "counts": counts,
+                    "sources": read["sources"],
+                    "skipped_files": read["skipped"],
+                },  # fmt: skip
+                cfg.rows_per_shard,
+            )
+    return IngestResult(out_dir, counts, read["sources"], read["quarantine"], manifest)
 
 
 def read_manifest(dataset_dir: str | Path) -> dict:
     path = Path(dataset_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{dataset_dir}: no {MANIFEST} (not a dataset folder; run ingest)")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path} is damaged ({e})") from e
+
+
+def verify_files(dataset_dir: str | Path, manifest: dict) -> None:
+    """Every file the manifest lists is there with its recorded md5 (DatasetError if not):
+    a dataset is read whole and as published, or not at all."""
+    d = Path(dataset_dir)
+    for name, info in sorted(manifest.get("files", {}).items()):
+        if not (d / name).is_file():
+            raise DatasetError(f"dataset {d} is damaged: {name} is missing")
+        if file_md5(d / name) != info.get("md5"):
+            raise DatasetError(f"dataset {d} is damaged: {name} does not match its manifest md5")
 
 
 def read_tables(dataset_dir: str | Path):
-    """(trajectories, steps) pyarrow tables of a dataset folder, in shard order."""
+    """(trajectories, steps) pyarrow tables of a dataset folder, in shard order, after
+    checking every file against the manifest."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from components.data.schema import arrow_schemas
 
     d = Path(dataset_dir)
-    names = sorted(read_manifest(d)["files"])
+    manifest = read_manifest(d)
+    verify_files(d, manifest)
+    names = sorted(manifest["files"])
     traj_schema, step_schema = arrow_schemas()
     trajs = [
         pq.read_table(d / n, schema=traj_schema) for n in names if n.startswith("trajectories-")
@@ -378,17 +391,36 @@ def read_tables(dataset_dir: str | Path):
 
 
 def read_quarantine(dataset_dir: str | Path) -> list[dict]:
+    """Quarantine entries; lines split on "\\n" only (a record's text may hold U+2028 or
+    U+0085, which str.splitlines would split on), a damaged line kept as its text."""
     path = Path(dataset_dir) / QUARANTINE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    entries = []
+    with path.open(encoding="utf-8", errors="backslashreplace", newline="\n") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(json.loads(line))
+            except ValueError as e:
+                reason = f"record {path}:{n} field <json>: damaged quarantine line ({e})"
+                entries.append({"record": f"{path}:{n}", "source_file": str(path),
+                                "source_index": n, "stage": "quarantine", "format": None,
+                                "reasons": [reason], "raw_text": line[:4096]})  # fmt: skip
+    return entries
 
 
-def load_records(dataset_dir: str | Path) -> Iterator[dict]:
-    """Canonical records of a dataset folder (what training stages consume)."""
+def load_records(dataset_dir: str | Path, lock_timeout_s: float = 600.0) -> Iterator[dict]:
+    """Canonical records of a dataset folder (what training stages consume), read under a
+    shared lock so that no writer replaces the folder while it is read."""
     from components.data.schema import rows_to_record
 
-    trajs, steps = read_tables(dataset_dir)
+    try:
+        with locked([Lock(Path(dataset_dir), exclusive=False)], lock_timeout_s):
+            trajs, steps = read_tables(dataset_dir)
+    except PermissionError:  # a read-only location: no lock file possible, read as is
+        trajs, steps = read_tables(dataset_dir)
     offsets = step_offsets(trajs)
     step_rows = steps.to_pylist()
     for i, row in enumerate(trajs.to_pylist()):

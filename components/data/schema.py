@@ -25,8 +25,9 @@ ROLES = ("user", "assistant", "environment")
 
 
 class _Strict(BaseModel):
-    # strict: "1.0" is not a float and 1 is not a string; extra="allow": keep unknown fields.
-    model_config = ConfigDict(strict=True, extra="allow")
+    # strict: "1.0" is not a float and 1 is not a string; extra="allow": keep unknown fields;
+    # allow_inf_nan=False: NaN and Infinity are not rewards (nor JSON).
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 
 
 class UserEvent(_Strict):

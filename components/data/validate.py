@@ -12,7 +12,11 @@ since both end up in DVC). With secret_policy=redact the suite checks the redact
 and the record passes; with reject it checks the original and the record is quarantined.
 
 UTF-8 validity is enforced at ingest (Parquet strings cannot hold invalid UTF-8), so by
-the time rows reach these suites every text column is valid UTF-8.
+the time rows reach these suites every text column is valid UTF-8. Numbers must be finite
+and text must not hold NUL characters, anywhere in a record (`values`, `step_values`):
+ingest rejects non-finite JSON already; these checks hold for datasets written otherwise.
+An empty dataset fails the gate. The stage holds its input shared and its output
+exclusively, and publishes the output whole (writers.py).
 """
 
 from __future__ import annotations
@@ -30,14 +34,25 @@ from pathlib import Path
 from components.data.config import ValidationConfig
 from components.data.ingest import (
     QUARANTINE,
+    DatasetError,
+    check_target,
     read_manifest,
     read_quarantine,
     read_tables,
     reconcile,
     write_dataset,
 )
+from components.data.reading import first_nonfinite
 from components.data.redaction import redact_text, secret_detector, secret_regex
 from components.data.schema import ROLES, SCHEMA_VERSION, rows_to_record
+from components.data.writers import (
+    Lock,
+    locked,
+    publish_dir,
+    recover_dir,
+    recover_file,
+    write_atomic,
+)
 from components.env.tool_specs import TOOL_NAMES, TOOL_SPECS, argument_errors
 
 
@@ -119,6 +134,57 @@ def argument_problems(steps) -> list[str | None]:
     return out
 
 
+# (column, field prefix in the record, what to look for): "json" columns hold JSON text
+# that may carry NaN/Infinity, "text" columns must not hold NUL characters (binary data).
+TRAJECTORY_VALUES = (("reward_terms", "reward_terms", "json"), ("metadata_extra", "metadata", "json"),
+                     ("extra", "", "json"), ("task", "task", "text"))  # fmt: skip
+STEP_VALUES = (("arguments", "arguments", "json"), ("extra", "", "json"),
+               ("content", "content", "text"), ("observation", "observation", "text"))  # fmt: skip
+
+
+def value_problems(frame, columns, first=None) -> tuple[list, list]:
+    """(field, problem) per row: the first non-finite number or NUL-holding text, or None.
+
+    `first` holds problems found before (e.g. the reward column, read from Arrow, where a
+    NaN is not the same as a missing value). Only rows a vectorised scan flags are parsed.
+    """
+    import numpy as np
+
+    fields = list(first[0]) if first else [None] * len(frame)
+    problems = list(first[1]) if first else [None] * len(frame)
+    for column, prefix, kind in columns:
+        series = frame[column]
+        token = "NaN|Infinity" if kind == "json" else "\x00"
+        hit = series.str.contains(token, regex=kind == "json", na=False).to_numpy(dtype=bool)
+        for i in np.flatnonzero(hit):
+            if problems[i] is not None:
+                continue
+            if kind == "text":
+                count = series.iat[i].count("\x00")
+                fields[i], problems[i] = prefix, f"holds {count} NUL characters (binary, not text)"
+                continue
+            found = first_nonfinite(json.loads(series.iat[i]))
+            if found is not None:
+                path = found[0] if found[0] != "<record>" else ""
+                fields[i] = ".".join(p for p in (prefix, path) if p) or prefix or "<record>"
+                problems[i] = f"{found[1]} is not a finite number"
+    return fields, problems
+
+
+def reward_problems(traj_tbl) -> tuple[list, list]:
+    """The reward column's NaN/Infinity values (missing rewards are allowed: unscored)."""
+    import pyarrow.compute as pc
+
+    values = traj_tbl.column("reward")
+    bad = pc.fill_null(pc.invert(pc.is_finite(values)), False).to_pylist()
+    rewards = values.to_pylist()
+    fields = ["reward" if b else None for b in bad]
+    problems = [
+        f"{r} is not a finite number" if b else None for b, r in zip(bad, rewards, strict=True)
+    ]
+    return fields, problems
+
+
 def reward_term_bounds(traj) -> tuple[list, list]:
     lows, highs = [], []
     for terms in _pylist(traj["reward_terms"]):
@@ -177,7 +243,21 @@ def build_checks(cfg: ValidationConfig, eval_ids: set[str]) -> list[Check]:
         *_contamination_checks(gxe, cfg, eval_ids),
         *_step_checks(gxe, cfg),
         *_secret_checks(gxe, cfg),
+        *_value_checks(gxe),
     ]
+
+
+def _value_checks(gxe) -> list[Check]:
+    """No NaN/Infinity anywhere and no NUL characters in text (value_problems)."""
+    return [
+        Check("values", "trajectories",
+              gxe.ExpectColumnValuesToBeNull(column="value_problem"),
+              lambda r: r["value_field"], lambda r: r["value_problem"]),
+        Check("step_values", "steps",
+              gxe.ExpectColumnValuesToBeNull(column="value_problem"),
+              lambda r: f"trajectory[{r['step']}].{r['value_field']}".removesuffix("."),
+              lambda r: r["value_problem"]),
+    ]  # fmt: skip
 
 
 def _record_checks(gxe, cfg: ValidationConfig) -> list[Check]:
@@ -427,19 +507,37 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
     """Validate cfg.in_dir into cfg.out_dir; returns the report (also written as JSON).
 
     The report's `passed` is False when quarantined / ingested > cfg.max_failure_rate.
+    Holds a shared lock on the input and an exclusive one on the output (writers.py) and
+    publishes the output whole. Raises DatasetError for a dataset of zero records (the
+    gate fails on empty input) or a damaged one, LockTimeout when another writer holds a
+    folder for longer than cfg.lock_timeout_s.
     """
+    in_dir, out_dir = Path(cfg.in_dir), Path(cfg.out_dir)
+    locks = [Lock(out_dir)]
+    if in_dir.resolve() != out_dir.resolve():
+        locks.append(Lock(in_dir, exclusive=False))
+    with locked(locks, cfg.lock_timeout_s):
+        recover_dir(out_dir)
+        recover_file(Path(cfg.report_dir) / "report.json")
+        check_target(out_dir, overwrite=True)
+        return _validate(cfg)
+
+
+def _validate(cfg: ValidationConfig) -> dict:
     import numpy as np
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     in_dir, report_dir = Path(cfg.in_dir), Path(cfg.report_dir)
     manifest_in = read_manifest(in_dir)
+    if not manifest_in.get("counts", {}).get("ingested"):
+        raise DatasetError(f"{in_dir} holds no records: an empty dataset fails the data gate")
     traj_tbl, step_tbl = read_tables(in_dir)
     traj, steps = traj_tbl.to_pandas(), step_tbl.to_pandas()
     timings["read_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    redacted, redactions = _prepare(cfg, traj, steps)
+    redacted, redactions = _prepare(cfg, traj_tbl, traj, steps)
     eval_ids, warnings = eval_task_ids(cfg)
     timings["prepare_s"] = time.perf_counter() - t
 
@@ -477,11 +575,11 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
         "dataset": str(Path(cfg.out_dir)),
         "quarantine": str(Path(cfg.out_dir) / QUARANTINE),
     }
-    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_atomic(report_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
 
 
-def _prepare(cfg: ValidationConfig, traj, steps) -> tuple[dict, dict[str, int]]:
+def _prepare(cfg: ValidationConfig, traj_tbl, traj, steps) -> tuple[dict, dict[str, int]]:
     """Add the computed columns the suites check (in place) and redact the text columns.
 
     Returns the redacted text columns (always what gets written) and the redaction counts;
@@ -500,6 +598,9 @@ def _prepare(cfg: ValidationConfig, traj, steps) -> tuple[dict, dict[str, int]]:
     steps["order_status"] = order_status(steps)
     steps["argument_problem"] = argument_problems(steps)
     traj["reward_terms_min"], traj["reward_terms_max"] = reward_term_bounds(traj)
+    first = reward_problems(traj_tbl)
+    traj["value_field"], traj["value_problem"] = value_problems(traj, TRAJECTORY_VALUES, first)
+    steps["value_field"], steps["value_problem"] = value_problems(steps, STEP_VALUES)
     firsts = traj.drop_duplicates("id")
     where = dict(
         zip(
@@ -573,16 +674,17 @@ def _write_validated(cfg, manifest_in: dict, tables, redacted: dict, bad, reason
         "quarantined_by_check": dict(sorted(found["by_check"].items())),
         "input_content_hash": manifest_in["content_hash"],
     }
-    write_dataset(
-        Path(cfg.out_dir),
-        traj_tbl.filter(pa.array(~bad)),
-        red_steps.filter(pa.array(~step_bad)),
-        quarantine,
-        {"stage": "validate", "counts": counts, "sources": per_source,
-         "skipped_files": manifest_in.get("skipped_files", []), "validation": validation},
-        _rows_per_shard(manifest_in),
-        secret_patterns=cfg.secret_patterns,
-    )  # fmt: skip
+    with publish_dir(Path(cfg.out_dir)) as tmp:
+        write_dataset(
+            tmp,
+            traj_tbl.filter(pa.array(~bad)),
+            red_steps.filter(pa.array(~step_bad)),
+            quarantine,
+            {"stage": "validate", "counts": counts, "sources": per_source,
+             "skipped_files": manifest_in.get("skipped_files", []), "validation": validation},
+            _rows_per_shard(manifest_in),
+            secret_patterns=cfg.secret_patterns,
+        )  # fmt: skip
     return counts, per_source
 
 

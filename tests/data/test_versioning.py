@@ -55,7 +55,11 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     assert snapshot(cfg)["version"] == v1 and len(read_log(cfg)) == 1  # unchanged: no new entry
 
     # Change the data: fewer records, one extra file.
-    ingest([str(FIXTURES / "mission.jsonl")], IngestConfig(out_dir=str(data / "ingested")))
+    ingest(
+        [str(FIXTURES / "mission.jsonl")],
+        IngestConfig(out_dir=str(data / "ingested")),
+        overwrite=True,
+    )
     (data / "notes.txt").write_text("hand-made notes\n")
     v2 = snapshot(cfg, "mission only")["version"]
     tree2 = _tree(data)
