@@ -113,11 +113,14 @@ def main_sft(argv: list[str]) -> int:
     p.add_argument("--epochs", type=float)
     args = p.parse_args(argv)
     from components.policy.model import load_policy
-    from components.train.parallel import world
+    from components.train.parallel import relaunch_as_ranks, world
     from components.train.sft import train_sft
 
     config = _section(args, "sft", max_steps=args.max_steps, epochs=args.epochs,
                       output_dir=str(args.out))  # fmt: skip
+    code = relaunch_as_ranks(["train", "sft", *argv]) if config.deepspeed is not None else None
+    if code is not None:
+        return code
     model, tokenizer = load_policy(args.policy)
     result = train_sft(model, tokenizer, read_records(args.records), config)
     if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
@@ -166,13 +169,19 @@ def main_rejection_sampling(argv: list[str]) -> int:
     p.add_argument("--samples", nargs="+", required=True)
     args = p.parse_args(argv)
     from components.policy.model import load_policy
+    from components.train.parallel import relaunch_as_ranks, world
     from components.train.rejection_sampling import train_rejection_sampling
 
     config = _section(args, "rejection_sampling")
     config = dataclasses.replace(config, sft=dataclasses.replace(config.sft,
                                                                  output_dir=str(args.out)))  # fmt: skip
+    ranks = relaunch_as_ranks(["train", "rs", *argv]) if config.sft.deepspeed else None
+    if ranks is not None:
+        return ranks
     model, tokenizer = load_policy(args.policy)
     result = train_rejection_sampling(model, tokenizer, read_records(args.samples), config)
+    if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
+        return 0
     return _write_result(args.out, dataclasses.asdict(result))
 
 
@@ -185,13 +194,15 @@ def main_dpo(argv: list[str]) -> int:
     from components.policy.model import load_policy
     from components.train.data import preference_pairs
     from components.train.dpo import train_dpo
-    from components.train.parallel import join_process_group
+    from components.train.parallel import join_process_group, relaunch_as_ranks
 
     config = _section(args, "dpo", output_dir=str(args.out))
     pairs = preference_pairs(read_records(args.samples), config.pairs_per_task, config.seed)
     if not pairs:
         return _write_result(args.out, {"skipped": "no success/failure pair on any task",
                                         "num_pairs": 0, "policy_dir": args.policy})  # fmt: skip
+    if (code := relaunch_as_ranks(["train", "dpo", *argv])) is not None:
+        return code
     rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
     result = train_dpo(model, None, tokenizer, pairs, config)

@@ -53,6 +53,7 @@ import dataclasses
 import hashlib
 import json
 import random
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ from components.train.parallel import (
     deal,
     join_process_group,
     make_stepper,
+    relaunch_as_ranks,
     save_gathered,
     world,
 )
@@ -633,6 +635,9 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     tasks, errors = load_tasks(args.tasks, split=args.split or None)
     if errors:
         raise SystemExit(f"task errors: {errors[:5]}")
+    given = list(argv) if argv is not None else sys.argv[1:]
+    if (code := relaunch_as_ranks(["train", "grpo", *given])) is not None:
+        return code
     rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
     result = train_grpo(

@@ -49,6 +49,22 @@ def join_process_group() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def relaunch_as_ranks(cli_argv: list[str]) -> int | None:
+    """A stage started as one process on a multi-device machine runs itself again as
+    AGENTRL_NPROC_PER_NODE torchrun ranks (the launcher sets it from the preset's
+    launcher.env, e.g. on an 8-GPU pod). Returns their exit code, or None when this process
+    trains itself (a rank already, or no such setting)."""
+    import subprocess
+    import sys
+
+    count = int(os.environ.get("AGENTRL_NPROC_PER_NODE") or "1")
+    if count <= 1 or "LOCAL_RANK" in os.environ:
+        return None
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={count}", "-m", "components.cli", *cli_argv]  # fmt: skip
+    return subprocess.run(command, check=False).returncode
+
+
 def world() -> tuple[int, int]:
     """(rank, world size) of this process; (0, 1) outside a process group."""
     import torch.distributed as dist
@@ -181,6 +197,8 @@ def make_stepper(model, deepspeed_config, *, learning_rate: float, weight_decay:
         return Stepper(model, model, optimizer, rank, size, max_grad_norm, scheduler=scheduler)
     import deepspeed
 
+    # bf16 parameters (PolicyConfig.dtype) train with DeepSpeed's fp32 master weights.
+    bf16 = bf16 or any(p.dtype == torch.bfloat16 for p in model.parameters())
     ds_config = deepspeed_config.load(
         micro_batch_size=micro_batch_size, grad_accum=1, lr=learning_rate,
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, bf16=bf16,

@@ -60,3 +60,24 @@ def test_the_trainer_job_runs_each_training_stage(
     assert argv[:2] == ["train", stage]
     with pytest.raises(Seen):
         agentrl(argv)
+
+
+def test_a_stage_on_a_multi_device_pod_runs_itself_as_ranks(monkeypatch):
+    """AGENTRL_NPROC_PER_NODE (the preset's launcher.env, configs/gpu-cluster.yaml) makes
+    a stage started as one process run itself under torchrun; a rank never relaunches."""
+    import subprocess
+
+    from components.train.parallel import relaunch_as_ranks
+
+    seen = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, check: seen.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0))  # fmt: skip
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("AGENTRL_NPROC_PER_NODE", raising=False)
+    assert relaunch_as_ranks(["train", "grpo", "--out", "x"]) is None and not seen
+    monkeypatch.setenv("AGENTRL_NPROC_PER_NODE", "8")
+    assert relaunch_as_ranks(["train", "grpo", "--out", "x"]) == 0
+    assert seen[0][1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8",
+                           "-m", "components.cli", "train", "grpo", "--out", "x"]  # fmt: skip
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert relaunch_as_ranks(["train", "grpo"]) is None and len(seen) == 1
