@@ -207,9 +207,12 @@ def main_versions(argv: list[str] | None = None) -> int:
     p = _parser("versions", "List dataset versions (newest last).", repo_root=True)
     p.add_argument("--json", action="store_true", help="print the log entries as JSON lines")
     args = p.parse_args(argv)
-    from components.data.versioning import read_log
+    from components.data.versioning import pending, read_log
 
-    entries = read_log(_versioning(args))
+    cfg = _versioning(args)
+    entries = read_log(cfg)
+    if note := pending(cfg):
+        print(f"warning: {note}", file=sys.stderr)
     if args.json:
         for e in entries:
             print(json.dumps({k: v for k, v in e.items() if k not in ("files", "dvc_file")}))
@@ -238,14 +241,18 @@ def main_rollback(argv: list[str] | None = None) -> int:
         repo_root=True,
     )
     p.add_argument("version", metavar="VERSION", help="version id or a unique prefix of one")
+    p.add_argument(
+        "--snapshot-first",
+        action="store_true",
+        help="snapshot changes in data/ that no version holds before rolling back",
+    )
     args = p.parse_args(argv)
-    from components.data.versioning import VersioningError, rollback
+    from components.data.versioning import rollback
 
     try:
-        result = rollback(_versioning(args), args.version)
-    except VersioningError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        result = rollback(_versioning(args), args.version, snapshot_first=args.snapshot_first)
+    except _expected_errors() as e:
+        return _error(e)
     print(json.dumps(result))
     return 0
 

@@ -17,20 +17,49 @@ Design
   AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN from the environment. S3 needs the dvc-s3
   plugin installed.
 All DVC work goes through dvc.repo.Repo (the same code the dvc CLI runs).
+
+Safety (writers.py): snapshot and rollback hold an exclusive lock on data/ (and on every
+dataset inside it), which every ingest/validate inside data/ holds shared, so a version is
+never taken or restored halfway through a write. Rollback cannot lose data:
+- it refuses when data/ has changes no snapshot holds (or snapshots them first, asked);
+- it makes sure every object of the target version is in the local cache, fetching the
+  missing ones from the remote, before touching data/ (none missing anywhere: it refuses);
+- it builds the version in a hidden sibling folder from the cache, checking every md5,
+  swaps it in with two renames and writes data.dvc only after that;
+- a journal beside data/ is written before the swap and removed after: a rollback killed
+  midway is completed (data/ already holds the version) or undone (the old data/ is put
+  back) by the next snapshot or rollback. A killed snapshot is undone the same way
+  (data.dvc and the version log restored; data/ itself is never written by a snapshot).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from components.data.config import VersioningConfig
 from components.data.ingest import file_md5
+from components.data.writers import (
+    IGNORE_PATTERN,
+    MARK,
+    Lock,
+    append_line,
+    fsync_dir,
+    fsync_tree,
+    is_bookkeeping,
+    locked,
+    recover_dir,
+    recover_file,
+    sibling,
+    write_atomic,
+)
 
 DVC_FILE_SUFFIX = ".dvc"
 
@@ -44,6 +73,22 @@ def _dvc():
     from dvc.repo import Repo
 
     return Repo
+
+
+@contextlib.contextmanager
+def _repo(root: Path):
+    """An open DVC repository, quiet; DVC's own errors become one-line VersioningErrors."""
+    from dvc.exceptions import DvcException
+
+    Repo = _dvc()
+    with _quiet():
+        repo = Repo(str(root))
+        try:
+            yield repo
+        except DvcException as e:
+            raise VersioningError(f"dvc: {e}") from e
+        finally:
+            repo.close()
 
 
 @contextlib.contextmanager
@@ -130,24 +175,36 @@ def init_dvc(cfg: VersioningConfig) -> list[str]:
                     done.append(f"default remote {cfg.remote_name}")
         finally:
             repo.close()
+    # Locks, journals and half-written folders are never data (writers.py).
+    done += _ignore(root / ".dvcignore", IGNORE_PATTERN)
     local = Path(cfg.local_remote)
-    if cfg.s3 is None and not local.is_absolute() and (root / ".git").exists():
-        # A remote inside the work tree holds data objects: keep them out of git.
-        gitignore = root / ".gitignore"
-        entry = f"/{local.as_posix().strip('/')}/"
-        lines = gitignore.read_text().splitlines() if gitignore.is_file() else []
-        if entry not in lines:
-            with gitignore.open("a") as f:
-                f.write(("\n" if lines and lines[-1] else "") + entry + "\n")
-            done.append(f"{entry} added to .gitignore")
+    if (root / ".git").exists():
+        done += _ignore(root / ".gitignore", IGNORE_PATTERN)
+        if cfg.s3 is None and not local.is_absolute():
+            # A remote inside the work tree holds data objects: keep them out of git.
+            done += _ignore(root / ".gitignore", f"/{local.as_posix().strip('/')}/")
     return done
 
 
+def _ignore(ignore_file: Path, entry: str) -> list[str]:
+    """Add a line to a .gitignore-style file unless it is there; what was done."""
+    lines = ignore_file.read_text().splitlines() if ignore_file.is_file() else []
+    if entry in lines:
+        return []
+    with ignore_file.open("a") as f:
+        f.write(("\n" if lines and lines[-1] else "") + entry + "\n")
+    return [f"{entry} added to {ignore_file.name}"]
+
+
 def hash_tree(data: Path) -> dict[str, str]:
-    """{path relative to data/: md5} for every file (the bytes a version must restore)."""
-    return {
-        p.relative_to(data).as_posix(): file_md5(p) for p in sorted(data.rglob("*")) if p.is_file()
-    }
+    """{path relative to data/: md5} for every file (the bytes a version must restore);
+    bookkeeping files (locks, half-written folders: writers.py) are not data."""
+    tree = {}
+    for p in sorted(data.rglob("*")):
+        rel = p.relative_to(data)
+        if p.is_file() and not any(is_bookkeeping(part) for part in rel.parts):
+            tree[rel.as_posix()] = file_md5(p)
+    return tree
 
 
 def read_dvc_file(path: Path) -> dict:
@@ -156,7 +213,10 @@ def read_dvc_file(path: Path) -> dict:
 
     if not path.is_file():
         raise VersioningError(f"{path} does not exist: run `agentrl data snapshot` first")
-    outs = (yaml.safe_load(path.read_text()) or {}).get("outs") or []
+    try:
+        outs = (yaml.safe_load(path.read_text()) or {}).get("outs") or []
+    except (yaml.YAMLError, AttributeError) as e:
+        raise VersioningError(f"{path} is damaged ({type(e).__name__})") from e
     if len(outs) != 1 or not str(outs[0].get("md5", "")).endswith(".dir"):
         raise VersioningError(f"{path}: expected one directory output, got {outs!r}")
     return outs[0]
@@ -171,60 +231,220 @@ def _dataset_summaries(data: Path) -> tuple[dict[str, dict], list[str]]:
     summaries: dict[str, dict] = {}
     sources: set[str] = set()
     for manifest in sorted(data.rglob("manifest.json")):
-        m = json.loads(manifest.read_text())
         rel = manifest.parent.relative_to(data).as_posix()
+        if any(is_bookkeeping(part) for part in Path(rel).parts):
+            continue
+        m = json.loads(manifest.read_text())
         summaries[rel] = {"stage": m.get("stage"), "counts": m.get("counts", {})}
         sources.update(m.get("sources", {}))
     return summaries, sorted(sources)
 
 
 def read_log(cfg: VersioningConfig) -> list[dict]:
+    """The version log's entries; a damaged line (a hand edit, a write cut short) is
+    skipped with a warning rather than failing every versioning command."""
     path = _paths(cfg)[3]
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    with path.open(encoding="utf-8", errors="replace", newline="\n") as f:
+        for n, line in enumerate(f, start=1):
+            try:
+                entry = json.loads(line) if line.strip() else None
+            except ValueError:
+                entry = {}
+            if entry is None:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("version"), str):
+                entries.append(entry)
+            else:
+                logging.getLogger(__name__).warning("%s line %d is damaged: skipped", path, n)
+    return entries
+
+
+def _journal(cfg: VersioningConfig) -> Path:
+    return sibling(_paths(cfg)[1], "journal")
+
+
+@contextlib.contextmanager
+def _writing(cfg: VersioningConfig):
+    """Hold data/ exclusively (and every dataset inside it that has a lock file: a writer
+    that started before data/'s lock file existed), after finishing an interrupted write."""
+    data = _paths(cfg)[1]
+    suffix = f"{MARK}lock"
+    inner = sorted(data.rglob(f".*{suffix}")) if data.is_dir() else []
+    locks = [Lock(data, keep_file=True)]
+    locks += [Lock(p.parent / p.name[1 : -len(suffix)]) for p in inner if p.is_file()]
+    with locked(locks, cfg.lock_timeout_s):
+        done = recover(cfg)
+        for line in done:
+            logging.getLogger(__name__).warning("recovered: %s", line)
+        yield done
+
+
+def finish_interrupted(cfg: VersioningConfig) -> list[str]:
+    """Complete or undo a snapshot or rollback that was killed midway (what every snapshot
+    and rollback does first); returns what was done."""
+    with _writing(cfg) as done:
+        return done
+
+
+@contextlib.contextmanager
+def _journaled(cfg: VersioningConfig, journal: dict):
+    """Write the journal, run the block; on any failure finish or undo it right away."""
+    path = _journal(cfg)
+    write_atomic(path, json.dumps(journal, sort_keys=True))
+    try:
+        yield
+    except BaseException:
+        recover(cfg)
+        raise
+    path.unlink()
+    fsync_dir(path.parent)
+
+
+def recover(cfg: VersioningConfig) -> list[str]:
+    """Complete or undo what a killed snapshot or rollback left (call holding the lock);
+    returns what was done."""
+    root, data, dvc_file, _ = _paths(cfg)
+    path = _journal(cfg)
+    done = recover_file(path) + recover_file(dvc_file) + _repair_dvc_rwlock(root)
+    if not path.is_file():
+        return done + recover_dir(data)
+    journal = json.loads(path.read_text())
+    if journal["op"] == "rollback":
+        done.append(_recover_rollback(cfg, journal))
+    else:
+        done.append(_recover_snapshot(cfg, journal))
+    path.unlink()
+    return done
+
+
+def _repair_dvc_rwlock(root: Path) -> list[str]:
+    """DVC rewrites .dvc/tmp/rwlock in place: a DVC command killed mid-write leaves it cut
+    short, and every later DVC command then fails on it. Checked under DVC's own guard of
+    that file, content that is not JSON belonged to a dead writer: it is removed (an empty
+    rwlock is what DVC starts from)."""
+    path = root / ".dvc" / "tmp" / "rwlock"
+
+    def damaged() -> bool:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return False
+        except ValueError:
+            return True
+        return False
+
+    if not damaged():
+        return []
+    from dvc.lock import make_lock
+
+    with make_lock(str(path.parent / "rwlock.lock"), tmp_dir=str(path.parent), wait=True):
+        if not damaged():
+            return []
+        path.unlink()
+    return [f"removed {path}, cut short by a killed DVC command"]
+
+
+def _recover_rollback(cfg: VersioningConfig, journal: dict) -> str:
+    root, data, dvc_file, _ = _paths(cfg)
+    entry = find_version(cfg, journal["version"])
+    old, tmp = root / journal["old"], root / journal["tmp"]
+    if data.is_dir() and not verify(data, entry["files"]):
+        write_atomic(dvc_file, entry["dvc_file"])
+        done = f"completed the interrupted rollback to {entry['version']}"
+    elif not os.path.lexists(data) and old.is_dir():
+        os.rename(old, data)
+        done = f"undid the interrupted rollback to {entry['version']} (data/ put back)"
+    elif not os.path.lexists(old):
+        done = f"undid the interrupted rollback to {entry['version']} (data/ was not touched)"
+    else:
+        raise VersioningError(
+            f"an interrupted rollback to {entry['version']} left the previous data in {old} and a "
+            f"{data} that is not that version: nothing was deleted; move one of them away"
+        )
+    for leftover in (old, tmp):
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+    return done
+
+
+def _recover_snapshot(cfg: VersioningConfig, journal: dict) -> str:
+    _, _, dvc_file, log = _paths(cfg)
+    now = dvc_file.read_text() if dvc_file.is_file() else None
+    if log.is_file() and log.stat().st_size > journal["log_size"]:
+        with log.open("rb") as f:
+            f.seek(journal["log_size"])
+            added = f.read().decode("utf-8", "replace").splitlines()
+        try:
+            if now is not None and json.loads(added[-1])["dvc_file"] == now:
+                return "the interrupted snapshot had finished"
+        except (ValueError, KeyError, IndexError, TypeError):
+            pass
+        os.truncate(log, journal["log_size"])
+    if journal["dvc_file"] is None:
+        dvc_file.unlink(missing_ok=True)
+    elif now != journal["dvc_file"]:
+        write_atomic(dvc_file, journal["dvc_file"])
+    return "undid an interrupted snapshot (data.dvc and the version log restored)"
+
+
+def pending(cfg: VersioningConfig) -> str | None:
+    """What an interrupted snapshot/rollback left for the next one to finish, or None."""
+    path = _journal(cfg)
+    if not path.is_file():
+        return None
+    journal = json.loads(path.read_text())
+    what = f"rollback to {journal['version']}" if journal["op"] == "rollback" else "snapshot"
+    return f"an interrupted {what} is pending: the next snapshot or rollback finishes or undoes it"
 
 
 def snapshot(cfg: VersioningConfig, message: str = "") -> dict:
     """dvc add + push of data/; returns the version log entry (its `version` is the id)."""
+    with _writing(cfg):
+        return _snapshot(cfg, message)
+
+
+def _snapshot(cfg: VersioningConfig, message: str) -> dict:
     root, data, dvc_file, log = _paths(cfg)
-    if not data.is_dir() or not any(p.is_file() for p in data.rglob("*")):
+    if not data.is_dir() or not hash_tree(data):
         raise VersioningError(f"{data} is missing or empty: nothing to snapshot")
     init_dvc(cfg)
-    Repo = _dvc()
-    with _quiet():
-        repo = Repo(str(root))
-        try:
+    journal = {
+        "op": "snapshot",
+        "dvc_file": dvc_file.read_text() if dvc_file.is_file() else None,
+        "log_size": log.stat().st_size if log.is_file() else 0,
+    }
+    with _journaled(cfg, journal):
+        with _repo(root) as repo:
             repo.add(str(data))
             repo.push(targets=[str(dvc_file)], remote=cfg.remote_name)
-        finally:
-            repo.close()
-    out = read_dvc_file(dvc_file)
-    files = hash_tree(data)
-    if len(files) != out.get("nfiles"):
-        raise VersioningError(
-            f"{dvc_file} records {out.get('nfiles')} files but {data} holds {len(files)} "
-            "(is something in .dvcignore?)"
-        )
-    datasets, sources = _dataset_summaries(data)
-    entry = {
-        "version": out["md5"].removesuffix(".dir"),
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "nfiles": out["nfiles"],
-        "size": out["size"],
-        "datasets": datasets,
-        "sources": sources,
-        "remote": cfg.remote_name,
-        "message": message,
-        "files": files,
-        "dvc_file": dvc_file.read_text(),
-    }
-    previous = read_log(cfg)
-    if not previous or previous[-1]["version"] != entry["version"]:
-        with log.open("a") as f:
-            f.write(json.dumps(entry, sort_keys=True) + "\n")
-    else:
-        entry = previous[-1]  # unchanged data: same version, nothing new to log
+        out = read_dvc_file(dvc_file)
+        files = hash_tree(data)
+        if len(files) != out.get("nfiles"):
+            raise VersioningError(
+                f"{dvc_file} records {out.get('nfiles')} files but {data} holds {len(files)} "
+                "(is something in .dvcignore?)"
+            )
+        datasets, sources = _dataset_summaries(data)
+        entry = {
+            "version": out["md5"].removesuffix(".dir"),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "nfiles": out["nfiles"],
+            "size": out["size"],
+            "datasets": datasets,
+            "sources": sources,
+            "remote": cfg.remote_name,
+            "message": message,
+            "files": files,
+            "dvc_file": dvc_file.read_text(),
+        }
+        previous = read_log(cfg)
+        if not previous or previous[-1]["version"] != entry["version"]:
+            append_line(log, json.dumps(entry, sort_keys=True))
+        else:
+            entry = previous[-1]  # unchanged data: same version, nothing new to log
     return entry
 
 
@@ -253,31 +473,108 @@ def verify(data: Path, files: dict[str, str]) -> list[str]:
     return problems
 
 
-def rollback(cfg: VersioningConfig, version: str) -> dict:
-    """Restore data/ to `version` and verify every file's md5; returns what was done."""
-    from dvc.exceptions import CheckoutError
+def unsnapshotted_changes(cfg: VersioningConfig) -> list[str]:
+    """Files in data/ that the version in data.dvc does not hold (new or changed): what a
+    rollback would lose. Missing files are not listed: nothing of them would be lost."""
+    _, data, dvc_file, log = _paths(cfg)
+    actual = hash_tree(data) if data.is_dir() else {}
+    if not actual:
+        return []
+    if not dvc_file.is_file():
+        return [f"{len(actual)} files and no snapshot"]
+    version = current_version(cfg)
+    recorded = next((e["files"] for e in reversed(read_log(cfg)) if e["version"] == version), None)
+    if recorded is None:
+        return [f"{dvc_file.name} records version {version}, which {log.name} does not list"]
+    changes = [f"new file {p}" for p in sorted(set(actual) - set(recorded))]
+    changes += [f"changed file {p}" for p in sorted(set(actual) & set(recorded))
+                if actual[p] != recorded[p]]  # fmt: skip
+    return changes
 
-    entry = find_version(cfg, version)
-    root, data, dvc_file, _ = _paths(cfg)
-    init_dvc(cfg)  # a fresh clone may lack the remote settings (e.g. config.local)
-    dvc_file.write_text(entry["dvc_file"])
-    Repo = _dvc()
-    pulled = False
-    with _quiet():
-        repo = Repo(str(root))
-        try:
-            try:
-                repo.checkout(targets=[str(dvc_file)], force=True)
-            except CheckoutError:
-                # The local cache lacks some objects: fetch them from the remote.
-                repo.pull(targets=[str(dvc_file)], remote=cfg.remote_name, force=True)
-                pulled = True
-        finally:
-            repo.close()
-    problems = verify(data, entry["files"])
-    if problems:
+
+def _fetch(repo, cfg: VersioningConfig, entry: dict) -> bool:
+    """Make sure every object of the version is in the local cache, pulling the missing
+    ones from the remote; True when some were pulled. Refuses (VersioningError) when an
+    object is in neither place, before anything else is touched."""
+    from dvc_data.hashfile.hash_info import HashInfo
+
+    needed = {entry["version"] + ".dir": "the directory listing"}
+    needed.update({md5: rel for rel, md5 in entry["files"].items()})
+    cache = repo.cache.local
+    missing = [oid for oid in needed if not cache.exists(oid)]
+    if not missing:
+        return False
+    remote = repo.cloud.get_remote_odb(cfg.remote_name, "rollback")
+    present = set(remote.oids_exist(missing))
+    absent = [oid for oid in missing if oid not in present]
+    if absent:
+        names = ", ".join(needed[oid] for oid in absent[:5]) + (", ..." if len(absent) > 5 else "")
         raise VersioningError(
-            f"rollback to {entry['version']} did not restore the recorded bytes: "
-            + "; ".join(problems[:20])
+            f"cannot roll back to {entry['version']}: {len(absent)} of its objects are in neither "
+            f"the local cache nor remote {cfg.remote_name!r} ({names}); data/ was not touched"
         )
+    repo.cloud.pull([HashInfo("md5", oid) for oid in missing], remote=cfg.remote_name)
+    still = [needed[oid] for oid in missing if not cache.exists(oid)]
+    if still:
+        raise VersioningError(
+            f"could not fetch {len(still)} objects of {entry['version']} from remote "
+            f"{cfg.remote_name!r} ({', '.join(still[:5])}); data/ was not touched"
+        )
+    return True
+
+
+def _build(repo, entry: dict, folder: Path) -> None:
+    """Write the version's files into `folder` from the cache, checking every md5."""
+    cache = repo.cache.local
+    for rel, md5 in sorted(entry["files"].items()):
+        dst = folder / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.md5()
+        with open(cache.oid_to_path(md5), "rb") as src, dst.open("wb") as out:
+            for chunk in iter(lambda: src.read(1 << 20), b""):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() != md5:
+            raise VersioningError(
+                f"the cached copy of {rel} is damaged (md5 {h.hexdigest()} != {md5}); "
+                "delete it from .dvc/cache and retry (it will be pulled again)"
+            )
+    fsync_tree(folder)
+
+
+def rollback(cfg: VersioningConfig, version: str, snapshot_first: bool = False) -> dict:
+    """Restore data/ to `version` (see the module doc for what makes it safe); returns what
+    was done. Changes in data/ that no snapshot holds are refused, or snapshotted first
+    when `snapshot_first`."""
+    with _writing(cfg):
+        entry = find_version(cfg, version)
+        root, data, dvc_file, _ = _paths(cfg)
+        changes = unsnapshotted_changes(cfg)
+        if changes and not snapshot_first:
+            shown = "; ".join(changes[:5]) + (f" (+{len(changes) - 5})" if len(changes) > 5 else "")
+            raise VersioningError(
+                f"{data} has changes no snapshot holds ({shown}); a rollback would lose them: "
+                "snapshot first (agentrl data snapshot) or pass --snapshot-first"
+            )
+        if changes:
+            _snapshot(cfg, f"before rollback to {entry['version']}")
+        init_dvc(cfg)  # a fresh clone may lack the remote settings (e.g. config.local)
+        tmp = sibling(data, f"tmp-{os.getpid()}")
+        old = sibling(data, f"old-{os.getpid()}")
+        with _repo(root) as repo:
+            pulled = _fetch(repo, cfg, entry)
+            try:
+                _build(repo, entry, tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        journal = {"op": "rollback", "version": entry["version"], "tmp": tmp.name, "old": old.name}
+        with _journaled(cfg, journal):
+            if os.path.lexists(data):
+                os.rename(data, old)
+            os.rename(tmp, data)
+            fsync_dir(root)
+            write_atomic(dvc_file, entry["dvc_file"])
+            if old.is_dir():
+                shutil.rmtree(old)
     return {"version": entry["version"], "verified_files": len(entry["files"]), "pulled": pulled}
