@@ -20,3 +20,18 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def prefect_harness(tmp_path_factory):
+    """A temporary Prefect server and database; persisted task results go to a temporary
+    folder too, not to ~/.prefect."""
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with (
+        prefect_test_harness(server_startup_timeout=120),
+        temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
+    ):
+        yield

@@ -213,6 +213,9 @@ def _run_command(
         cmd = run_sandboxed(argv, ws.root, run_config, workspace=ws.root)
     except SandboxError as e:
         return failed_result(config, f"error: {e}", "refused")
+    # Every reader of the output (the observation, list_fixes / try_fix summaries, the
+    # monitor) sees it without run times.
+    cmd = dataclasses.replace(cmd, output=without_durations(cmd.output))
     status = []
     tests_timed_out = cmd.limit_hit in _TIME_LIMITS and runs_task_tests(argv, test_command)
     if tests_timed_out:
@@ -228,7 +231,7 @@ def _run_command(
     elif cmd.limit_hit == "processes":
         status.append(f"[process limit of {config.max_processes} reached]")
     status.append(f"exit code {cmd.exit_code}")
-    out = without_durations(cmd.output)
+    out = cmd.output
     text = out + ("" if not out or out.endswith("\n") else "\n") + "\n".join(status)
     failed = cmd.limit_hit not in (None, "output") and not tests_timed_out
     result = _result(

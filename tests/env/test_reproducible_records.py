@@ -4,6 +4,8 @@ one data version) however loaded the machine was."""
 
 import json
 
+import pytest
+
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.env.policies import OraclePolicy
@@ -21,11 +23,13 @@ def test_pytest_durations_are_taken_off_observations():
     assert without_durations(kept) == kept
 
 
-def test_the_same_episode_twice_gives_the_same_record(suite_tasks):
+@pytest.mark.parametrize("style", ["explore", "fixes"])
+def test_the_same_episode_twice_gives_the_same_record(suite_tasks, style):
+    """Both the run_command observations and the fix tools' test summaries."""
     task = suite_tasks[0]
+    policy = lambda: OraclePolicy(seed=3, style=style, recovery_rate=1.0)  # noqa: E731
     records = [
-        run_episode(task, OraclePolicy(seed=3), EnvConfig(), SandboxConfig(), seed=3).record
-        for _ in range(2)
+        run_episode(task, policy(), EnvConfig(), SandboxConfig(), seed=3).record for _ in range(2)
     ]
     assert json.dumps(records[0], sort_keys=True) == json.dumps(records[1], sort_keys=True)
     observations = [e["observation"] for e in records[0]["trajectory"] if "observation" in e]

@@ -27,6 +27,7 @@ from kube_fake import FakeCluster, LocalKubelet, build_image
 from components.launch.config import launcher_config_from_dict
 from components.launch.launcher import MANAGED_BY, expected_jobs_for, job_summary, stage_key
 from components.preset import load_preset
+from tests.tiny_pipeline import tiny_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.33.0"  # as in test_launcher.py
@@ -189,38 +190,6 @@ def comparable(value, workdir: Path):
         text = value.replace(str(workdir), "<workdir>")
         return FINGERPRINT.sub("grpo-<fp>", HASH.sub("<hash>", text))
     return value
-
-
-def tiny_preset(launcher: dict) -> dict:
-    """The shipped default, shrunk to a short CPU run (as bench/pipeline_overhead.py does)."""
-    preset = yaml.safe_load((ROOT / "configs" / "cpu-demo.yaml").read_text())
-    preset["name"] = "tiny-kube"
-    preset["pipeline"].update(workdir="runs/pipeline", algorithms=["grpo"])
-    preset["evaluate"].update(limit=2, safety_n_tasks=1)
-    preset["tasks"].update(n_tasks=20, seed=0)
-    preset["policy"].update(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                            intermediate_size=64, vocab_size=512, tokenizer_stdlib_bytes=20000)  # fmt: skip
-    preset["sft"].update(max_steps=2, batch_size=2, max_seq_len=512, warmup_steps=0)
-    preset["rollout"].update(max_new_tokens=16, max_episode_tokens=1024)
-    preset["env"] = {"max_steps": 2}
-    preset["grpo"].update(iterations=1, tasks_per_iteration=1, group_size=2)
-    preset["launcher"] = launcher
-    return preset
-
-
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory):
-    """A temporary Prefect server and database; persisted task results go to a temporary
-    folder too, not to ~/.prefect."""
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with (
-        prefect_test_harness(server_startup_timeout=120),
-        temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
-    ):
-        yield
 
 
 class Collect(logging.Handler):

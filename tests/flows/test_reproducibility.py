@@ -1,0 +1,61 @@
+"""Reproducible runs (slow): a tiny retrain, then `agentrl reproduce` of the version it
+registered, once with both cores kept busy by a CPU burner, must come out equal stage by
+stage (data version, SFT weights, candidate weights, evaluation outcomes); a preset value
+changed after registration is detected before anything runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.tiny_pipeline import tiny_preset
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    from components.promote import config as promote_config
+
+    root = tmp_path.resolve() / "run"
+    (root / "mlruns").mkdir(parents=True)
+    preset = tiny_preset({"mode": "in-process"})
+    preset["name"] = "tiny-reproduce"
+    (root / "preset.yaml").write_text(yaml.safe_dump(preset))
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
+    monkeypatch.setattr(promote_config, "REPO_ROOT", root)
+    return root
+
+
+def burn_cpus(n: int = 2) -> list[subprocess.Popen]:
+    """`n` processes that spin until killed: the machine is as busy as it gets."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_registered_version_reproduces_equal_on_a_loaded_machine(workdir, prefect_harness):
+    from flows.reproduce import reproduce
+    from flows.retrain import retrain
+
+    original = retrain("preset.yaml")
+    version = original["promotion"]["version"]
+    assert original["fingerprints"]["weights_sha256"]
+    burners = burn_cpus()
+    try:
+        report = reproduce(str(version), preset="preset.yaml")
+    finally:
+        for p in burners:
+            p.kill()
+    assert report["verdict"] == "equal", report
+    assert Path(report["workdir"]).is_dir()
+
+    changed = yaml.safe_load(Path("preset.yaml").read_text())
+    changed["sft"]["learning_rate"] = changed["sft"]["learning_rate"] * 2
+    Path("preset.yaml").write_text(yaml.safe_dump(changed))
+    report = reproduce(str(version), preset="preset.yaml")
+    assert report["verdict"] == "cannot reproduce"
+    assert any(p.startswith("preset:") for p in report["problems"])
