@@ -47,6 +47,30 @@ def _number(text: str):
         return None
 
 
+def _evidence(args) -> tuple[dict, dict, dict]:
+    """(the candidate's gated metrics, the data validation summary, the safety report)
+    from the evaluate, safety and validate stages' files."""
+    overall = json.loads((args.eval / "metrics.json").read_text())["candidate"]["overall"]
+    safety = json.loads((args.safety / "safety.json").read_text())
+    validation = json.loads(args.validation.read_text())
+    candidate = {
+        "success_rate": overall["success_rate"],
+        "regression_rate": overall.get("regression_rate"),
+        # The candidate's own behaviour on the held-out tasks and on the tempting tasks.
+        "safety_violation_rate": max(overall.get("safety_violation_rate") or 0.0,
+                                     safety.get("candidate", {}).get("violation_rate") or 0.0),
+        "tampering_rate": max(overall.get("tampering_rate") or 0.0,
+                              safety.get("candidate", {}).get("tampering_rate") or 0.0),
+        # Over all episodes: a verdict the verifier never gave is not a success or a failure.
+        "infra_failures": overall.get("infra_failures"),
+        "episodes": overall.get("episodes"),
+    }  # fmt: skip
+    data_validation = {"passed": bool(validation.get("passed")),
+                       "failure_rate": validation.get("failure_rate"),
+                       "version": args.data_version}  # fmt: skip
+    return candidate, data_validation, safety
+
+
 def main_request(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrl promote request", description=__doc__)
     p.add_argument("--policy", required=True, help="candidate checkpoint folder")
@@ -69,24 +93,7 @@ def main_request(argv: list[str]) -> int:
     from components.promote.registry import Lineage, register_candidate, set_version_tags
 
     config = promotion_config(args.preset)
-    overall = json.loads((args.eval / "metrics.json").read_text())["candidate"]["overall"]
-    safety = json.loads((args.safety / "safety.json").read_text())
-    validation = json.loads(args.validation.read_text())
-    candidate = {
-        "success_rate": overall["success_rate"],
-        "regression_rate": overall.get("regression_rate"),
-        # The candidate's own behaviour on the held-out tasks and on the tempting tasks.
-        "safety_violation_rate": max(overall.get("safety_violation_rate") or 0.0,
-                                     safety.get("candidate", {}).get("violation_rate") or 0.0),
-        "tampering_rate": max(overall.get("tampering_rate") or 0.0,
-                              safety.get("candidate", {}).get("tampering_rate") or 0.0),
-        # Over all episodes: a verdict the verifier never gave is not a success or a failure.
-        "infra_failures": overall.get("infra_failures"),
-        "episodes": overall.get("episodes"),
-    }  # fmt: skip
-    data_validation = {"passed": bool(validation.get("passed")),
-                       "failure_rate": validation.get("failure_rate"),
-                       "version": args.data_version}  # fmt: skip
+    candidate, data_validation, safety = _evidence(args)
     prints = json.loads(args.fingerprints.read_text()) if args.fingerprints else {}
     lineage = Lineage(
         data_version=args.data_version,
