@@ -72,7 +72,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
-from components.tasks.task import Task
+from components.tasks.task import Task, same_value
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
 # Files that change how pytest or the interpreter behaves: never taken from the agent.
@@ -414,17 +414,6 @@ def hidden_cases(task: Task) -> tuple[list[dict], str]:
                  for c in spec["cases"]]  # fmt: skip
         return cases, "exact"
     return derive_cases(task), "equal"
-
-
-def same_value(a: object, b: object) -> bool:
-    """Equality with exact types, recursively (3 != 3.0 != True here, unlike ==)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    return a == b
 
 
 def _case_matches(result: dict, expected: str, comparison: str) -> bool:

@@ -33,6 +33,7 @@ from components.tasks.task import (
     HIDDEN_CASES_FILE,
     Task,
     TaskMetadata,
+    same_value,
     write_task_folder,
 )
 
@@ -237,17 +238,6 @@ def retype(expected: object, like: object) -> object:
         items = [retype(e, x) for e, x in zip(expected, like, strict=True)]
         return tuple(items) if isinstance(like, tuple) else items
     return expected
-
-
-def same_value(a: object, b: object) -> bool:
-    """Equality with exact types, recursively (as the verifier compares hidden cases)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    return a == b
 
 
 @dataclass(frozen=True)

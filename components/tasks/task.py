@@ -230,3 +230,15 @@ def load_tasks(folder: str | Path, split: str | None = None) -> tuple[list[Task]
         if split is None or task.metadata.split == split:
             tasks.append(task)
     return sorted(tasks, key=lambda t: t.id), errors
+
+
+def same_value(a: object, b: object) -> bool:
+    """How a hidden case's answer is compared (HIDDEN_CASES_FILE, comparison "exact"):
+    equality with exact types, recursively (3 != 3.0 != True here, unlike ==)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
