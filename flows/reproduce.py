@@ -4,8 +4,9 @@
 
 Reads the version's lineage (git commit, preset file and its config hash, data version, and
 the fingerprints of its stages: SFT weights, candidate weights, evaluation outcomes),
-checks that this checkout can reproduce it (same commit, same preset content) and that its
-data version is still available, then runs the retrain flow's stages from a clean cache in
+checks that this checkout can reproduce it (same commit, same preset content), checks its
+data version out (every object verified; edits to data/ that no version holds are
+refused, not dropped), then runs the retrain flow's stages from a clean cache in
 a fresh work folder (same preset, nothing registered), logged to MLflow as a reproduction
 of the original run. It reports `equal`, or `differs` with the first stage whose output
 differs (data, SFT, RL, eval). Exit status 0 for equal, 1 for differs, 2 when it cannot
@@ -66,6 +67,24 @@ def preconditions(tags: dict) -> list[str]:
     return problems
 
 
+def checkout_data(data_version: str, preset: str) -> str | None:
+    """Restore data/ to the version the model was trained on (`agentrl data rollback`, which
+    verifies every object of the version and refuses to drop unsnapshotted edits); the
+    one-line reason when it cannot, else None."""
+    import contextlib
+    import io
+
+    from components.cli import main as agentrl
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = agentrl(["data", "rollback", data_version, "--preset", preset])
+    if code == 0:
+        return None
+    reason = err.getvalue().strip().splitlines()
+    return f"data: {reason[-1] if reason else f'rollback to {data_version} failed ({code})'}"
+
+
 def compare(registered: dict, reproduced: dict) -> dict:
     """{'verdict': 'equal' | 'differs', 'first_difference': stage or None, 'stages': ...}"""
     rows = []
@@ -78,22 +97,42 @@ def compare(registered: dict, reproduced: dict) -> dict:
             "stages": rows}  # fmt: skip
 
 
-def reproduce(version: str, workdir: str = "", preset: str | None = None) -> dict:
+def reproduce(version: str, preset: str | None = None) -> dict:
     """Check, rerun from a clean cache, compare. `preset` only says where to find the
     registry (default: the shipped preset's promote section); the run uses the version's
-    own preset."""
+    own preset, in its own work folder: paths are part of what stages record (a dataset
+    keeps the name of the file it was ingested from), so the rerun writes where the original
+    did, with the original's folder moved aside and put back afterwards; the rerun's
+    artefacts end in runs/reproduce-vN."""
+    from components.preset import load_preset
     from flows.retrain import retrain
 
     tags = lineage_of(version, preset)
     problems = preconditions(tags)
+    if not problems:
+        problems = [p for p in [checkout_data(tags["data_version"], tags["preset"])] if p]
     if problems:
         return {"verdict": "cannot reproduce", "version": str(version), "problems": problems}
-    workdir = workdir or f"runs/reproduce-v{version}"
-    summary = retrain(tags["preset"], workdir=workdir, register=False,
-                      reproduction_of={"version": str(version),
-                                       "run_id": tags.get("training_run_id", "")})  # fmt: skip
+    original = Path(load_preset(tags["preset"]).section("pipeline").workdir)
+    aside = original.with_name(f"{original.name}.before-reproduce-v{version}")
+    done = Path(f"runs/reproduce-v{version}")
+    for folder in (aside, done):
+        if folder.exists():
+            raise ValueError(f"{folder} exists (an earlier reproduction?): move it away first")
+    if original.exists():
+        original.rename(aside)
+    try:
+        summary = retrain(tags["preset"], register=False,
+                          reproduction_of={"version": str(version),
+                                           "run_id": tags.get("training_run_id", "")})  # fmt: skip
+    finally:
+        done.parent.mkdir(parents=True, exist_ok=True)
+        if original.exists():
+            original.rename(done)
+        if aside.exists():
+            aside.rename(original)
     result = compare(tags, summary["fingerprints"])
-    return {**result, "version": str(version), "run_id": summary["run_id"], "workdir": workdir}
+    return {**result, "version": str(version), "run_id": summary["run_id"], "workdir": str(done)}
 
 
 def print_report(report: dict) -> None:
@@ -115,11 +154,10 @@ def print_report(report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="agentrl reproduce", description=__doc__.splitlines()[0])
     p.add_argument("version", help="registered model version (number or alias)")
-    p.add_argument("--workdir", default="", help="fresh work folder (default runs/reproduce-vN)")
     p.add_argument("--preset", help="preset whose promote section names the registry")
     args = p.parse_args(argv)
     try:
-        report = reproduce(args.version, args.workdir, args.preset)
+        report = reproduce(args.version, args.preset)
     except ValueError as e:
         print(f"agentrl reproduce: {e}", file=sys.stderr)
         return 2

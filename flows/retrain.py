@@ -56,6 +56,7 @@ class Run:
     workdir: Path
     parent_run_id: str
     launcher: dict
+    refresh: bool = False  # rerun every stage, cached or not (a reproduction)
 
     def stage(self, name: str, argv: list, result_file, depends_on=(), artifacts=()) -> dict:
         """Run `agentrl ARGV --preset FILE` as stage `name` (cached on its command line, the
@@ -64,7 +65,9 @@ class Run:
         sections = {k: self.preset.raw(k) for k in STAGE_SECTIONS[name]}
         print(f"==> {name}: agentrl {' '.join(argv)}", flush=True)
         # A cached result is only good while the stage's files are still there.
-        task = stages.run.with_options(refresh_cache=not Path(result_file).is_file())
+        task = stages.run.with_options(
+            refresh_cache=self.refresh or not Path(result_file).is_file()
+        )
         state = task(name, argv, str(result_file), depends_on=depends_on, config=sections,
                      checkout=str(Path.cwd().resolve()), launcher=self.launcher,
                      return_state=True)  # fmt: skip
@@ -178,12 +181,12 @@ def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, d
 
 @flow(name="retrain", log_prints=True)
 def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
-            launcher_mode: str = "", workdir: str = "", register: bool = True,
+            launcher_mode: str = "", register: bool = True,
             reproduction_of: dict | None = None) -> dict:  # fmt: skip
     """`launcher_mode` ('' = the preset's `launcher.mode`, else in-process) overrides where
     the stages run; the rest of the preset's `launcher` section applies in every mode.
-    `workdir` ('' = the preset's pipeline.workdir) and `register=False`, with
-    `reproduction_of` {version, run_id}, are how flows/reproduce.py reruns a version."""
+    `register=False` with `reproduction_of` {version, run_id} is how flows/reproduce.py
+    reruns a version: every stage reruns (no cache), nothing is registered."""
     from components.preset import load_preset, validate_preset
 
     p = load_preset(preset)
@@ -199,8 +202,9 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     # Stage command lines use paths relative to this folder: a stage runs in it (a Job's
     # workingDir, which must then be on the volume shared with this flow's pod), and its
     # Job is labelled with this run (agentrl/run-id), unless the preset says otherwise.
-    run = Run(p, Path(workdir or pipe.workdir), parent,
-              {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher})  # fmt: skip
+    run = Run(p, Path(pipe.workdir), parent,
+              {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher},
+              refresh=reproduction_of is not None)  # fmt: skip
     status, data, candidate, fingerprints, promotion = "FAILED", {}, "", {}, {}
     try:
         _, validation, data = data_stages(run, pipe)

@@ -1,7 +1,7 @@
 """Reproducible runs (slow): a tiny retrain, then `agentrl reproduce` of the version it
 registered, once with both cores kept busy by a CPU burner, must come out equal stage by
-stage (data version, SFT weights, candidate weights, evaluation outcomes); a preset value
-changed after registration is detected before anything runs."""
+stage (data version, SFT weights, candidate weights, evaluation outcomes); a data file and
+a preset value changed after registration are each detected before anything runs."""
 
 from __future__ import annotations
 
@@ -52,6 +52,14 @@ def test_a_registered_version_reproduces_equal_on_a_loaded_machine(workdir, pref
             p.kill()
     assert report["verdict"] == "equal", report
     assert Path(report["workdir"]).is_dir()
+
+    # A data file changed after the run: the checkout of the version refuses to drop it.
+    manifest = Path("data/validated/manifest.json")
+    manifest.write_text(manifest.read_text() + "\n")
+    report = reproduce(str(version), preset="preset.yaml")
+    assert report["verdict"] == "cannot reproduce"
+    assert any(p.startswith("data:") for p in report["problems"]), report
+    manifest.write_text(manifest.read_text().removesuffix("\n"))
 
     changed = yaml.safe_load(Path("preset.yaml").read_text())
     changed["sft"]["learning_rate"] = changed["sft"]["learning_rate"] * 2
