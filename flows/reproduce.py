@@ -7,7 +7,7 @@ the fingerprints of its stages: SFT weights, candidate weights, evaluation outco
 checks that this checkout can reproduce it (same commit, same preset content), checks its
 data version out (every object verified; edits to data/ that no version holds are
 refused, not dropped), then runs the retrain flow's stages from a clean cache in
-a fresh work folder (same preset, nothing registered), logged to MLflow as a reproduction
+its work folder (same preset, nothing registered), logged to MLflow as a reproduction
 of the original run. It reports `equal`, or `differs` with the first stage whose output
 differs (data, SFT, RL, eval). Exit status 0 for equal, 1 for differs, 2 when it cannot
 reproduce at all.
@@ -122,7 +122,7 @@ def reproduce(version: str, preset: str | None = None) -> dict:
     if original.exists():
         original.rename(aside)
     try:
-        summary = retrain(tags["preset"], register=False,
+        summary = retrain(tags["preset"], request_promotion=False,
                           reproduction_of={"version": str(version),
                                            "run_id": tags.get("training_run_id", "")})  # fmt: skip
     finally:

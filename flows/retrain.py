@@ -181,11 +181,11 @@ def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, d
 
 @flow(name="retrain", log_prints=True)
 def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
-            launcher_mode: str = "", register: bool = True,
+            launcher_mode: str = "", request_promotion: bool = True,
             reproduction_of: dict | None = None) -> dict:  # fmt: skip
     """`launcher_mode` ('' = the preset's `launcher.mode`, else in-process) overrides where
     the stages run; the rest of the preset's `launcher` section applies in every mode.
-    `register=False` with `reproduction_of` {version, run_id} is how flows/reproduce.py
+    `request_promotion=False` with `reproduction_of` {version, run_id} is how flows/reproduce.py
     reruns a version: every stage reruns (no cache), nothing is registered."""
     from components.preset import load_preset, validate_preset
 
@@ -214,7 +214,7 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
         fingerprints = stages.fingerprints(data.get("version", ""), sft_dir, candidate,
                                            str(w / "eval" / "results.json"),
                                            str(w / "fingerprints.json"))  # fmt: skip
-        if register:
+        if request_promotion:
             promotion = run.stage("promote-request", ["promote", "request", "--policy",
                                   candidate, "--eval", w / "eval", "--safety", w / "safety",
                                   "--validation", DATA_REPORT, "--data-version",
