@@ -6,7 +6,8 @@ window's label tokens, so long and short transcripts weigh per token whichever m
 they land in. Only the positions that predict a label go through the output head
 (`logits_to_keep`, the model's own forward): on agent transcripts most tokens are prompt and
 tool output, and the head is a large share of a small model's forward (and of a real
-model's memory: [T, 150k] logits).
+model's memory: [T, 150k] logits). For Qwen/Llama-style models the head runs on exactly
+those rows (`labelled_logits`); other models get their own forward with `logits_to_keep`.
 
 Why not TRL's SFTTrainer any more (it was used through TRL 1.16 until this change):
 - its compute_loss runs a fused head that also computes the entropy and top-1 accuracy of
@@ -171,6 +172,11 @@ def lr_schedule(optimizer, name: str, warmup_steps: int, total_steps: int):
     return get_scheduler(name, optimizer, warmup_steps, total_steps)
 
 
+# Model types whose causal-LM forward is decoder -> output head and nothing else (no logit
+# soft-capping or scaling): their head can run on the labelled positions alone.
+PLAIN_HEAD = ("qwen2", "qwen3", "llama", "mistral", "phi3", "starcoder2")
+
+
 def label_logits_positions(labels):
     """Positions t whose logits predict a label (labels[:, t + 1] != -100 in any row): a
     sorted 1-D tensor, for the model's `logits_to_keep`."""
@@ -178,6 +184,22 @@ def label_logits_positions(labels):
 
     keep = (labels[:, 1:] != IGNORE_INDEX).any(0).nonzero().squeeze(-1)  # [K]
     return keep if keep.numel() else torch.zeros(1, dtype=torch.long, device=labels.device)
+
+
+def labelled_logits(model, ids, attention_mask, labels):
+    """(logits [N, V], targets [N]) of the N positions that predict a label. A plain-head
+    model runs its head on exactly those rows of the decoder's output; any other model
+    runs its own forward with `logits_to_keep` = the positions labelled in some row."""
+    if model.config.model_type in PLAIN_HEAD:
+        select = labels[:, 1:] != IGNORE_INDEX  # [B, T-1]; position t predicts token t + 1
+        hidden = model.get_decoder()(
+            input_ids=ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state  # [B, T, H]
+        return model.get_output_embeddings()(hidden[:, :-1][select]), labels[:, 1:][select]
+    keep = label_logits_positions(labels)  # [K]
+    logits = model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=keep,
+                   use_cache=False).logits  # [B, K, V]  # fmt: skip
+    return logits.flatten(0, 1), labels[:, keep + 1].flatten()  # [B*K, V], [B*K]
 
 
 def sft_loss_sum(model, batch: dict, device, bf16: bool):
@@ -188,13 +210,9 @@ def sft_loss_sum(model, batch: dict, device, bf16: bool):
 
     ids = batch["input_ids"].to(device)
     labels = batch["labels"].to(device)
-    keep = label_logits_positions(labels)  # [K]
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device),
-                       logits_to_keep=keep, use_cache=False).logits  # [B, K, V]  # fmt: skip
-    targets = labels[:, keep + 1]  # [B, K]; position t predicts token t + 1
-    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
-                           ignore_index=IGNORE_INDEX, reduction="sum")  # fmt: skip
+        logits, targets = labelled_logits(model, ids, batch["attention_mask"].to(device), labels)
+    loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
     return loss, (targets != IGNORE_INDEX).sum()
 
 

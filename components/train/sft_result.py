@@ -1,5 +1,5 @@
-"""What an SFT run returns, whichever path trained it (TRL's SFTTrainer in sft.py, DeepSpeed
-in deepspeed_launch.py): its own module so the two paths import it, not each other."""
+"""What an SFT run returns, whichever path trained it (the loop in sft.py, DeepSpeed in
+deepspeed_launch.py): its own module so the two paths import it, not each other."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SFT through TRL's SFTTrainer on the tiny policy: golden losses, parameters change, the
+"""SFT (the plain loop of train/sft.py; these golden losses were recorded with TRL's
+SFTTrainer and still hold) on the tiny policy: golden losses, parameters change, the
 checkpoint loads back, rejection sampling takes the same path, MLflow gets the metrics.
 
 GOLDEN_LOSSES are the first 10 per-step losses of a fixed run (seeded init, seeded data
@@ -72,3 +73,25 @@ def test_rejection_sampling_trains_on_successes_only(
     assert [m.value for m in history] == pytest.approx(result.sft.losses)
     assert client.get_metric_history(run.info.run_id, "tokens_per_s")
     assert client.get_metric_history(run.info.run_id, "learning_rate")
+
+
+def test_loss_at_labelled_positions_equals_the_models_own_loss(
+    tiny_policy, expert_records, monkeypatch
+):
+    """The head on the labelled rows only (Qwen/Llama), the model's forward with
+    logits_to_keep (any other model) and HF's loss on full logits give the same sum."""
+    import components.train.sft as sft
+    from components.train.data import collate, sft_examples
+
+    model, tokenizer = tiny_policy
+    batch = collate(sft_examples(expert_records[:3], tokenizer, 768), tokenizer.pad_token_id, 32)
+    device = torch.device("cpu")
+    with torch.no_grad():
+        plain, count = sft.sft_loss_sum(model, batch, device, bf16=False)
+        monkeypatch.setattr(sft, "PLAIN_HEAD", ())
+        kept, _ = sft.sft_loss_sum(model, batch, device, bf16=False)
+        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     labels=batch["labels"]).loss  # fmt: skip
+    assert count == (batch["labels"][:, 1:] != -100).sum()
+    torch.testing.assert_close(plain, kept, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(plain / count, full, rtol=1e-5, atol=1e-5)
