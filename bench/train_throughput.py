@@ -4,8 +4,9 @@ Same tiny model (configs/cpu-demo.yaml's policy section, tokenizer trained on th
 transcripts), same data, same batch, same optimizer (AdamW, same learning rate), each run
 starting from the same initial weights:
 
-- SFT: `train.sft.train_sft` (TRL SFTTrainer) vs a bare loop over the same examples
-  (right padding to the same multiple, HF loss on labels, AdamW step);
+- SFT: `train.sft.train_sft` vs a bare loop over the same micro-batches (right padding to
+  the same multiple, HF's loss on labels, AdamW step), interleaved and repeated (--repeats):
+  the median ratio with its min and max;
 - DPO: `train.dpo.train_dpo` vs a bare loop (chosen + rejected in one forward, summed
   assistant-token log-probs, the sigmoid DPO loss against precomputed reference log-probs);
 - GRPO update: `train.grpo._update` (one iteration's update on stored rollouts) vs a bare
@@ -16,6 +17,10 @@ starting from the same initial weights:
 Tokens counted the same way on both sides: non-padding tokens of the sequences a step
 processed (the forward pass), per wall second of the training steps only (reference
 scoring and data preparation are outside the clock on both sides).
+
+Then two tables from bench/train_scale.py (fresh processes): DPO and GRPO update tokens/s
+with 1 vs 2 processes (`distributed`), and full vs LoRA SFT: trainable parameters and peak
+memory (`lora`). `--only ROW ...` runs some of them.
 
     .venv/bin/python bench/train_throughput.py [--tasks 4 --k 4 --sft-steps 8 --dpo-steps 6]
 """
@@ -49,6 +54,7 @@ from components.train.config import GRPOConfig  # noqa: E402
 from components.train.data import collate, sft_examples, trajectory_tokens  # noqa: E402
 from components.train.grpo import _update, collate_rollouts  # noqa: E402
 from components.train.losses import token_logprobs  # noqa: E402
+from components.train.parallel import Stepper  # noqa: E402
 
 
 def _timed(fn) -> tuple[object, float]:
@@ -73,24 +79,48 @@ def shuffled_batches(items: list, batch: int, seed: int):
 # ------------------------------------------------------------------------------ SFT
 
 
-def bare_sft(model, examples: list[dict], steps: int, batch: int, lr: float, pad_id: int,
-             multiple: int, seed: int) -> tuple[int, float]:  # fmt: skip
-    """(non-padding tokens, seconds) of `steps` plain AdamW steps on the examples."""
+def bare_sft(model, examples: list[dict], windows: list[list[list[int]]], lr: float,
+             pad_id: int, multiple: int) -> tuple[int, float]:  # fmt: skip
+    """(non-padding tokens, seconds) of plain AdamW steps on the same micro-batches as ours
+    (`windows`: per step, its micro-batches of example indices), HF's own loss on labels."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    draw, tokens = shuffled_batches(examples, batch, seed), 0
+    tokens = 0
     t0 = time.perf_counter()
-    for _ in range(steps):
-        chunk = next(draw)
-        b = collate(chunk, pad_id, multiple)
-        tokens += int(b["attention_mask"].sum())
-        loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                     labels=b["labels"]).loss  # fmt: skip
-        loss.backward()
+    for window in windows:
+        for indices in window:
+            b = collate([examples[i] for i in indices], pad_id, multiple)
+            tokens += int(b["attention_mask"].sum())
+            loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                         labels=b["labels"]).loss  # fmt: skip
+            (loss / len(window)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return tokens, time.perf_counter() - t0
+
+
+def interleaved(ours, bare, repeats: int) -> dict:
+    """Run `ours()` and `bare()` (each returning (tokens, seconds)) `repeats` times each,
+    alternating which goes first; per repeat the ratio of their tokens/s. Returns the
+    median ratio, its min and max, and the median tokens/s of each side."""
+    import statistics
+
+    ratios, rates = [], {"ours": [], "bare": []}
+    for r in range(repeats):
+        pair = [("ours", ours), ("bare", bare)]
+        got = dict((name, fn()) for name, fn in (pair if r % 2 == 0 else pair[::-1]))
+        for name, (tokens, seconds) in got.items():
+            rates[name].append(tokens / seconds)
+        ratios.append(rates["ours"][-1] / rates["bare"][-1])
+    return {"ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "ours": statistics.median(rates["ours"]), "bare": statistics.median(rates["bare"]),
+            "repeats": repeats}  # fmt: skip
+
+
+def _spread_row(name: str, m: dict) -> str:
+    return (f"| {name} | {m['ours']:,.0f} | {m['bare']:,.0f} | {m['ratio']:.2f} "
+            f"(min {m['min']:.2f}, max {m['max']:.2f}, {m['repeats']} interleaved runs) | |")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ DPO
@@ -166,6 +196,9 @@ def _row(name: str, ours: tuple[int, float], bare: tuple[int, float]) -> str:
     return f"| {name} | {o:,.0f} | {b:,.0f} | {o / b:.2f} | {ours[0]:,} / {bare[0]:,} |"
 
 
+ROWS = ("sampling", "sft", "dpo", "grpo", "distributed", "lora")
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="configs/cpu-demo.yaml", help="policy section source")
@@ -177,6 +210,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sft-steps", type=int, default=16)
     p.add_argument("--dpo-steps", type=int, default=8)
     p.add_argument("--batch", type=int, default=4, help="SFT sequences / DPO pairs per step")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved runs of each SFT side")
+    p.add_argument("--update-steps", type=int, default=3, help="steps per 1-vs-2-process run")
+    p.add_argument(
+        "--memory-hidden", type=int, default=1024, help="width of the LoRA-vs-full model"
+    )
+    p.add_argument("--memory-layers", type=int, default=4, help="its layers")
+    p.add_argument("--memory-seq", type=int, default=256, help="its longest training sequence")
+    p.add_argument("--memory-steps", type=int, default=4, help="SFT steps of each memory run")
+    p.add_argument("--only", nargs="*", default=[], choices=ROWS, help="these rows only")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -184,9 +226,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    rows = args.only or ROWS
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     preset = load_preset(args.preset)
+    lines, notes = [], []
     with tempfile.TemporaryDirectory(prefix="agentrl-train-bench-") as tmp:
         root = Path(tmp)
         generate_suite(root / "tasks", 30, args.seed)
@@ -209,20 +253,32 @@ def main(argv: list[str] | None = None) -> int:
                                           samples_per_task=args.k,
                                           batch_size=args.tasks * args.k, workers=2,
                                           seed=args.seed, constrain_fix_ids=False)  # fmt: skip
-        env = EnvConfig(max_steps=args.steps)
-        rollouts, lines = bench_sampling(fresh().eval(), tokenizer, tasks, rollout_cfg, env)
-        lines.append(bench_sft(fresh, tokenizer, records, preset.section("sft"), args, root))
+        rollouts = []
+        if {"sampling", "dpo", "grpo", "distributed"} & set(rows):
+            env = EnvConfig(max_steps=args.steps)
+            rollouts, sampled = bench_sampling(fresh().eval(), tokenizer, tasks, rollout_cfg, env)
+            lines += sampled if "sampling" in rows else []
+        if "sft" in rows:
+            lines.append(bench_sft(fresh, tokenizer, records, preset.section("sft"), args, root))
         pairs = dpo_pairs(records, rollouts)
-        lines.append(bench_dpo(fresh, tokenizer, pairs, preset.section("dpo"), args, root))
-        lines.append(bench_grpo_update(fresh, tokenizer, rollouts, rollout_cfg, root))
+        if "dpo" in rows:
+            lines.append(bench_dpo(fresh, tokenizer, pairs, preset.section("dpo"), args, root))
+        if "grpo" in rows:
+            lines.append(bench_grpo_update(fresh, tokenizer, rollouts, rollout_cfg, root))
+        if "distributed" in rows:
+            notes += bench_distributed(fresh(), tokenizer, rollouts, pairs, args, root)
+        if "lora" in rows:
+            notes += bench_lora(tokenizer, records, args, root)
 
     params = sum(t.numel() for t in model.parameters())
     print(f"\nmodel: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch threads; "
           f"{len(rollouts)} rollouts ({args.tasks} tasks x {args.k}), {len(records)} oracle "
           f"transcripts, {len(pairs)} DPO pairs\n")  # fmt: skip
-    print("| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |")
-    print("|---|---|---|---|---|")
-    print("\n".join(lines))
+    if lines:
+        print("| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |")
+        print("|---|---|---|---|---|")
+        print("\n".join(lines))
+    print("\n".join(notes))
     return 0
 
 
@@ -254,18 +310,27 @@ def bench_sampling(model, tokenizer, tasks, rollout_cfg, env) -> tuple[list, lis
 
 
 def bench_sft(fresh, tokenizer, records: list[dict], sft_cfg, args, root: Path) -> str:
-    """TRL SFTTrainer path vs bare loop, each from the initial weights: a table row."""
-    from components.train.sft import train_sft
+    """train_sft vs the bare loop on the same micro-batches, each from the initial weights,
+    interleaved and repeated: a table row with the ratio's spread."""
+    from components.train.sft import step_windows, train_sft
 
     sft_cfg = dataclasses.replace(sft_cfg, max_steps=args.sft_steps, batch_size=args.batch,
-                                  warmup_steps=0, output_dir=str(root / "sft"),
-                                  seed=args.seed)  # fmt: skip
-    result = train_sft(fresh(), tokenizer, records, sft_cfg)
-    ours = (result.tokens, result.train_seconds)
+                                  warmup_steps=0, seed=args.seed)  # fmt: skip
     examples = sft_examples(records, tokenizer, sft_cfg.max_seq_len)
-    bare = bare_sft(fresh(), examples, args.sft_steps, args.batch, sft_cfg.learning_rate,
-                    tokenizer.pad_token_id, sft_cfg.pad_to_multiple_of, args.seed)  # fmt: skip
-    return _row("SFT step: train_sft (TRL SFTTrainer) vs bare loop", ours, bare)
+    stream, steps = step_windows(len(examples), sft_cfg)
+    windows = [next(stream) for _ in range(steps)]
+    runs = iter(range(10**6))
+
+    def ours():
+        out = dataclasses.replace(sft_cfg, output_dir=str(root / f"sft-{next(runs)}"))
+        result = train_sft(fresh(), tokenizer, records, out)
+        return result.tokens, result.train_seconds
+
+    def bare():
+        return bare_sft(fresh(), examples, windows, sft_cfg.learning_rate,
+                        tokenizer.pad_token_id, sft_cfg.pad_to_multiple_of)  # fmt: skip
+
+    return _spread_row("SFT step: train_sft vs bare loop", interleaved(ours, bare, args.repeats))
 
 
 def dpo_pairs(records: list[dict], rollouts) -> list[dict]:
@@ -298,12 +363,46 @@ def bench_grpo_update(fresh, tokenizer, rollouts, rollout_cfg, root: Path) -> st
     advantages = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(rollouts))])
     m = fresh().train()
     optimizer = torch.optim.AdamW(m.parameters(), lr=grpo_cfg.learning_rate, weight_decay=0)
-    out, dt = _timed(lambda: _update(m, None, optimizer, rollouts, advantages, grpo_cfg,
+    stepper = Stepper(m, m, optimizer, max_grad_norm=grpo_cfg.max_grad_norm)
+    out, dt = _timed(lambda: _update(stepper, None, rollouts, advantages, grpo_cfg,
                                      rollout_cfg, tokenizer.pad_token_id,
                                      torch.device("cpu"), 1))  # fmt: skip
     bare = bare_grpo(fresh(), rollouts, advantages, grpo_cfg.learning_rate,
                      grpo_cfg.micro_batch_size, tokenizer.pad_token_id)  # fmt: skip
     return _row("GRPO update: grpo._update vs bare loop", (out["update_tokens"], dt), bare)
+
+
+def bench_distributed(model, tokenizer, rollouts, pairs, args, root: Path) -> list[str]:
+    """GRPO and DPO update tokens/s, 1 vs 2 processes (bench/train_scale.py)."""
+    from bench.train_scale import distributed_rows
+    from components.policy.model import save_policy
+    from components.train.dpo import _pair_tokens
+
+    policy_dir = save_policy(model, tokenizer, root / "distributed-policy")
+    examples = [e for e in (_pair_tokens(p, tokenizer, 2048) for p in pairs) if e]
+    rows = distributed_rows(policy_dir, rollouts, examples, args.update_steps, root)
+    return ["", "Data-parallel updates (train/parallel.py: plain AdamW, gradients all-reduced "
+            "over gloo; 1 torch thread per process):", "", *rows]  # fmt: skip
+
+
+def bench_lora(tokenizer, records: list[dict], args, root: Path) -> list[str]:
+    """Full vs LoRA SFT on a wider model: trainable parameters, peak memory, tokens/s."""
+    import json
+
+    from bench.train_scale import lora_rows
+
+    tokenizer.save_pretrained(root / "memory-tokenizer")
+    records_file = root / "memory-records.jsonl"
+    records_file.write_text("\n".join(json.dumps(r) for r in records))
+    heads = max(args.memory_hidden // 64, 1)
+    policy = {"hidden_size": args.memory_hidden, "num_layers": args.memory_layers,
+              "num_heads": heads, "num_kv_heads": heads, "max_position_embeddings": 4096,
+              "intermediate_size": args.memory_hidden * 11 // 4}  # fmt: skip
+    rows = lora_rows(root / "memory-tokenizer", records_file, policy, args.memory_seq,
+                     args.memory_steps, root)  # fmt: skip
+    return ["", f"Full vs LoRA SFT (r=16 on every attention and MLP projection; "
+            f"{args.memory_hidden} wide, {args.memory_layers} layers, batch 2 x "
+            f"{args.memory_seq} tokens, {args.memory_steps} steps, AdamW):", "", *rows]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """bench/train_throughput.py through its command line with a tiny budget: every stage of
-the comparison runs and prints its row (slow: builds a tokenizer, samples, trains SFT/DPO)."""
+the comparison runs and prints its row, and the 1-vs-2-process and full-vs-LoRA tables
+(slow: builds a tokenizer, samples, trains SFT/DPO, starts torchrun workers)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ def test_train_throughput_bench_runs_on_a_tiny_budget(capsys):
     preset = str(REPO / "configs" / "cpu-demo.yaml")
     code = bench.main(["--preset", preset, "--tasks", "1", "--k", "2", "--steps", "2",
                        "--max-new-tokens", "16", "--sft-tasks", "2", "--sft-steps", "2",
-                       "--dpo-steps", "1", "--batch", "1", "--threads", "1"])  # fmt: skip
+                       "--dpo-steps", "1", "--batch", "1", "--threads", "1", "--repeats", "2",
+                       "--update-steps", "1", "--memory-hidden", "64", "--memory-layers", "1",
+                       "--memory-steps", "1"])  # fmt: skip
     assert code == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    names = [row.split(" | ")[0].removeprefix("| ") for row in rows[1:]]
-    assert [n.split(":")[0] for n in names] == ["sampling", "sampling", "SFT step", "DPO step",
-                                               "GRPO update"]  # fmt: skip
+    names = [row.split(" | ")[0].removeprefix("| ") for row in rows if "---" not in row]
+    assert [n.split(":")[0].split(" (")[0] for n in names] == [
+        "what", "sampling", "sampling", "SFT step", "DPO step", "GRPO update",
+        "update", "GRPO", "DPO", "SFT", "full", "lora"]  # fmt: skip
