@@ -308,7 +308,9 @@ def check_task(
         passed, detail = run_tests(task, task.repo_dir)
         if passed:
             return done(False, "hidden tests pass on the unmodified repo (bug not detected)")
-        if find_hangs is not None:
+        # The built-in generator already rejects mutants that loop (a trace budget per
+        # call, GenerateConfig.step_budget): only other sources are scanned for hangs.
+        if find_hangs is not None and task.metadata.source != "builtin":
             try:
                 hanging += find_hangs(task)
             except Exception as e:  # noqa: BLE001 - a warning must not fail the task

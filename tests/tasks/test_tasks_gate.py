@@ -180,7 +180,8 @@ def _looping_task(root: Path):
         root,
         task_id="loop-0001",
         instruction="fix countdown.py",
-        metadata=TaskMetadata(family="count_down", bug_class="arith_swap", split="test"),
+        metadata=TaskMetadata(family="count_down", bug_class="arith_swap", split="test",
+                              source="hand-written"),  # fmt: skip
         repo_files={"countdown.py": LOOPING, "tests/test_countdown.py": visible,
                     "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["."]\n'},
         hidden_test_files={"tests/test_countdown_hidden.py": hidden},
@@ -216,10 +217,11 @@ def test_gate_names_the_tests_and_cases_that_hang_on_the_buggy_code(suite12, tmp
     ]}  # fmt: skip
     assert "HANGS loop-0001 on the buggy code" in report.summary_table()
     assert report.to_dict()["hanging"] == report.hanging
-    broken = check_tasks([plain], run_tests=_never, find_hangs=_broken_scan)
-    assert broken.failed == {"test-0001": "hidden tests fail with reference.patch applied: "
-                             "fake runner: always fails"}  # fmt: skip
-    assert broken.hanging == {"test-0001": ["hang scan failed: RuntimeError: no sandbox"]}
+    broken = check_tasks([looping, plain], run_tests=_never, find_hangs=_broken_scan)
+    assert broken.failed["loop-0001"] == ("hidden tests fail with reference.patch applied: "
+                                          "fake runner: always fails")  # fmt: skip
+    # Built-in tasks are not scanned: the generator already rejects looping mutants.
+    assert broken.hanging == {"loop-0001": ["hang scan failed: RuntimeError: no sandbox"]}
 
 
 def _broken_scan(task):
