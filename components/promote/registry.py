@@ -20,6 +20,7 @@ registered model): they answer a misspelt model with nothing.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -104,6 +105,17 @@ def _registry_experiment_id(client, config: PromotionConfig) -> str:
         return client.get_experiment_by_name(config.registry_experiment).experiment_id
 
 
+def adapter_base_tags(checkpoint_dir: Path) -> dict[str, str]:
+    """For a LoRA adapter checkpoint (components/policy/lora.py's metadata file): the base
+    it belongs to, so a served or promoted adapter is never paired with another base."""
+    meta_file = checkpoint_dir / "agentrl_adapter.json"
+    if not meta_file.is_file():
+        return {}
+    meta = json.loads(meta_file.read_text())
+    return {"adapter": "lora", "base_path": str(meta.get("base_path", "")),
+            "base_sha256": str(meta.get("base_sha256", ""))}  # fmt: skip
+
+
 def register_candidate(
     checkpoint_dir: str | Path,
     lineage: Lineage,
@@ -126,6 +138,7 @@ def register_candidate(
         raise ValueError("lineage needs data_version and config_hash: a model must be traceable")
     tags = {k: str(v) for k, v in asdict(lineage).items()}
     tags["git_commit"] = tags["git_commit"] or current_git_commit()
+    tags.update(adapter_base_tags(checkpoint_dir))
     client = mlflow_client(config)
     run = client.create_run(
         _registry_experiment_id(client, config),

@@ -153,3 +153,14 @@ def _lineage():
     from promote_helpers import lineage
 
     return lineage()
+
+
+def test_an_adapter_version_records_the_base_it_belongs_to(cfg, checkpoint):
+    (checkpoint / "agentrl_adapter.json").write_text(
+        json.dumps({"base_path": "runs/base", "base_sha256": "abc123"})
+    )
+    version = registry.register_candidate(checkpoint, _lineage(), cfg, actor="trainer")
+    tags = get_version(version, cfg)["tags"]
+    assert (tags["adapter"], tags["base_path"], tags["base_sha256"]) == (
+        "lora", "runs/base", "abc123"
+    )  # fmt: skip
