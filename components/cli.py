@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # (group, command) -> "module:function"; each function takes the remaining argv.
@@ -38,6 +39,14 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+def cpu_accelerator_default() -> None:
+    """DeepSpeed (which transformers imports when it saves a model) warns in every process
+    that finds no GPU; where the machine has no NVIDIA device, say CPU up front. A value
+    already set wins."""
+    if not os.path.exists("/dev/nvidiactl"):
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
 def usage() -> str:
     lines = ["usage: agentrl GROUP COMMAND [options]   (COMMAND --help for its options)", ""]
     for (group, cmd), (_, text) in COMMANDS.items():
@@ -46,6 +55,7 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cpu_accelerator_default()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())

@@ -42,6 +42,9 @@ def evaluate(model: str = "champion", tasks: str = "runs/pipeline/tasks",
 
 
 def main(argv: list[str] | None = None) -> int:
+    from components.cli import cpu_accelerator_default
+
+    cpu_accelerator_default()
     p = argparse.ArgumentParser(prog="python -m flows.evaluate", description=__doc__)
     p.add_argument("--model", default="champion")
     p.add_argument("--tasks", default="runs/pipeline/tasks")

@@ -298,6 +298,9 @@ def print_summary(summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from components.cli import cpu_accelerator_default
+
+    cpu_accelerator_default()
     p = argparse.ArgumentParser(prog="python -m flows.retrain", description=__doc__)
     p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--wait-for-approval", action="store_true",
