@@ -40,11 +40,13 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
 
 
 def cpu_accelerator_default() -> None:
-    """DeepSpeed (which transformers imports when it saves a model) warns in every process
-    that finds no GPU; where the machine has no NVIDIA device, say CPU up front. A value
-    already set wins."""
+    """Library defaults for a command line's output (a value already set wins): DeepSpeed
+    (which transformers imports when it saves a model) warns in every process that finds
+    no GPU, so where the machine has no NVIDIA device say CPU up front; transformers draws
+    a progress bar for every shard it writes or loads, noise in a pipeline's log."""
     if not os.path.exists("/dev/nvidiactl"):
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def usage() -> str:
