@@ -84,6 +84,7 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
         "config.promotion_config": lambda: config.promotion_config(None),
         "gates.evaluate_gates": lambda: gates.evaluate_gates(PASSING, None, DATA_OK, cfg),
         "registry.current_git_commit": registry.current_git_commit,
+        "registry.adapter_base_tags": lambda: registry.adapter_base_tags(checkpoint),
         "client.mlflow_client": lambda: client.mlflow_client(cfg),
         "registry.register_candidate": lambda: registry.register_candidate(
             checkpoint, lineage(5), cfg
