@@ -133,7 +133,8 @@ def test_evaluate_run_reads_evaluate_section(preset, tasks_dir, tmp_path, monkey
     run("evaluate", "run", "--preset", preset, "--tasks", tasks_dir, "--model", "ckpt",
         "--out", tmp_path / "eval")  # fmt: skip
     tasks = seen["args"][0]
-    assert len(tasks) == CHANGED["evaluate"]["limit"] and {t.metadata.split for t in tasks} == {"test"}
+    assert len(tasks) == CHANGED["evaluate"]["limit"]
+    assert {t.metadata.split for t in tasks} == {"test"}
     assert_changed(seen["kwargs"]["env"], "env")
     assert seen["kwargs"]["rollout"].max_new_tokens == 55
 

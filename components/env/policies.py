@@ -217,4 +217,3 @@ class OraclePolicy:
         steps.append(Action("try_fix", {"id": right[0].id}))
         steps.append(Action("finish", {"summary": "The tests pass."}))
         return steps
-
