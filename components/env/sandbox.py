@@ -647,6 +647,12 @@ def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str,
     for secret in _MASKED_FILES:
         if os.path.exists(secret):
             args += ["--ro-bind", "/dev/null", secret]
+    args += ["--size", str(4 * config.max_file_bytes), "--tmpfs", "/tmp"]
+    # An interpreter or venv under /tmp (a checkout in a temporary folder, as CI's may be)
+    # goes back over the private /tmp, or no command would find its python.
+    for folder in visible:
+        if _under(folder, ("/tmp",)):
+            args += ["--ro-bind", folder, folder]
     masked: list[str] = []
     for hidden in config.hide_paths:
         if not _under(os.path.realpath(hidden), visible):
@@ -660,12 +666,6 @@ def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str,
     for needed in _interpreter_dirs():
         if _under(needed, tuple(masked)):
             args += ["--ro-bind", needed, needed]
-    args += ["--size", str(4 * config.max_file_bytes), "--tmpfs", "/tmp"]
-    # An interpreter or venv under /tmp (a checkout in a temporary folder, as CI's may be)
-    # goes back over the private /tmp, or no command would find its python.
-    for folder in visible:
-        if _under(folder, ("/tmp",)):
-            args += ["--ro-bind", folder, folder]
     args += ["--bind", str(ws), str(ws)]
     for path in readonly:
         args += ["--ro-bind", path, path]
