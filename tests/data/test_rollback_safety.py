@@ -25,17 +25,10 @@ from components.data.versioning import (
     snapshot,
 )
 from components.data.writers import Lock, LockTimeout, locked, sibling
+from tests.data.trees import file_tree  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:dvc")
-
-
-def _tree(data: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(data).as_posix(): p.read_bytes()
-        for p in sorted(data.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture
@@ -48,7 +41,7 @@ def versions(tmp_path):
     data = root / "data"
     ingest([str(FIXTURES)], IngestConfig(out_dir=str(data / "ingested")))
     v1 = snapshot(cfg)["version"]
-    tree1 = _tree(data)
+    tree1 = file_tree(data)
     ingest([str(FIXTURES / "mission.jsonl")], IngestConfig(out_dir=str(data / "ingested")),
            overwrite=True)  # fmt: skip
     v2 = snapshot(cfg)["version"]
@@ -56,7 +49,7 @@ def versions(tmp_path):
 
 
 def _state(v: dict) -> tuple:
-    return _tree(v["data"]), (v["root"] / "data.dvc").read_text()
+    return file_tree(v["data"]), (v["root"] / "data.dvc").read_text()
 
 
 def _bookkeeping(root: Path) -> list[str]:
@@ -73,7 +66,7 @@ def test_unsnapshotted_changes_are_refused_or_snapshotted_first(versions, capsys
     assert main_rollback([v["v1"], "--repo-root", str(v["root"])]) == 1
     assert "--snapshot-first" in capsys.readouterr().err
     result = rollback(v["cfg"], v["v1"], snapshot_first=True)
-    assert result["version"] == v["v1"] and _tree(data) == v["tree1"]
+    assert result["version"] == v["v1"] and file_tree(data) == v["tree1"]
     saved = read_log(v["cfg"])[-1]
     assert saved["message"] == f"before rollback to {v['v1']}" and "notes.txt" in saved["files"]
     rollback(v["cfg"], saved["version"])
@@ -83,7 +76,7 @@ def test_unsnapshotted_changes_are_refused_or_snapshotted_first(versions, capsys
 def test_a_missing_data_folder_is_not_a_change(versions):
     shutil.rmtree(versions["data"])
     assert rollback(versions["cfg"], versions["v1"])["pulled"] is False
-    assert _tree(versions["data"]) == versions["tree1"]
+    assert file_tree(versions["data"]) == versions["tree1"]
 
 
 def test_a_version_with_missing_objects_is_refused_before_data_is_touched(versions):
@@ -129,14 +122,14 @@ def test_a_killed_rollback_is_completed_or_undone_by_the_next_command(
     versions, stage, expected, capsys
 ):
     v = versions
-    tree2 = _tree(v["data"])
+    tree2 = file_tree(v["data"])
     _interrupted_rollback(v, stage)
     assert main_versions(["--repo-root", str(v["root"])]) == 0  # read-only: says, does not fix
     assert "an interrupted rollback to" in capsys.readouterr().err
     assert sibling(v["data"], "journal").exists()
     snapshot(v["cfg"])  # the next writer finishes the interrupted one first
     assert current_version(v["cfg"]) == v[expected]
-    assert _tree(v["data"]) == (v["tree1"] if expected == "v1" else tree2)
+    assert file_tree(v["data"]) == (v["tree1"] if expected == "v1" else tree2)
     assert _bookkeeping(v["root"]) == []
 
 

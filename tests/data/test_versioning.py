@@ -22,18 +22,11 @@ from components.data.versioning import (
     snapshot,
     verify,
 )
+from tests.data.trees import file_tree  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"
 # DVC's own internals use a deprecated pygtrie API; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:dvc")
-
-
-def _tree(data: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(data).as_posix(): p.read_bytes()
-        for p in sorted(data.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture
@@ -49,7 +42,7 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     data = repo / "data"
     ingest([str(FIXTURES)], IngestConfig(out_dir=str(data / "ingested")))
     first = snapshot(cfg, "all fixtures")
-    v1, tree1, dvc1 = first["version"], _tree(data), (repo / "data.dvc").read_text()
+    v1, tree1, dvc1 = first["version"], file_tree(data), (repo / "data.dvc").read_text()
     assert first["datasets"]["ingested"]["counts"] == {"ingested": 9, "valid": 9, "quarantined": 0}
     assert len(v1) == 32 and dvc1.count(v1 + ".dir") == 1  # DVC's own directory hash
     assert snapshot(cfg)["version"] == v1 and len(read_log(cfg)) == 1  # unchanged: no new entry
@@ -62,13 +55,13 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     )
     (data / "notes.txt").write_text("hand-made notes\n")
     v2 = snapshot(cfg, "mission only")["version"]
-    tree2 = _tree(data)
+    tree2 = file_tree(data)
     assert v2 != v1 and tree2 != tree1
     assert [e["version"] for e in read_log(cfg)] == [v1, v2]
 
     result = rollback(cfg, v1[:8])  # a unique prefix is enough
     assert result == {"version": v1, "verified_files": len(tree1), "pulled": False}
-    assert _tree(data) == tree1  # byte-identical, and notes.txt is gone
+    assert file_tree(data) == tree1  # byte-identical, and notes.txt is gone
     assert (repo / "data.dvc").read_text() == dvc1
     assert current_version(cfg) == v1
 
@@ -77,7 +70,7 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     shutil.rmtree(repo / ".dvc" / "cache")
     shutil.rmtree(data)
     result = rollback(cfg, v1)
-    assert result["pulled"] is True and _tree(data) == tree1
+    assert result["pulled"] is True and file_tree(data) == tree1
 
     # The command lines over the same repository.
     capsys.readouterr()
@@ -85,7 +78,7 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     listing = capsys.readouterr().out
     assert v1 in listing and v2 in listing and "mission.jsonl" in listing
     assert main_rollback([v2, "--repo-root", str(repo)]) == 0
-    assert json.loads(capsys.readouterr().out)["version"] == v2 and _tree(data) == tree2
+    assert json.loads(capsys.readouterr().out)["version"] == v2 and file_tree(data) == tree2
     assert main_snapshot(["--repo-root", str(repo)]) == 0
     assert capsys.readouterr().out.strip() == v2  # stdout is just the version id
     assert main_rollback(["ffff", "--repo-root", str(repo)]) == 1
