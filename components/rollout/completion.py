@@ -20,6 +20,9 @@ class Completion:
     error: str = ""  # non-empty: the backend failed; the episode becomes an infra failure
     # Per position, the top-k alternatives as {token_id: logprob} (only when asked for).
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    # The policy version that sampled these tokens (a served backend's model/adapter name;
+    # "" in-process): asynchronous training measures an episode's staleness from it.
+    policy_version: str = ""
 
 
 # (prompts, max_new_tokens per prompt, seed) -> one Completion per prompt, in order. The

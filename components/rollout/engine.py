@@ -71,6 +71,13 @@ class Rollout:
     sampling_logprobs: list[float]
     group_id: str  # the task id: GRPO's group
     sample_index: int  # 0..K-1 within the group
+    # Per sampled turn, the policy version that produced it (Completion.policy_version).
+    policy_versions: list[str] = field(default_factory=list)
+
+    @property
+    def policy_version(self) -> str:
+        """The oldest version that sampled any turn: what the episode's staleness counts."""
+        return self.policy_versions[0] if self.policy_versions else ""
 
     @property
     def infra_failure(self) -> bool:
@@ -241,6 +248,7 @@ class _Live:
     ids: list[int]
     mask: list[int]
     logprobs: list[float]
+    policy_versions: list[str] = field(default_factory=list)
 
 
 def _encode_context(tokenizer, pieces: Sequence[str]) -> list[int]:
@@ -262,7 +270,10 @@ def _finish(live: _Live) -> Rollout:
     except Exception as exc:  # noqa: BLE001 - a harness fault is data, not a crash
         live.env.abort(f"verification failed: {exc!r}")
         result = live.env.finish(num_tokens=len(live.ids))
-    return Rollout(result, live.ids, live.mask, live.logprobs, live.group_id, live.sample_index)
+    return Rollout(
+        result, live.ids, live.mask, live.logprobs, live.group_id, live.sample_index,
+        live.policy_versions,
+    )  # fmt: skip
 
 
 def _start(task: Task, k: int, tokenizer, config, env_config, sandbox_config, policy_name):
@@ -316,6 +327,7 @@ def _advance(
         ep.ids += c.token_ids
         ep.mask += [1] * len(c.token_ids)
         ep.logprobs += c.logprobs
+        ep.policy_versions.append(c.policy_version)
         text = tokenizer.decode(c.token_ids, skip_special_tokens=False)
         action = parse_tool_call(text, chat_format(tokenizer))
         stepping.append((ep, c, pool.submit(_step, ep, action, c)))
