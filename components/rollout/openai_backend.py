@@ -17,6 +17,10 @@ implements the same fields):
   its `--logprobs-mode` option (`processed_logprobs`); at T = 1 without top-p/top-k the
   two agree. The trainer's `token_logprobs(..., temperature=T)` is the reference.
 
+Each completion records the `model` the server answered under (vLLM and `agentrl serve`
+answer with the requested adapter's name) as its `policy_version`: with the trainer's
+policy sync (policy_sync.py) that name is the policy version.
+
 Robustness: each request has a timeout; connection errors, timeouts and 5xx / 429
 responses are retried with exponential backoff; after the last retry, or on any other
 error (4xx, malformed response), the completion carries `error` and the engine turns that
@@ -93,9 +97,12 @@ class OpenAICompletionsClient:
         }
         try:
             body = self._post("/completions", payload)
-            return parse_completion_choice(body["choices"][0])
+            completion = parse_completion_choice(body["choices"][0])
         except Exception as exc:  # noqa: BLE001 - any failure is an infra failure of this episode
             return Completion(error=f"openai backend: {exc}"[:1000])
+        # The name the server answered under: with a policy sync, the policy version.
+        completion.policy_version = str(body.get("model") or "")
+        return completion
 
     def complete_batch(
         self,

@@ -1,4 +1,5 @@
-"""CLI: `agentrl serve --model DIR [--host 127.0.0.1] [--port 8000] [--name policy]`."""
+"""CLI: `agentrl serve --model DIR [--host 127.0.0.1] [--port 8000] [--name policy]
+[--allow-runtime-updates]`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def main_serve(argv: list[str]) -> int:
     p.add_argument("--name", default="policy", help="model name clients send (vLLM: served name)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    p.add_argument(
+        "--allow-runtime-updates", action="store_true",
+        help="enable POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's, with "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING) and /update_weights_from_disk (SGLang's): the "
+        "trainer's policy sync. Anyone who can reach the port can then swap the weights",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if not (args.model / "config.json").is_file():
         print(f"agentrl serve: {args.model} is not a checkpoint (no config.json)", file=sys.stderr)
@@ -34,7 +41,8 @@ def main_serve(argv: list[str]) -> int:
     if torch.cuda.is_available():
         model.to("cuda")
     print(f"agentrl serve: {args.name} on http://{args.host}:{args.port}/v1", flush=True)
-    serve(model, tokenizer, host=args.host, port=args.port, model_name=args.name)
+    serve(model, tokenizer, host=args.host, port=args.port, model_name=args.name,
+          runtime_updates=args.allow_runtime_updates)  # fmt: skip
     return 0
 
 

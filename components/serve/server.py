@@ -6,7 +6,14 @@ of token ids), POST /v1/chat/completions (messages through the tokenizer's chat 
 Responses carry vLLM's extension fields: `token_ids` / `prompt_token_ids` with
 `return_token_ids`, "token_id:{id}" strings in `logprobs.tokens` with
 `return_tokens_as_token_ids`. Log-probs are log softmax(logits / T) of the sampled tokens
-(T = 1 when greedy), the same numbers the in-process backend stores.
+(T = 1 when greedy), the same numbers the in-process backend stores. A response's `model`
+is the name of the policy version that answered.
+
+Policy versions (`versions.py`), with `--allow-runtime-updates` (off by default, like vLLM's
+VLLM_ALLOW_RUNTIME_LORA_UPDATING): `POST /v1/load_lora_adapter`, `POST
+/v1/unload_lora_adapter` (vLLM's) and `POST /update_weights_from_disk` (SGLang's; vLLM has
+no stable equivalent). The chat endpoint ends a turn at the checkpoint's own end-of-turn
+token (its chat template's, `chat.end_of_turn_id`), not ours.
 
 One request generates at a time (a lock around the model): no batching, which is fine for
 tests and a laptop; scale is vLLM's job. Binds 127.0.0.1 unless told otherwise.
@@ -15,14 +22,14 @@ tests and a laptop; scale is vLLM's job. Binds 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 
 from pydantic import BaseModel, Field
 
-from components.policy.chat import IM_END
+from components.policy.chat import end_of_turn_id
 from components.rollout.completion import Completion
 from components.rollout.engine import generate_transformers
+from components.serve.versions import ServedPolicies, VersionError
 
 
 class CompletionRequest(BaseModel):
@@ -58,6 +65,23 @@ class ChatCompletionRequest(BaseModel):
     return_token_ids: bool = False
 
 
+class LoadLoRARequest(BaseModel):
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
+
+
+class UnloadLoRARequest(BaseModel):
+    lora_name: str
+    lora_int_id: int | None = None
+
+
+class UpdateWeightsRequest(BaseModel):
+    model_path: str
+    weight_version: str | None = None  # the served name of the new weights
+    load_format: str | None = None  # accepted for SGLang compatibility; safetensors only
+
+
 def _apply_stop(tokenizer, completion: Completion, stops: list[str], skip: bool):
     """Cut at the first stop string: the shortest token prefix whose text contains one."""
     if not stops:
@@ -69,27 +93,38 @@ def _apply_stop(tokenizer, completion: Completion, stops: list[str], skip: bool)
             cut = Completion(
                 completion.token_ids[:n], completion.logprobs[:n], "stop",
                 top_logprobs=completion.top_logprobs[:n],
+                policy_version=completion.policy_version,
             )  # fmt: skip
             return cut, hit[1]
     return completion, None
 
 
-def create_app(model, tokenizer, model_name: str = "policy"):
-    """The FastAPI app serving `model` (already loaded) as `model_name`."""
-    from fastapi import FastAPI
+def create_app(model, tokenizer, model_name: str = "policy", runtime_updates: bool = False):
+    """The FastAPI app serving `model` (already loaded) as `model_name`; with
+    `runtime_updates`, the adapter and weight-reload endpoints too."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
 
     app = FastAPI(title="agentrl serve")
     context = getattr(model.config, "max_position_embeddings", None)
-    generate = _generator(model, tokenizer, context)
     model.eval()
+    policies = ServedPolicies(model, model_name)
+    generate = _generator(policies, tokenizer, context)
+
+    @app.exception_handler(VersionError)
+    def version_error(_request: Request, exc: VersionError):
+        return JSONResponse({"error": {"message": str(exc), "code": exc.status}}, exc.status)
 
     @app.get("/v1/models")
     def models():
-        return {
-            "object": "list",
-            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "agentrl",
-                      "max_model_len": context}],
-        }  # fmt: skip
+        def card(name: str, parent: str | None, root: str) -> dict:
+            return {"id": name, "object": "model", "created": 0, "owned_by": "agentrl",
+                    "root": root, "parent": parent, "max_model_len": context}  # fmt: skip
+
+        base = policies.base_name
+        cards = [card(base, None, base)]
+        cards += [card(n, base, path) for n, (_, path) in policies.adapters.items()]
+        return {"object": "list", "data": cards}
 
     @app.get("/health")
     def health():
@@ -97,23 +132,50 @@ def create_app(model, tokenizer, model_name: str = "policy"):
 
     @app.post("/v1/completions")
     def completions(req: CompletionRequest):
-        return _completion(req, tokenizer, generate, model_name)
+        return _completion(req, tokenizer, generate)
 
     @app.post("/v1/chat/completions")
     def chat_completions(req: ChatCompletionRequest):
-        return _chat_completion(req, tokenizer, generate, model_name)
+        return _chat_completion(req, tokenizer, generate)
 
+    if runtime_updates:
+        _add_update_routes(app, policies)
     return app
 
 
-def _generator(model, tokenizer, context: int | None):
-    """generate(ids, max_tokens, temperature, top_p, seed, top_k) -> Completion, one request
-    at a time; the completion is cut to fit the context, a prompt that does not is a 400."""
+def _add_update_routes(app, policies: ServedPolicies) -> None:
+    """vLLM's runtime LoRA endpoints and SGLang's weight reload (versions.py)."""
+    from fastapi.responses import PlainTextResponse
+
+    @app.post("/v1/load_lora_adapter")
+    def load_lora_adapter(req: LoadLoRARequest):
+        policies.load_adapter(req.lora_name, req.lora_path, req.load_inplace)
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    def unload_lora_adapter(req: UnloadLoRARequest):
+        policies.unload_adapter(req.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
+
+    @app.post("/update_weights_from_disk")
+    def update_weights_from_disk(req: UpdateWeightsRequest):
+        from fastapi.responses import JSONResponse
+
+        try:
+            name = policies.reload_weights(req.model_path, req.weight_version)
+        except VersionError as exc:
+            return JSONResponse({"success": False, "message": str(exc)}, exc.status)
+        return {"success": True, "message": f"serving {req.model_path} as {name}",
+                "weight_version": name}  # fmt: skip
+
+
+def _generator(policies: ServedPolicies, tokenizer, context: int | None):
+    """generate(model name, ids, max_tokens, temperature, top_p, seed, top_k) -> (Completion,
+    the name that answered), one request at a time; the completion is cut to fit the
+    context, a prompt that does not is a 400, an unknown model a 404."""
     from fastapi import HTTPException
 
-    lock = threading.Lock()
-
-    def generate(ids: list[int], max_tokens: int, temperature, top_p, seed, top_k: int):
+    def generate(name, ids: list[int], max_tokens: int, temperature, top_p, seed, top_k: int):
         if not ids:
             raise HTTPException(400, "empty prompt")
         if context is not None and len(ids) + max_tokens > context:
@@ -123,11 +185,12 @@ def _generator(model, tokenizer, context: int | None):
         if any(not 0 <= t < len(tokenizer) for t in ids):
             raise HTTPException(400, "prompt token id out of range")
         seed = secrets.randbits(31) if seed is None else seed
-        with lock:
+        with policies.selected(name) as (model, answered):
             (c,) = generate_transformers(
                 model, tokenizer, [ids], [max_tokens],
                 temperature=temperature, top_p=top_p, seed=seed, top_logprobs=top_k,
             )  # fmt: skip
+        c.policy_version = answered
         return c
 
     return generate
@@ -166,14 +229,16 @@ def _response(kind: str, model_name: str, choice: dict, ids: list[int], c: Compl
     }  # fmt: skip
 
 
-def _completion(req: CompletionRequest, tokenizer, generate, model_name: str) -> dict:
+def _completion(req: CompletionRequest, tokenizer, generate) -> dict:
     """POST /v1/completions."""
     from fastapi import HTTPException
 
     if req.n != 1:
         raise HTTPException(400, "only n=1 is supported")
     ids = _prompt_ids(req, tokenizer)
-    c = generate(ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.logprobs or 0)
+    c = generate(
+        req.model, ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.logprobs or 0
+    )
     c, stop_reason = _apply_stop(tokenizer, c, _stops(req.stop), req.skip_special_tokens)
     text = tokenizer.decode(c.token_ids, skip_special_tokens=req.skip_special_tokens)
     if stop_reason is not None and not req.include_stop_str_in_output:
@@ -189,7 +254,7 @@ def _completion(req: CompletionRequest, tokenizer, generate, model_name: str) ->
         choice["prompt_token_ids"] = ids
     if req.echo:
         choice["text"] = tokenizer.decode(ids, skip_special_tokens=False) + choice["text"]
-    return _response("text_completion", model_name, choice, ids, c)
+    return _response("text_completion", c.policy_version, choice, ids, c)
 
 
 def _completion_logprobs(tokenizer, c: Completion, as_ids: bool, top_k: int) -> dict:
@@ -210,7 +275,7 @@ def _completion_logprobs(tokenizer, c: Completion, as_ids: bool, top_k: int) -> 
     }  # fmt: skip
 
 
-def _chat_completion(req: ChatCompletionRequest, tokenizer, generate, model_name: str) -> dict:
+def _chat_completion(req: ChatCompletionRequest, tokenizer, generate) -> dict:
     """POST /v1/chat/completions."""
     from fastapi import HTTPException
 
@@ -225,9 +290,9 @@ def _chat_completion(req: ChatCompletionRequest, tokenizer, generate, model_name
     ids = tokenizer(ids, add_special_tokens=False)["input_ids"]
     max_tokens = req.max_completion_tokens or req.max_tokens or 256
     top_k = (req.top_logprobs or 0) if req.logprobs else 0
-    c = generate(ids, max_tokens, req.temperature, req.top_p, req.seed, top_k)
+    c = generate(req.model, ids, max_tokens, req.temperature, req.top_p, req.seed, top_k)
     c, stop_reason = _apply_stop(tokenizer, c, _stops(req.stop), True)
-    eos = tokenizer.convert_tokens_to_ids(IM_END)
+    eos = end_of_turn_id(tokenizer)  # the checkpoint's own (its template's), not ours
     body_ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == eos else c.token_ids
     text = tokenizer.decode(body_ids, skip_special_tokens=False)
     if stop_reason is not None:
@@ -247,11 +312,15 @@ def _chat_completion(req: ChatCompletionRequest, tokenizer, generate, model_name
     if req.return_token_ids:
         choice["token_ids"] = c.token_ids
         choice["prompt_token_ids"] = ids
-    return _response("chat.completion", model_name, choice, ids, c)
+    return _response("chat.completion", c.policy_version, choice, ids, c)
 
 
-def serve(model, tokenizer, host: str = "127.0.0.1", port: int = 8000, model_name: str = "policy"):
+def serve(
+    model, tokenizer, host: str = "127.0.0.1", port: int = 8000, model_name: str = "policy",
+    runtime_updates: bool = False,
+):  # fmt: skip
     """Run the server in this thread until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(model, tokenizer, model_name), host=host, port=port, log_level="warning")
+    app = create_app(model, tokenizer, model_name, runtime_updates)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

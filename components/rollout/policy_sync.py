@@ -1,0 +1,110 @@
+"""Policy sync: after each update, make the inference server serve the new weights by name.
+
+The trainer writes each policy version to a folder the server can read (a shared volume in
+a cluster; the same path on both sides) and calls `PolicySync.sync(name, folder)`:
+- LoRA ("lora"): vLLM's runtime adapter endpoint, `POST /v1/load_lora_adapter
+  {lora_name, lora_path, load_inplace: true}` (vLLM needs `--enable-lora`,
+  `--max-lora-rank` >= r and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); requests then name
+  the version as their `model`. Versions no longer sampled are unloaded
+  (`/v1/unload_lora_adapter`), so the server's adapter slots (`--max-loras`) never fill up.
+- Full weights ("full"): `POST /update_weights_from_disk {model_path, weight_version}`
+  (SGLang's endpoint, implemented by `agentrl serve`; vLLM has no stable HTTP endpoint
+  for it, see components/serve/versions.py and docs/scale-out.md); the served name becomes
+  the version.
+
+A sync is done when the server lists the name (`GET /v1/models`). A failed sync leaves the
+server on the old version (the servers load atomically); it is retried `retries` times
+with exponential backoff, then `PolicySyncError` stops the run with a one-line message.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+
+class PolicySyncError(RuntimeError):
+    """The server could not be made to serve a policy version: the run must stop."""
+
+
+def version_name(prefix: str, version: int) -> str:
+    """The served name of policy version `version` (the weights after that many updates)."""
+    return f"{prefix}-v{version}"
+
+
+def version_number(name: str) -> int | None:
+    """The version in a `version_name`, or None for a name that is not one (in-process
+    sampling records "")."""
+    head, sep, tail = name.rpartition("-v")
+    return int(tail) if sep and head and tail.isdigit() else None
+
+
+@dataclass
+class PolicySync:
+    """The trainer's side of the sync, against an OpenAI-compatible server at `base_url` (…/v1)."""
+
+    base_url: str
+    mode: Literal["lora", "full"]
+    retries: int = 3
+    backoff_s: float = 1.0
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("lora", "full"):
+            raise ValueError(f"PolicySync.mode: unknown {self.mode!r}")
+
+    def sync(self, name: str, folder: str | Path) -> None:
+        """Serve the weights in `folder` as `name`; PolicySyncError after retries + 1 tries."""
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                self._load(name, str(Path(folder).resolve()))
+                if name in self.served():
+                    return
+                last = f"the server does not list {name} after loading it"
+            except (httpx.HTTPError, RuntimeError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        last = " ".join(last.split())[:300]
+        raise PolicySyncError(
+            f"policy sync failed: the server at {self.base_url} did not take version {name} "
+            f"from {folder} in {self.retries + 1} tries; last error: {last}"
+        )
+
+    def _load(self, name: str, folder: str) -> None:
+        if self.mode == "lora":
+            url = f"{self.base_url.rstrip('/')}/load_lora_adapter"
+            payload = {"lora_name": name, "lora_path": folder, "load_inplace": True}
+        else:
+            url = f"{_root(self.base_url)}/update_weights_from_disk"
+            payload = {"model_path": folder, "weight_version": name}
+        response = httpx.post(url, json=payload, timeout=self.timeout_s)
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+
+    def unload(self, name: str) -> None:
+        """Unload adapter `name` (LoRA); one that is not loaded is fine."""
+        if self.mode != "lora":
+            return
+        response = httpx.post(
+            f"{self.base_url.rstrip('/')}/unload_lora_adapter", json={"lora_name": name},
+            timeout=self.timeout_s,
+        )  # fmt: skip
+        if response.status_code not in (200, 404):
+            raise PolicySyncError(f"unloading {name} failed: HTTP {response.status_code}")
+
+    def served(self) -> list[str]:
+        response = httpx.get(f"{self.base_url.rstrip('/')}/models", timeout=30)
+        response.raise_for_status()
+        return [m["id"] for m in response.json()["data"]]
+
+
+def _root(base_url: str) -> str:
+    """The server root of an OpenAI base URL (…/v1 -> …)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
