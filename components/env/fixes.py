@@ -6,12 +6,16 @@ calls fail on form before they can fail on substance. These two tools move the c
 into the environment and leave the decision to the policy:
 
 - `list_fixes` runs the task's tests, localises the module they blame (the traceback's
-  deepest frame outside tests/, else the module the test imports), and lists every
-  one-edit change of that module the bug-injection operators can make
-  (components/tasks/mutations.py: operators swap, constants +-1, variables, returns,
-  arguments...). Most of these operators are their own inverse, so for a one-edit bug
-  the reference fix is usually in the list; which one is the policy's call. The listing
-  groups the candidates by kind (render_listing); the module itself is not repeated.
+  deepest frame outside tests/, else the module the test imports), and lists one-edit
+  changes of that module: a generic neighbourhood from Python's grammar (operator swaps,
+  +-1 on constants and bounds, a name for another bound name, argument order, a missing or
+  extra return / negation / call / statement; components/env/neighbourhood.py), ranked by
+  a cheap score (a prior per edit, plus the lines every failing test's traceback names and
+  the functions the failing assertions call, when the test output is passed) and cut at
+  `limit`. The listing groups the candidates by kind (render_listing); the module itself
+  is not repeated. `operator_fixes` keeps the earlier listing, the inverses of the bug
+  generator's operators (components/tasks/mutations.py), for comparison
+  (bench/fix_coverage.py).
 - `try_fix {"id": "call-1"}` restores the module to its listed text, writes candidate k, reruns
   the tests and reports the outcome, so a wrong guess costs one turn and is undone by the
   next try.
@@ -30,6 +34,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from components.env.neighbourhood import blame, function_names
+from components.env.neighbourhood import neighbourhood as grammar_neighbourhood
 from components.tasks.mutations import enumerate_mutants, normalize
 
 # pytest's own lines worth keeping in a short observation.
@@ -54,6 +60,7 @@ class FixCandidate:
     description: str  # "line 5: entries -> v"
     source: str  # the whole module after the change, canonical (ast.unparse): for comparing
     text: str  # the module's own text with only the changed code rewritten: what try_fix writes
+    score: float = 0.0  # the ranking score (components/env/neighbourhood.py); 0 for operators
 
 
 @dataclass
@@ -95,10 +102,43 @@ def fix_kind(fix_id: str) -> str:
     return str(fix_id).rsplit("-", 1)[0]
 
 
-def candidate_fixes(source: str, limit: int) -> list[FixCandidate]:
-    """One-edit variants of `source`, in reading order (line, then operator), at most `limit`.
+NEIGHBOURHOODS = ("grammar", "operators")
 
+
+def candidate_fixes(
+    source: str,
+    limit: int,
+    test_output: str = "",
+    path: str | None = None,
+    neighbourhood: str = "grammar",
+) -> list[FixCandidate]:
+    """One-edit variants of `source`, at most `limit`, best first.
+
+    "grammar" (the default): the generic neighbourhood of components/env/neighbourhood.py,
+    ranked by its score; `test_output` (the tests' pytest output) and `path` (the module's
+    path in it) add the localisation terms. Ids number each kind in rank order (`cmp-1` is
+    the best-ranked comparison swap). "operators": `operator_fixes`.
     Raises SyntaxError if `source` does not parse (there is nothing to enumerate then)."""
+    if neighbourhood == "operators":
+        return operator_fixes(source, limit)
+    if neighbourhood != "grammar":
+        raise ValueError(f"unknown neighbourhood {neighbourhood!r}: one of {NEIGHBOURHOODS}")
+    hints = blame(test_output, path, function_names(source))
+    canonical = source == normalize(source) + "\n"
+    tree = None if canonical else ast.parse(source)
+    seen: dict[str, int] = {}
+    out = []
+    for n in grammar_neighbourhood(source, limit, hints):
+        seen[n.kind] = seen.get(n.kind, 0) + 1
+        text = n.source if canonical else _edit_in_place(_Text(source), tree, n.source[:-1])
+        out.append(FixCandidate(f"{n.kind}-{seen[n.kind]}", n.lineno, n.description, n.source,
+                                text, n.score))  # fmt: skip
+    return out
+
+
+def operator_fixes(source: str, limit: int) -> list[FixCandidate]:
+    """The earlier listing: the bug generator's operators applied to `source` (most are
+    their own inverse), in reading order (line, then operator), at most `limit`."""
     tree = ast.parse(source)
     mutants = enumerate_mutants(source)
     order = sorted(range(len(mutants)), key=lambda i: (mutants[i].lineno, i))[:limit]
@@ -374,3 +414,15 @@ def listed_ids(observation: str) -> list[str]:
     return [
         f"{k}-{n}" for k, count in _KIND_LINE.findall(listing[1]) for n in range(1, int(count) + 1)
     ]
+
+
+def listed_id(observation: str, kind: str, description: str) -> str | None:
+    """The id a `list_fixes` observation gives the candidate of `kind` described as
+    `description` (None if it is not listed): how a policy that knows which edit it wants
+    finds its number, which depends on the ranking (and so on the test output)."""
+    listing = observation.split("Candidate fixes of", 1)
+    row = re.search(rf"^{re.escape(kind)} \(\d+\): (.*)$", listing[-1], re.MULTILINE)
+    if len(listing) < 2 or row is None:
+        return None
+    found = re.search(rf"(?:^| \| )(\d+)\) {re.escape(description)}(?= \| \d+\) |$)", row.group(1))
+    return f"{kind}-{found.group(1)}" if found else None

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import random
 import re
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.episode import Action
-from components.env.fixes import candidate_fixes
+from components.env.fixes import candidate_fixes, fix_kind, listed_id
 from components.tasks.mutations import normalize
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import Task
@@ -114,19 +115,38 @@ class OraclePolicy:
     fallback: bool = True
     max_fixes: int = 64  # must match EnvConfig.max_fixes for the ids to agree
     _plans: dict[str, list[Action]] = field(default_factory=dict, repr=False)
+    # per task: planned try_fix id -> its candidate's description (see `_as_listed`)
+    _described: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
     def act(self, task: Task, events: list[dict]) -> Action:
         if len(events) == 1 or task.id not in self._plans:
             self._plans[task.id] = self.plan(task)
         done = sum(e["role"] == "assistant" for e in events)
         plan = self._plans[task.id]
-        return plan[done] if done < len(plan) else Action("finish", {"summary": "Done."})
+        action = plan[done] if done < len(plan) else Action("finish", {"summary": "Done."})
+        return self._as_listed(task, action, events)
+
+    def _as_listed(self, task: Task, action: Action, events: list[dict]) -> Action:
+        """A planned try_fix with the id the episode's listing gives its candidate: the plan
+        numbers candidates as a listing without test output does, and an environment that
+        ranks by the failing tests' tracebacks may number them otherwise."""
+        if action.tool != "try_fix":
+            return action
+        description = self._described.get(task.id, {}).get(action.arguments["id"])
+        listings = [r.get("observation") or "" for a, r in zip(events[1::2], events[2::2],
+                    strict=False) if a.get("action") == "list_fixes"]  # fmt: skip
+        if description is None or not listings:
+            return action
+        fix_id = listed_id(listings[-1], fix_kind(action.arguments["id"]), description)
+        if fix_id is None or fix_id == action.arguments["id"]:
+            return action
+        return dataclasses.replace(action, arguments={**action.arguments, "id": fix_id})
 
     def plan(self, task: Task) -> list[Action]:
         rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}".encode()))
         files = fixed_files(task)
         if self.style == "fixes":
-            steps = self._fixes_plan(files, rng)
+            steps = self._fixes_plan(task.id, files, rng)
             if steps is not None:
                 return steps
             if not self.fallback:
@@ -195,7 +215,7 @@ class OraclePolicy:
         steps.append(Action("finish", {"summary": summary}))
         return steps
 
-    def _fixes_plan(self, files: dict, rng: random.Random) -> list[Action] | None:
+    def _fixes_plan(self, task_id: str, files: dict, rng: random.Random) -> list[Action] | None:
         if len(files) != 1:
             return None
         path, (before, after) = next(iter(files.items()))
@@ -207,6 +227,7 @@ class OraclePolicy:
         right = [c for c in candidates if c.source == target]
         if not right:
             return None
+        self._described[task_id] = {c.id: c.description for c in candidates}
         # No free text before the calls: in this style the transcript is for a tiny model.
         steps = [Action("list_fixes", {})]
         wrong = [c for c in candidates if c.source != target]

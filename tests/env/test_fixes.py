@@ -1,6 +1,7 @@
 """list_fixes / try_fix: candidates contain the inverse of an injected bug, tries undo each
 other, tests run in the sandbox, and misuse is an error observation, never a crash."""
 
+import ast
 import difflib
 
 import pytest
@@ -13,6 +14,7 @@ from components.env.fixes import (
     candidate_fixes,
     edit_in_place,
     listed_ids,
+    operator_fixes,
     render_listing,
     summarize_test_output,
 )
@@ -49,8 +51,13 @@ def test_candidates_contain_the_inverse_of_each_swap():
     assert len(set(ids)) == len(ids) and "cmp-1" in ids  # "<kind>-<n>", unique
     assert [i for i in ids if i.startswith("cmp-")] == [f"cmp-{n}" for n in range(1, 1 + sum(
         i.startswith("cmp-") for i in ids))]  # fmt: skip
-    assert [f.lineno for f in fixes] == sorted(f.lineno for f in fixes)  # reading order
+    scores = [f.score for f in fixes]
+    assert scores == sorted(scores, reverse=True)  # best first
     assert len(candidate_fixes(mutant.source, limit=3)) == 3
+    assert [f.id for f in candidate_fixes(mutant.source, limit=3)] == ids[:3]  # a prefix
+    old = operator_fixes(mutant.source, limit=100)  # the earlier listing: reading order
+    assert SOURCE + "\n" in [f.source for f in old]
+    assert [f.lineno for f in old] == sorted(f.lineno for f in old)
     with pytest.raises(SyntaxError):
         candidate_fixes("def broken(:\n", limit=5)
 
@@ -327,16 +334,22 @@ def _changed_lines(before: str, after: str) -> list[str]:
 def test_candidates_rewrite_only_the_lines_of_their_change():
     fixes = candidate_fixes(UNCANONICAL, limit=200)
     kinds = {f.id.rsplit("-", 1)[0] for f in fixes}
-    assert {"arith", "cmp", "bool", "const", "bound", "var", "not", "ret", "loop", "args",
-            "swap", "call"} <= kinds  # fmt: skip
+    assert {"arith", "cmp", "bool", "const", "bound", "var", "not", "del", "args", "swap",
+            "call"} <= kinds  # fmt: skip
     comments = [ln for ln in UNCANONICAL.splitlines() if "#" in ln]
+    spans: dict[int, int] = {}
+    for node in ast.walk(ast.parse(UNCANONICAL)):
+        if isinstance(node, ast.stmt) and not isinstance(node, ast.FunctionDef):
+            lines = node.end_lineno - node.lineno + 1
+            spans[node.lineno] = max(spans.get(node.lineno, 1), lines)
     for f in fixes:
         assert normalize(f.text) + "\n" == f.source, f.id  # the listed change, nothing else
         changed = _changed_lines(UNCANONICAL, f.text)
-        assert 1 <= len(changed) <= 2, (f.id, f.description, changed)
+        # one line, or the lines of the (multi-line) statement the edit is in
+        assert 1 <= len(changed) <= 2 * spans.get(f.lineno, 1), (f.id, f.description, changed)
         assert f.text.startswith('"""Module docstring."""\n\n# A comment at the top.\n\n\n')
-        for line in comments:  # every comment is still there, changed or not
-            assert line.split("#", 1)[1] in f.text, (f.id, line)
+        for line in comments:  # every comment is still there, changed or not, unless deleted
+            assert line.split("#", 1)[1] in f.text or "-" + line in changed, (f.id, line)
     by_description = {f.description: f for f in fixes}
     multi = by_description["line 13: + -> -"]  # the operator of a two-line expression
     assert _changed_lines(UNCANONICAL, multi.text) == [

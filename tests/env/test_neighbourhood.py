@@ -1,0 +1,130 @@
+"""The generic one-edit neighbourhood behind list_fixes: each grammar kind reaches the fix
+of a hand-written slip of its kind, edits are distinct and parse, the score ranks the lines
+the failing tests' tracebacks name first, and listed ids map back to their candidates."""
+
+import ast
+
+import pytest
+
+from components.env.fixes import FixListing, candidate_fixes, listed_id, render_listing
+from components.env.neighbourhood import NO_BLAME, blame, neighbourhood
+
+CORRECT = '''def stats(items, k):
+    """Docstring: never edited."""
+    total = 0
+    best = None
+    for i in range(1, len(items)):
+        if items[i] < 0 and not k:
+            continue
+        total += items[i] - k
+        if best is None or items[i] > best:
+            best = max(best or 0, items[i])
+    words = " ".join(str(x) for x in items[:k])
+    return total, best, words.upper()
+'''
+
+
+def _reaches(buggy: str, correct: str = CORRECT) -> str:
+    """The kind of the neighbour of `buggy` that is `correct` (fails if none is)."""
+    target = ast.unparse(ast.parse(correct)) + "\n"
+    found = [n for n in neighbourhood(buggy) if n.source == target]
+    assert found, f"no neighbour of the buggy module is the fix:\n{buggy}"
+    return found[0].kind
+
+
+@pytest.mark.parametrize(
+    ("right", "slip", "kind"),
+    [
+        ("items[i] < 0", "items[i] <= 0", "cmp"),
+        ("items[i] - k", "items[i] + k", "arith"),
+        ("items[i] - k", "k - items[i]", "swap"),
+        ("< 0 and not", "< 0 or not", "bool"),
+        ("and not k", "and k", "not"),
+        ("and not k", "and not not k", "not"),
+        ("range(1, len(items))", "range(2, len(items))", "const"),
+        ("range(1, len(items))", "range(1, len(items) - 1)", "bound"),
+        ("items[:k]", "items[:k + 1]", "bound"),
+        ("total += items[i]", "total += items[k]", "var"),
+        ("max(best or 0, items[i])", "max(items[i], best or 0)", "args"),
+        ("max(best", "min(best", "call"),
+        (".upper()", ".lower()", "call"),
+        ("x in items[:k]", "x in list(items[:k])", "call"),
+        ("            continue\n", "            continue\n            return total\n", "del"),
+        ("total = 0\n", "total = 0\n    total = 1\n", "del"),
+    ],
+)
+def test_each_kind_reaches_the_fix_of_a_slip_of_its_kind(right, slip, kind):
+    assert right in CORRECT
+    assert _reaches(CORRECT.replace(right, slip, 1)) == kind
+
+
+def test_missing_returns_are_added_with_a_bound_name_or_a_returned_literal():
+    fixed = "def count(xs):\n    n = 0\n    for x in xs:\n        n += x\n    return n\n"
+    assert _reaches("def count(xs):\n    n = 0\n    for x in xs:\n        n += x\n", fixed) == "ret"
+    fixed = "def p(n):\n    if n < 2:\n        return False\n    return True\n"
+    assert _reaches("def p(n):\n    if n < 2:\n        pass\n    return True\n", fixed) == "ret"
+
+
+def test_neighbours_are_distinct_parse_and_skip_docstrings():
+    neighbours = neighbourhood(CORRECT)
+    sources = [n.source for n in neighbours]
+    assert (
+        len(set(sources)) == len(sources) and ast.unparse(ast.parse(CORRECT)) + "\n" not in sources
+    )
+    for n in neighbours:
+        compile(n.source, "<n>", "exec")
+        assert "Docstring: never edited." in n.source
+    assert {n.kind for n in neighbours} >= {"cmp", "arith", "bool", "not", "const", "bound",
+                                            "var", "args", "swap", "call", "del"}  # fmt: skip
+    descriptions = [n.description for n in neighbours]
+    assert len(set(descriptions)) == len(descriptions)  # an id's row says which edit it is
+    assert [n.source for n in neighbourhood(CORRECT, limit=10)] == sources[:10]
+    scores = [n.score for n in neighbours]
+    assert scores == sorted(scores, reverse=True)
+
+
+PYTEST_OUTPUT = """\
+    def test_a():
+>       assert stats([1, 2], 0) == (3, 2, '12')
+
+tests/test_s.py:4:
+_ _ _ _
+stats.py:8: in stats
+    total += items[i] - k
+E   TypeError: unsupported operand
+    def test_b():
+>       assert stats([5], 1) == (0, 5, '5')
+
+tests/test_s.py:8:
+_ _ _ _
+stats.py:8: in stats
+    total += items[i] - k
+E   TypeError: unsupported operand
+stats.py:10: TypeError
+FAILED tests/test_s.py::test_a
+FAILED tests/test_s.py::test_b
+"""
+
+
+def test_blame_counts_frames_of_every_failing_test_and_the_called_functions():
+    hints = blame(PYTEST_OUTPUT, "stats.py", {"stats", "other"})
+    assert hints.lines == pytest.approx({8: 2 / 3, 10: 1 / 3})
+    assert hints.functions == {"stats"}
+    assert blame("", "stats.py", {"stats"}) == NO_BLAME
+
+
+def test_the_blamed_lines_rank_first():
+    ranked = neighbourhood(CORRECT, hints=blame(PYTEST_OUTPUT, "stats.py", {"stats"}))
+    assert ranked[0].lineno == 8
+    plain = neighbourhood(CORRECT)
+    assert {n.source for n in ranked} == {n.source for n in plain}  # only the order moved
+    assert [n.lineno for n in plain[:3]] != [8, 8, 8]
+
+
+def test_listed_ids_find_a_candidate_by_its_description():
+    fixes = candidate_fixes(CORRECT, 40, test_output=PYTEST_OUTPUT, path="stats.py")
+    text = render_listing(FixListing("stats.py", CORRECT, fixes, []), "E   TypeError")
+    for f in fixes:
+        assert listed_id(text, f.id.rsplit("-", 1)[0], f.description) == f.id
+    assert listed_id(text, "cmp", "line 99: nothing") is None
+    assert listed_id("no listing", "cmp", fixes[0].description) is None
