@@ -21,7 +21,8 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     counters after the command (`CommandResult.network_attempts`), whatever program or
     spelling made it;
   * the filesystem: the command sees only the system (/usr, /etc, the /bin and /lib links),
-    the interpreter's folders, a private /tmp and its own workspace, all read-only except
+    the interpreter's folders (and a task environment's, `python_env`, first on PATH), a
+    private /tmp and its own workspace, all read-only except
     the workspace and /tmp (`readonly` paths inside the workspace are read-only too). The
     task store, other workspaces, the checkout and the user's home are not there at all;
     /etc/shadow, /etc/gshadow and `SandboxConfig.hide_paths` inside the visible part are
@@ -179,6 +180,17 @@ class SandboxConfig:
         default=(),
         metadata={"help": "extra host paths masked inside the sandbox (bwrap), e.g. task dirs"},
     )
+    python_env: str = field(
+        default="",
+        metadata={"help": "prefix of the environment whose python commands run with, mounted "
+                  "read-only ('' = the project's interpreter); set per task from its "
+                  "environment (components/tasks/environments.py)"},
+    )  # fmt: skip
+    environments_dir: str = field(
+        default="~/.cache/agentrl/environments",
+        metadata={"help": "where `agentrl tasks prepare` builds task environments and "
+                  "episodes and the verifier find them"},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         problems = []
@@ -214,6 +226,12 @@ class SandboxConfig:
             not p.startswith("/") for p in self.hide_paths
         ):
             problems.append("hide_paths must be absolute paths")
+        if not isinstance(self.python_env, str) or (
+            self.python_env and not self.python_env.startswith("/")
+        ):
+            problems.append(f"python_env must be '' or an absolute path, got {self.python_env!r}")
+        if not isinstance(self.environments_dir, str):
+            problems.append("environments_dir must be a string")
         if problems:
             raise ValueError("invalid SandboxConfig: " + "; ".join(problems))
 
@@ -578,11 +596,14 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, object]:
 _run_counter = itertools.count()
 
 
-def sandbox_env(home: Path) -> dict[str, str]:
-    """The whole environment a sandboxed command sees (nothing else from the host passes)."""
+def sandbox_env(home: Path, python_env: str = "") -> dict[str, str]:
+    """The whole environment a sandboxed command sees (nothing else from the host passes).
+    With a task environment its bin/ comes first: `python` and `pytest` are the task's; the
+    project's bin/ stays behind it for the other allowed tools (ruff)."""
     venv_bin = str(Path(sys.executable).parent)  # not resolved: keep the venv's own bin/
+    first = f"{python_env}/bin:" if python_env else ""
     return {
-        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{first}{venv_bin}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -620,7 +641,9 @@ def run_sandboxed(
     ws = Path(workspace).resolve() if workspace is not None else cwd
     if not cwd.is_dir() or (cwd != ws and ws not in cwd.parents):
         raise SandboxError(f"cwd {cwd} is not a folder inside the workspace {ws}")
-    env = sandbox_env(ws)
+    env = sandbox_env(ws, config.python_env)
+    if config.python_env and not os.path.exists(os.path.join(config.python_env, "bin", "python")):
+        raise SandboxError(f"task environment {config.python_env} has no bin/python (not prepared)")
     if shutil.which(program, path=env["PATH"]) is None:
         raise SandboxError(f"program {program!r} is not installed on the sandbox PATH")
     mode = resolve_isolation(config.isolation)
@@ -666,6 +689,10 @@ def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str,
     for needed in _interpreter_dirs():
         if _under(needed, tuple(masked)):
             args += ["--ro-bind", needed, needed]
+    # A task environment and the interpreter it was made from: read-only, after the masks
+    # (a mask over the cache must not hide them; nothing may make them writable).
+    for needed in environment_dirs(config.python_env):
+        args += ["--ro-bind", needed, needed]
     args += ["--bind", str(ws), str(ws)]
     for path in readonly:
         args += ["--ro-bind", path, path]
@@ -698,6 +725,20 @@ def _system_view() -> tuple[tuple[str, ...], tuple[str, ...]]:
             args += ["--ro-bind", folder, folder]
             visible.append(folder)
     return tuple(args), tuple(visible)
+
+
+def environment_dirs(python_env: str) -> tuple[str, ...]:
+    """The folders a task environment needs visible: its prefix and the prefix of the
+    interpreter it was made from (pyvenv.cfg's `home`); () for the project's own."""
+    if not python_env:
+        return ()
+    dirs = [os.path.realpath(python_env)]
+    with contextlib.suppress(OSError):
+        for line in Path(python_env, "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip().startswith("/"):
+                dirs.append(os.path.realpath(Path(value.strip()).parent))
+    return tuple(dict.fromkeys(dirs))
 
 
 @functools.cache

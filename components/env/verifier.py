@@ -49,6 +49,11 @@ derivable). Without bubblewrap the hidden tests are writable, the task store is 
 and a process can leave what it learnt in the host's /tmp for the hidden-case run
 (components/env/sandbox.py says what each isolation mode gives). `verify_command` tasks
 get an exit-status verdict only.
+
+A task with an environment (task.json `environment`, components/tasks/environments.py) is
+verified with that environment's interpreter, mounted read-only, and the harness's pytest
+copied into it at the project's versions; every step above is the same. An environment
+that is not prepared is an infrastructure error, never a failed verdict.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
+from components.tasks.environments import EnvironmentError_, task_python_env
 from components.tasks.task import Task, same_value
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
@@ -629,8 +635,12 @@ def _check_config(task: Task, env: EnvConfig, sandbox: SandboxConfig) -> Sandbox
     """The sandbox of a verification process: the verifier's wall limit, room for the
     verdict line, and the task folder and its store masked (the sandbox does not show them
     under bwrap anyway; this also covers a store inside a folder it does show)."""
+    # A task with its own environment is verified with that interpreter, whatever the
+    # episode's sandbox said (EnvironmentError_ when it is not prepared).
+    python_env = task_python_env(task, sandbox.environments_dir) or sandbox.python_env
     return dataclasses.replace(
         sandbox,
+        python_env=python_env,
         wall_time_s=env.verify_timeout_s,
         cpu_time_s=max(sandbox.cpu_time_s, int(env.verify_timeout_s)),
         max_output_bytes=max(sandbox.max_output_bytes, 1 << 20),
@@ -913,7 +923,10 @@ def verify(
 ) -> Verification:
     """Hidden-test verdict plus the facts the reward terms need (see the module docstring)."""
     start = time.monotonic()
-    cfg = _check_config(task, env, sandbox)
+    try:
+        cfg = _check_config(task, env, sandbox)
+    except EnvironmentError_ as e:  # not the agent's doing: kept out of rewards
+        return Verification(status="infra_error", detail=str(e), wall_s=time.monotonic() - start)
     original = _entries(task)
     key = _task_key(task, original)
     with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:

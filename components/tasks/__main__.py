@@ -1,4 +1,4 @@
-"""`agentrl tasks {generate,check,import} ...`; `python -m components.tasks ...` is the same
+"""`agentrl tasks {generate,check,import,prepare,mine} ...`; `python -m components.tasks ...` is the same
 command line (it calls components.cli), so both run task code only in the sandbox.
 
 Each subcommand is a function taking an argv list and returning an exit code. `check`
@@ -154,11 +154,103 @@ def _copy_passed(tasks, passed: set[str], out: Path, errors: list[str]) -> int:
     return copied
 
 
+def _preset_sections(preset: str | None):
+    """(env, sandbox) sections of --preset (default: the CPU preset)."""
+    from components.preset import DEFAULT_PRESET, load_preset
+
+    loaded = load_preset(preset or DEFAULT_PRESET)
+    return loaded.section("env"), loaded.section("sandbox")
+
+
+def main_prepare(argv: list[str]) -> int:
+    """`agentrl tasks prepare --tasks DIR`: build every distinct task environment once into
+    the cache (`sandbox.environments_dir`); exit 1 if one fails to build."""
+    from components.tasks.environments import (
+        PrepareConfig,
+        prepare_environments,
+        prepared_summary,
+    )
+
+    p = argparse.ArgumentParser(prog="tasks prepare", description=main_prepare.__doc__)
+    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
+    p.add_argument("--preset", default=None, help="preset whose sandbox section names the cache")
+    p.add_argument("--wheelhouse", default="", help="install from this folder of wheels only")
+    p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    args = p.parse_args(argv)
+    _, sandbox = _preset_sections(args.preset)
+    tasks, errors = load_tasks(args.tasks)
+    for err in errors:
+        print(f"INVALID {err}", file=sys.stderr)
+    config = PrepareConfig(cache_dir=sandbox.environments_dir, wheelhouse=args.wheelhouse)
+    start = time.monotonic()
+    prepared = prepare_environments(tasks, config)
+    for env in prepared:
+        state = f"ERROR {env.error}" if env.error else ("built" if env.built else "cached")
+        print(f"{env.key} python {env.python} {env.tasks} task(s) {env.seconds:.1f}s {state}")
+    summary = prepared_summary(prepared)
+    print(f"{len(prepared)} environment(s) for {len(tasks)} task(s): {summary['built']} built, "
+          f"{summary['cached']} cached, {summary['failed']} failed in "
+          f"{time.monotonic() - start:.1f}s")  # fmt: skip
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps({"load_errors": errors, **summary}, indent=2) + "\n")
+    return 1 if summary["failed"] or errors else 0
+
+
+def main_mine(argv: list[str]) -> int:
+    """`agentrl tasks mine --repo PATH [--repo PATH ...] --out DIR`: turn repositories with
+    a pytest suite into tasks (components/tasks/mine.py); one line per repository."""
+    from components.env.verifier import sandboxed_test_runner
+    from components.tasks.environments import PrepareConfig
+    from components.tasks.mine import MineConfig, mine_repository, report_dict
+    from components.tasks.task import requirement_lines
+
+    p = argparse.ArgumentParser(prog="tasks mine", description=main_mine.__doc__)
+    p.add_argument("--repo", required=True, action="append", type=Path, help="a repository")
+    p.add_argument("--out", required=True, type=Path, help="where the task folders go")
+    p.add_argument("--requirements", type=Path, default=None,
+                   help="pinned requirements of the repositories' tests (pip syntax)")  # fmt: skip
+    p.add_argument("--python", default="3.11", help="the environment's Python version")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-candidates", type=int, default=60)
+    p.add_argument("--max-tasks", type=int, default=20)
+    p.add_argument("--budget-s", type=float, default=900.0, help="wall clock per repository")
+    p.add_argument("--split", default="auto", help="auto | train | val | test")
+    p.add_argument("--preset", default=None, help="preset for the sandbox and verifier")
+    p.add_argument("--wheelhouse", default="", help="install from this folder of wheels only")
+    p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    args = p.parse_args(argv)
+    env, sandbox = _preset_sections(args.preset)
+    reqs = requirement_lines(args.requirements.read_text()) if args.requirements else ()
+    config = MineConfig(seed=args.seed, max_candidates=args.max_candidates,
+                        max_tasks=args.max_tasks, budget_s=args.budget_s, python=args.python,
+                        split=args.split)  # fmt: skip
+    run_tests = sandboxed_test_runner(env, sandbox)
+    reports = []
+    for repo in args.repo:
+        report = mine_repository(repo, args.out, config=config, sandbox=sandbox,
+                                 run_tests=run_tests, requirements=reqs,
+                                 prepare=PrepareConfig(wheelhouse=args.wheelhouse))  # fmt: skip
+        print(report.line(), file=sys.stdout if report.ok else sys.stderr)
+        reports.append(report)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(report_dict(reports), indent=2) + "\n")
+    return 0 if all(r.ok for r in reports) else 1
+
+
+# Commands not yet in components/cli.py's table: served here until they are.
+LOCAL_COMMANDS = {"prepare": main_prepare, "mine": main_mine}
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m components.tasks CMD ...` = `agentrl tasks CMD ...` (the same code path)."""
+    from components.cli import COMMANDS
     from components.cli import main as agentrl
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LOCAL_COMMANDS and ("tasks", argv[0]) not in COMMANDS:
+        return LOCAL_COMMANDS[argv[0]](argv[1:])
     return agentrl(["tasks", *argv])
 
 

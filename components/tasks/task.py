@@ -6,6 +6,7 @@
       hidden_tests/    files overlaid on a fresh copy of the agent's repo at verification only
       reference.patch  optional unified diff from repo/ to a correct fix
       hidden_cases.json optional: the hidden cases as data (function, args, expected)
+      environment/     optional: the requirements file task.json's `environment` names
 
 Everything here is plain data plus loading/saving; no execution happens in this module.
 """
@@ -27,6 +28,9 @@ DEFAULT_TEST_COMMAND = ("python", "-m", "pytest", "-q", "-x", "tests")
 HIDDEN_CASES_FILE = "hidden_cases.json"
 
 
+ENVIRONMENT_PYTHON_MIN = (3, 11)  # the verifier starts python with -P (3.11+)
+
+
 class TaskFormatError(ValueError):
     """A task folder does not follow the format; the message names the folder and field."""
 
@@ -41,6 +45,19 @@ class TaskMetadata:
 
 
 @dataclass(frozen=True)
+class TaskEnvironment:
+    """The interpreter a task's commands and verification run with (docs/tasks.md,
+    "Task environments"); built once per distinct value by `agentrl tasks prepare`."""
+
+    python: str = field(metadata=doc("Python version, MAJOR.MINOR (3.11 or newer)"))
+    requirements: tuple[str, ...] = field(
+        default=(), metadata=doc("pinned requirement lines (pip syntax), in file order")
+    )
+    # Where the lines came from, relative to the task folder ("" = inline in task.json).
+    requirements_file: str = field(default="", metadata=doc("file the lines were read from"))
+
+
+@dataclass(frozen=True)
 class Task:
     id: str
     instruction: str
@@ -52,6 +69,8 @@ class Task:
     # Paths (relative to repo/) the agent must not modify: edits are flagged as test tampering.
     protected_paths: tuple[str, ...] = ("tests/",)
     has_reference: bool = False
+    # None: the project's own interpreter (the sandbox's default), as before environments.
+    environment: TaskEnvironment | None = None
 
     @property
     def repo_dir(self) -> Path:
@@ -104,6 +123,42 @@ def _argv(obj: dict, key: str, where: str) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def requirement_lines(text: str) -> tuple[str, ...]:
+    """The requirement lines of a requirements file: comments and blank lines dropped."""
+    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines())
+    return tuple(line for line in lines if line and not line.startswith("#"))
+
+
+def _environment(spec: dict, root: Path, where: str) -> TaskEnvironment | None:
+    value = spec.get("environment")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TaskFormatError(f"{where}: field 'environment' must be an object")
+    python = value.get("python")
+    parts = python.split(".") if isinstance(python, str) else []
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise TaskFormatError(f"{where}: field 'environment.python' must be 'MAJOR.MINOR'")
+    if tuple(int(p) for p in parts) < ENVIRONMENT_PYTHON_MIN:
+        raise TaskFormatError(f"{where}: field 'environment.python' must be 3.11 or newer")
+    reqs, source = value.get("requirements", []), ""
+    if isinstance(reqs, list) and all(isinstance(r, str) for r in reqs):
+        lines = requirement_lines("\n".join(reqs))
+    elif isinstance(reqs, str) and not reqs.startswith("/") and ".." not in Path(reqs).parts:
+        if not (root / reqs).is_file():
+            raise TaskFormatError(f"{where}: environment requirements file {reqs!r} not found")
+        lines, source = requirement_lines((root / reqs).read_text()), reqs
+    else:
+        raise TaskFormatError(
+            f"{where}: field 'environment.requirements' must be a list of strings or a "
+            "file path relative to the task folder"
+        )
+    # Options (-e, --index-url, -r ...) would let a task choose what the host runs or fetches.
+    if any(line.startswith("-") for line in lines):
+        raise TaskFormatError(f"{where}: environment requirements: options ('-...') are refused")
+    return TaskEnvironment(python=python, requirements=lines, requirements_file=source)
+
+
 def load_task(folder: str | Path) -> Task:
     """Load and check one task folder; raises TaskFormatError naming the folder and field."""
     root = Path(folder).resolve()
@@ -152,6 +207,7 @@ def load_task(folder: str | Path) -> Task:
         verify_command=_argv(spec, "verify_command", str(spec_path)),
         protected_paths=tuple(protected),
         has_reference=(root / "reference.patch").is_file(),
+        environment=_environment(spec, root, str(spec_path)),
     )
 
 
@@ -169,6 +225,10 @@ def task_spec(task: Task) -> dict:
     }
     if task.verify_command is not None:
         spec["verify_command"] = list(task.verify_command)
+    env = task.environment
+    if env is not None:
+        reqs = env.requirements_file or list(env.requirements)
+        spec["environment"] = {"python": env.python, "requirements": reqs}
     return spec
 
 

@@ -1,0 +1,663 @@
+"""Mining tasks from a real repository: `agentrl tasks mine --repo PATH` (SWE-smith's recipe).
+
+For one Python repository with a pytest suite:
+
+1. **Setup** (any failure here is the repository's one-line error; nothing is written):
+   find its test files and source modules, attach its environment (a Python version and
+   the requirements given, components/tasks/environments.py) and build it, then run the
+   whole suite once in the sandbox with that interpreter under a call tracer. Every test
+   must pass (skips allowed): no tests, a failing test, a suite that runs past
+   `suite_timeout_s` or a module that cannot be imported (a missing dependency) is an error.
+   The trace says which functions of which modules the suite calls, and from which test files.
+2. **Candidates**: every edit of the bug operators (components/tasks/mutations.py) that
+   falls inside a covered function, written into the module's own text with only the
+   changed code rewritten (components/env/fixes.py: edit_in_place), so the reverse patch is
+   the one line a developer would fix. The order is a seeded shuffle, interleaved across
+   functions (one candidate per function per round), so the same repository and seed try
+   the same candidates in the same order.
+3. **The gate, per candidate**: the covering test files run on the mutant in the sandbox;
+   a mutant is kept only if at least one test that passed before now fails, none of them
+   hangs (the per-test timeout) and every test file still imports. A kept mutant becomes a
+   task folder (docs/tasks.md): `repo/` = the mutated repository (every test visible),
+   `hidden_tests/` = the test files that failed, verbatim, `reference.patch` = the reverse
+   edit, the environment attached, family = `<repository>/<module>`. The task then goes
+   through the data gate (components/tasks/gate.py: check_task with the sandboxed
+   verifier) and is removed again if it fails it.
+4. **Bounds**: at most `max_candidates` candidates and `max_tasks` tasks (both decide what
+   is mined: deterministic), and a wall-clock `budget_s` per repository as a safety net
+   (the report says when it, not the counts, ended the run).
+
+Splits: `split="auto"` puts each family (repository + module) in train, val or test by a
+salted hash of its name, so val and test hold modules never seen in train; a fixed split
+puts the whole repository there (a held-out repository).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from components.env.fixes import edit_in_place
+from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
+from components.tasks.environments import (
+    EnvironmentError_,
+    PrepareConfig,
+    build_environment,
+    harness_versions,
+)
+from components.tasks.gate import RunTests, check_task
+from components.tasks.mutations import OPERATORS, apply_edit, get_operator, normalize
+from components.tasks.task import (
+    SPLITS,
+    Task,
+    TaskEnvironment,
+    TaskMetadata,
+    load_task,
+    task_spec,
+)
+from components.typed_config import doc
+
+SKIP_DIRS = {".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "docs", "doc",
+             "__pycache__", ".pytest_cache", ".eggs", "node_modules", "examples", "benchmarks"}  # fmt: skip
+CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini")
+# Modules of the harness inside every environment: a repository with one of these names
+# would be shadowed by the harness's copy (or shadow it).
+HARNESS_MODULES = {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments",
+                   "pytest_timeout", "py"}  # fmt: skip
+TOOLS = ".agentrl-mine"
+SRC_LAYOUT_NOTE = "# added by agentrl tasks mine: the src/ layout's packages on sys.path"
+
+
+class MineError(RuntimeError):
+    """The repository cannot be mined (one line: what is wrong with it)."""
+
+
+@dataclass(frozen=True)
+class MineConfig:
+    seed: int = field(default=0, metadata=doc("seed of the candidate order"))
+    max_candidates: int = field(default=60, metadata=doc("mutants tried per repository"))
+    max_tasks: int = field(default=20, metadata=doc("tasks kept per repository"))
+    max_per_function: int = field(default=2, metadata=doc("tasks kept per function"))
+    budget_s: float = field(default=900.0, metadata=doc("wall-clock bound per repository"))
+    suite_timeout_s: float = field(
+        default=300.0, metadata=doc("bound on one run of the repository's tests (a hang)")
+    )
+    per_test_timeout_s: float = field(default=10.0, metadata=doc("pytest-timeout per test"))
+    python: str = field(default="3.11", metadata=doc("the environment's Python version"))
+    split: str = field(
+        default="auto", metadata=doc("auto (by family hash) | train | val | test (whole repo)")
+    )
+    val_fraction: float = field(default=0.2, metadata=doc("auto: share of families in val"))
+    test_fraction: float = field(default=0.2, metadata=doc("auto: share of families in test"))
+    split_salt: str = field(default="mined-v1", metadata=doc("salt of the family hash"))
+    operators: tuple[str, ...] = field(default=(), metadata=doc("operator names (() = all)"))
+
+    def __post_init__(self) -> None:
+        if self.split not in ("auto", *SPLITS):
+            raise ValueError(f"MineConfig.split must be auto or one of {SPLITS}")
+        for name in self.operators:
+            get_operator(name)
+
+
+@dataclass
+class MineReport:
+    repository: str
+    ok: bool = False
+    error: str = ""  # the one-line reason nothing was mined
+    source_modules: int = 0
+    test_files: int = 0
+    tests: int = 0
+    covered_functions: int = 0  # functions the suite calls that hold a candidate
+    candidates: int = 0  # edits inside covered functions
+    tried: int = 0
+    kept: list[str] = field(default_factory=list)  # task ids
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    drops: list[dict] = field(default_factory=list)  # {"candidate", "reason"}
+    stopped_by: str = ""  # "budget_s" when the clock ended the run, else ""
+    environment: dict = field(default_factory=dict)
+    setup_s: float = 0.0
+    mutant_tests_s: float = 0.0
+    gate_s: float = 0.0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        if not self.ok:
+            return f"MINE ERROR {self.repository}: {self.error}"
+        return (f"mined {self.repository}: {len(self.kept)} task(s) from {self.tried} "
+                f"mutant(s) tried ({self.candidates} candidates) in {self.seconds:.1f}s")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    module: str  # path relative to the repository root
+    function: str
+    operator: str
+    index: int
+    lineno: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}:{self.function}:{self.operator}#{self.index}"
+
+
+@dataclass
+class Repo:
+    """What setup found out about a repository (a prepared copy lives in `root`)."""
+
+    name: str
+    root: Path
+    test_files: list[str]
+    modules: list[str]
+    env: TaskEnvironment
+    python_env: str
+    src_layout: bool
+    tests: dict[str, str]  # nodeid -> outcome at baseline
+    coverage: dict[str, dict[str, list[str]]]  # module -> function -> test files
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def _walk_py(root: Path) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                out.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return out
+
+
+def is_test_file(rel: str) -> bool:
+    name = os.path.basename(rel)
+    return name.startswith("test_") or name.endswith("_test.py")
+
+
+def _in_test_dir(rel: str) -> bool:
+    return any(p in ("test", "tests", "testing") for p in Path(rel).parts[:-1])
+
+
+def discover(root: Path) -> tuple[list[str], list[str]]:
+    """(test files, source modules) of a repository, relative paths, sorted."""
+    files = _walk_py(root)
+    tests = [f for f in files if is_test_file(f)]
+    modules = [
+        f for f in files
+        if not is_test_file(f) and not _in_test_dir(f)
+        and os.path.basename(f) not in ("conftest.py", "setup.py", "noxfile.py", "__main__.py")
+    ]  # fmt: skip
+    return tests, modules
+
+
+def _top_modules(root: Path, modules: list[str]) -> set[str]:
+    tops = set()
+    for m in modules:
+        parts = Path(m).parts
+        if parts[0] == "src" and len(parts) > 1:
+            parts = parts[1:]
+        tops.add(parts[0].removesuffix(".py"))
+    return tops
+
+
+# ----------------------------------------------------------------------------- running tests
+
+# Runs pytest in the sandbox and writes what happened to a JSON file: each test's outcome
+# and, with tracing, which functions of the repository each test file called.
+RUNNER = r'''
+import json, os, sys, threading
+import pytest
+
+out, trace = sys.argv[1], sys.argv[2] == "trace"
+args = sys.argv[3:]
+sys.path[0] = os.getcwd()  # as `python -m pytest` in the repository root has it
+root = os.getcwd() + os.sep
+tools = os.path.join(root, ".agentrl-mine")
+outcomes, collect_errors, covered, current = {}, [], {}, [None]
+seen = {}
+
+def profile(frame, event, arg):
+    if event != "call":
+        return
+    code = frame.f_code
+    f = code.co_filename
+    keep = seen.get(f)
+    if keep is None:
+        keep = seen[f] = f.startswith(root) and not f.startswith(tools)
+    if keep and current[0] is not None:
+        covered.setdefault((f[len(root):], code.co_firstlineno, code.co_name), set()).add(current[0])
+
+class Recorder:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid, location):
+        current[0] = nodeid.split("::")[0]
+
+    def pytest_collectstart(self, collector):
+        current[0] = getattr(collector, "nodeid", "").split("::")[0] or None
+
+    def pytest_runtest_logreport(self, report):
+        old = outcomes.get(report.nodeid, "passed")
+        text = report.longreprtext if report.failed else ""
+        now = report.outcome
+        if report.failed and "Timeout" in text:
+            now = "timeout"
+        rank = {"passed": 0, "skipped": 1, "failed": 2, "timeout": 3}
+        outcomes[report.nodeid] = max(old, now, key=rank.get)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            collect_errors.append([report.nodeid, report.longreprtext[-600:]])
+
+if trace:
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+rc = pytest.main(args, plugins=[Recorder()])
+sys.setprofile(None)
+with open(out, "w") as fh:
+    json.dump({"rc": int(rc), "tests": outcomes, "collect_errors": collect_errors,
+               "covered": [[f, line, name, sorted(t)] for (f, line, name), t in covered.items()]},
+              fh)
+'''
+
+
+@dataclass
+class SuiteRun:
+    rc: int
+    tests: dict[str, str]
+    collect_errors: list[list[str]]
+    covered: list[list]
+    timed_out: bool
+    output: str
+
+
+def run_suite(tree: Path, test_files: list[str], python_env: str, sandbox: SandboxConfig,
+              config: MineConfig, *, trace: bool) -> SuiteRun:  # fmt: skip
+    """The repository's tests (these files) in the sandbox with the environment's python."""
+    tools = tree / TOOLS
+    tools.mkdir(exist_ok=True)
+    (tools / "runner.py").write_text(RUNNER)
+    out = tools / "result.json"
+    out.unlink(missing_ok=True)
+    argv = ["python", "-B", f"{TOOLS}/runner.py", str(out), "trace" if trace else "plain",
+            "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-o", "cache_dir=/tmp/.pc",
+            f"--timeout={config.per_test_timeout_s:g}", *test_files]  # fmt: skip
+    cfg = replace(sandbox, python_env=python_env, wall_time_s=config.suite_timeout_s,
+                  cpu_time_s=max(sandbox.cpu_time_s, int(config.suite_timeout_s) + 1),
+                  max_output_bytes=max(sandbox.max_output_bytes, 1 << 16))  # fmt: skip
+    cmd = run_sandboxed(argv, tree, cfg, workspace=tree)
+    data = json.loads(out.read_text()) if out.is_file() else {}
+    return SuiteRun(rc=int(data.get("rc", -1)), tests=data.get("tests", {}),
+                    collect_errors=data.get("collect_errors", []),
+                    covered=data.get("covered", []),
+                    timed_out=cmd.limit_hit == "wall_time", output=cmd.output)  # fmt: skip
+
+
+def _missing_module(text: str) -> str | None:
+    m = re.search(r"No module named '([^']+)'", text)
+    return m.group(1) if m else None
+
+
+def _baseline_error(run: SuiteRun, config: MineConfig) -> str:
+    """Why a repository's unmutated suite cannot be mined from ("" = it can)."""
+    if run.timed_out:
+        return f"its tests hang (did not finish in {config.suite_timeout_s:g}s)"
+    for nodeid, text in run.collect_errors:
+        missing = _missing_module(text)
+        if missing:
+            return f"missing dependency: No module named {missing!r} (in {nodeid or 'collection'})"
+    if run.collect_errors:
+        nodeid, text = run.collect_errors[0]
+        last = text.strip().splitlines()[-1] if text.strip() else "?"
+        return f"{len(run.collect_errors)} test file(s) fail to import before mutation ({nodeid}: {last})"
+    if run.rc == -1:
+        tail = run.output.strip().splitlines()[-1:] or ["no output"]
+        return f"the test run ended without a result ({tail[0][:200]})"
+    bad = sorted(n for n, o in run.tests.items() if o in ("failed", "timeout"))
+    if bad:
+        return f"{len(bad)} test(s) fail before mutation (e.g. {bad[0]})"
+    if not any(o == "passed" for o in run.tests.values()):
+        return "no tests collected" if not run.tests else "every test is skipped"
+    if run.rc not in (0,):
+        return f"pytest exited with code {run.rc} before mutation"
+    return ""
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def _copy_repo(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, symlinks=False,
+                    ignore=shutil.ignore_patterns(*SKIP_DIRS - {"docs", "doc", "examples",
+                                                                "benchmarks"}, "*.pyc"))  # fmt: skip
+
+
+def _add_src_path(root: Path) -> None:
+    """src/ layout: the repository's packages are not at its root, where the tests' python
+    finds them; a root conftest.py (protected, like every pytest configuration) adds src/."""
+    conftest = root / "conftest.py"
+    head = (f"{SRC_LAYOUT_NOTE}\nimport os as _os, sys as _sys\n"
+            "_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "
+            "'src'))\n")  # fmt: skip
+    old = conftest.read_text() if conftest.is_file() else ""
+    conftest.write_text(head + ("\n" + old if old else ""))
+
+
+def _coverage(run: SuiteRun, modules: list[str]) -> dict[str, dict[str, list[str]]]:
+    """module -> covered function (qualified name) -> test files that call it."""
+    wanted = set(modules)
+    by_module: dict[str, dict[int, set[str]]] = {}
+    for f, line, _name, tests in run.covered:
+        if f in wanted:
+            by_module.setdefault(f, {}).setdefault(int(line), set()).update(tests)
+    return {m: {str(k): sorted(v) for k, v in lines.items()} for m, lines in by_module.items()}
+
+
+# long: the setup steps in the order a reader checks them, each with its one-line error
+def setup_repo(repo: Path, work: Path, requirements: tuple[str, ...], config: MineConfig,
+               sandbox: SandboxConfig, prepare: PrepareConfig) -> Repo:  # fmt: skip
+    """Check, copy and baseline a repository (raises MineError with its one-line reason)."""
+    repo = repo.resolve()
+    if not repo.is_dir():
+        raise MineError(f"not a folder: {repo}")
+    tests, modules = discover(repo)
+    if not tests:
+        raise MineError("no test files (test_*.py or *_test.py)")
+    if not modules:
+        raise MineError("no source modules outside the tests")
+    clash = _top_modules(repo, modules) & HARNESS_MODULES
+    if clash:
+        raise MineError(f"its package {sorted(clash)[0]!r} would collide with the test harness")
+    root = work / "repo"
+    _copy_repo(repo, root)
+    src_layout = (root / "src").is_dir() and all(Path(m).parts[0] == "src" for m in modules
+                                                 if "/" in m)  # fmt: skip
+    if src_layout:
+        _add_src_path(root)
+    env = TaskEnvironment(python=config.python, requirements=requirements)
+    try:
+        built = build_environment(env, replace(prepare, cache_dir=sandbox.environments_dir))
+    except EnvironmentError_ as e:
+        raise MineError(f"environment: {e}") from e
+    run = run_suite(root, tests, built.path, sandbox, config, trace=True)
+    error = _baseline_error(run, config)
+    if error:
+        raise MineError(error)
+    coverage = _coverage(run, modules)
+    return Repo(name=repo.name, root=root, test_files=tests, modules=modules, env=env,
+                python_env=built.path, src_layout=src_layout, tests=run.tests,
+                coverage=coverage)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- candidates
+
+
+def _functions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """(qualified name, node) of every function, outer before inner."""
+    out: list[tuple[str, ast.AST]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                out.append((prefix + child.name, child))
+                visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+
+    visit(tree, "")
+    return out
+
+
+def _first_lines(node: ast.AST) -> set[int]:
+    """The lines a code object of this function may report as its first (decorators)."""
+    return {node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))}
+
+
+def candidates(repo: Repo, config: MineConfig) -> list[Candidate]:
+    """Every operator edit inside a covered function, in the seeded, interleaved order."""
+    ops = [get_operator(n) for n in config.operators] if config.operators else list(OPERATORS)
+    groups: dict[tuple[str, str], list[Candidate]] = {}
+    for module in sorted(repo.coverage):
+        source = (repo.root / module).read_text()
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        covered_lines = {int(k) for k in repo.coverage[module]}
+        spans = [(name, node.lineno, node.end_lineno) for name, node in _functions(tree)
+                 if _first_lines(node) & covered_lines]  # fmt: skip
+        for op in ops:
+            for k, edit in enumerate(op.edits(ast.parse(source))):
+                inside = [s for s in spans if s[1] <= edit.lineno <= s[2]]
+                if inside:  # the innermost covered function holding the edit
+                    name = max(inside, key=lambda s: s[1])[0]
+                    groups.setdefault((module, name), []).append(
+                        Candidate(module, name, op.name, k, edit.lineno))
+    rng = random.Random(config.seed)
+    keys = sorted(groups)
+    rng.shuffle(keys)
+    for key in keys:
+        rng.shuffle(groups[key])
+    order = []
+    for i in range(max((len(g) for g in groups.values()), default=0)):
+        order += [groups[k][i] for k in keys if i < len(groups[k])]
+    return order
+
+
+def covering_tests(repo: Repo, cand: Candidate) -> list[str]:
+    source = (repo.root / cand.module).read_text()
+    files: set[str] = set()
+    for name, node in _functions(ast.parse(source)):
+        if name == cand.function or name.startswith(cand.function + "."):
+            for line in _first_lines(node):
+                files.update(repo.coverage[cand.module].get(str(line), []))
+    return sorted(f for f in files if f in repo.test_files)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def family_split(family: str, config: MineConfig) -> str:
+    if config.split != "auto":
+        return config.split
+    u = int(hashlib.sha256(f"{config.split_salt}:{family}".encode()).hexdigest()[:8], 16) / 2**32
+    if u < config.test_fraction:
+        return "test"
+    return "val" if u < config.test_fraction + config.val_fraction else "train"
+
+
+def _protected(repo: Repo) -> list[str]:
+    """Every test file (or whole test folder) and every pytest configuration file."""
+    out: set[str] = set()
+    module_dirs = {os.path.dirname(m) for m in repo.modules}
+    for t in repo.test_files:
+        folder = os.path.dirname(t)
+        out.add(f"{folder}/" if folder and folder not in module_dirs else t)
+    for rel in _walk_py(repo.root) + [p for p in os.listdir(repo.root)]:
+        if os.path.basename(rel) in CONFIG_NAMES:
+            out.add(rel)
+    out.update(n for n in CONFIG_NAMES if (repo.root / n).exists())
+    return sorted(out)
+
+
+def _patch(rel: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 f"a/{rel}", f"b/{rel}")  # fmt: skip
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)  # fmt: skip
+
+
+def _instruction(failing: list[str], command: list[str]) -> str:
+    shown = ", ".join(failing[:5]) + (f" and {len(failing) - 5} more" if len(failing) > 5 else "")
+    return (f"Tests of this repository fail: {shown}. Run `{' '.join(command)}` to see the "
+            "failures, find the bug in the library's source code and fix it. Do not modify "
+            "the tests or the test configuration.")  # fmt: skip
+
+
+# long: one task folder, field by field (docs/tasks.md is the contract it follows)
+def write_task(repo: Repo, cand: Candidate, buggy: str, failing: list[str], out: Path,
+               config: MineConfig, upstream: dict) -> Task:  # fmt: skip
+    original = (repo.root / cand.module).read_text()
+    dotted = cand.module.removesuffix(".py").removeprefix("src/").replace("/", ".")
+    family = f"{repo.name}/{dotted}"
+    digest = hashlib.sha256(f"{family}\0{cand.name}\0{buggy}".encode()).hexdigest()[:10]
+    task_id = f"mined-{re.sub(r'[^A-Za-z0-9_.-]', '-', repo.name)}-{digest}"
+    folder = out / task_id
+    if folder.exists():
+        shutil.rmtree(folder)
+    _copy_repo(repo.root, folder / "repo")
+    shutil.rmtree(folder / "repo" / TOOLS, ignore_errors=True)
+    (folder / "repo" / cand.module).write_text(buggy)
+    hidden_files = sorted({n.split("::")[0] for n in failing})
+    for rel in hidden_files:
+        dst = folder / "hidden_tests" / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(repo.root / rel, dst)
+    (folder / "reference.patch").write_text(_patch(cand.module, buggy, original))
+    reqs: str | list[str] = list(repo.env.requirements)
+    if reqs:
+        (folder / "environment").mkdir()
+        (folder / "environment" / "requirements.txt").write_text("\n".join(reqs) + "\n")
+        reqs = "environment/requirements.txt"
+    command = ["python", "-m", "pytest", "-q", "-o", "addopts=", *hidden_files]
+    meta = TaskMetadata(family=family, bug_class=cand.operator, split=family_split(family, config),
+                        source="mined", extra={
+        "repository": repo.name, "module": cand.module, "function": cand.function,
+        "mutation": f"{cand.operator}#{cand.index} line {cand.lineno}",
+        "failing_tests": failing, "src_layout": repo.src_layout, "upstream": upstream,
+        "mine_seed": config.seed})  # fmt: skip
+    task = Task(id=task_id, instruction=_instruction(failing, command), metadata=meta,
+                root=folder.resolve(), test_command=tuple(command),
+                protected_paths=tuple(_protected(repo)), has_reference=True)  # fmt: skip
+    spec = task_spec(task)
+    spec["environment"] = {"python": repo.env.python, "requirements": reqs}
+    (folder / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
+    return load_task(folder)
+
+
+# ----------------------------------------------------------------------------- mining
+
+
+def _drop(report: MineReport, cand: Candidate, reason: str) -> None:
+    key = reason.split(":", 1)[0]
+    report.dropped[key] = report.dropped.get(key, 0) + 1
+    report.drops.append({"candidate": cand.name, "reason": reason})
+
+
+def _mutant_text(source: str, cand: Candidate) -> str | None:
+    mutant = apply_edit(source, get_operator(cand.operator), cand.index)
+    if mutant is None:
+        return None
+    text = edit_in_place(source, mutant.source)
+    try:
+        return text if normalize(text) == mutant.source and text != source else None
+    except SyntaxError:
+        return None
+
+
+# long: the per-candidate gate, each way out with its reason for the report
+def try_candidate(repo: Repo, cand: Candidate, work: Path, sandbox: SandboxConfig,
+                  config: MineConfig) -> tuple[str | None, list[str], str]:  # fmt: skip
+    """(the buggy module text or None, the tests that fail on it, why it was dropped)."""
+    source = (repo.root / cand.module).read_text()
+    buggy = _mutant_text(source, cand)
+    if buggy is None:
+        return None, [], "no one-edit text for the mutant (no change, or not in place)"
+    tests = covering_tests(repo, cand)
+    if not tests:
+        return None, [], "no test file calls the function"
+    tree = work / "mutant"
+    shutil.rmtree(tree, ignore_errors=True)
+    _copy_repo(repo.root, tree)
+    (tree / cand.module).write_text(buggy)
+    run = run_suite(tree, tests, repo.python_env, sandbox, config, trace=False)
+    if run.timed_out or any(o == "timeout" for o in run.tests.values()):
+        return None, [], "hangs: a test ran past its timeout on the mutant"
+    if run.collect_errors:
+        return None, [], "breaks import: a test file no longer imports"
+    if run.rc == -1:
+        return None, [], "no result: the test run ended without a report"
+    failing = sorted(n for n, o in run.tests.items()
+                     if o == "failed" and repo.tests.get(n) == "passed")  # fmt: skip
+    if not failing:
+        return None, [], "survives: every covering test still passes"
+    return buggy, failing, ""
+
+
+# long: the mining loop with its three bounds and the per-task data gate
+def mine_repository(repo_path: Path, out: Path, *, config: MineConfig, sandbox: SandboxConfig,
+                    run_tests: RunTests, prepare: PrepareConfig | None = None,
+                    requirements: tuple[str, ...] = (), upstream: dict | None = None,
+                    name: str | None = None) -> MineReport:  # fmt: skip
+    """Mine one repository into `out` (one folder per kept task); `name` (default: the
+    folder's) starts every family. Never raises for a bad repository: the report's `error`
+    says what is wrong and nothing is written."""
+    start = time.monotonic()
+    report = MineReport(repository=str(repo_path))
+    prepare = prepare or PrepareConfig()
+    with tempfile.TemporaryDirectory(prefix="agentrl-mine-") as tmp:
+        work = Path(tmp)
+        try:
+            repo = setup_repo(Path(repo_path), work, requirements, config, sandbox, prepare)
+            repo.name = name or repo.name
+        except (MineError, SandboxError, OSError) as e:
+            report.error = " ".join(str(e).split())[:300]
+            report.seconds = time.monotonic() - start
+            return report
+        report.setup_s = time.monotonic() - start
+        report.environment = {"python": repo.env.python, "requirements": list(repo.env.requirements),
+                              "key": Path(repo.python_env).name, "harness": harness_versions()}  # fmt: skip
+        report.source_modules, report.test_files = len(repo.modules), len(repo.test_files)
+        report.tests = len(repo.tests)
+        order = candidates(repo, config)
+        report.covered_functions = len({(c.module, c.function) for c in order})
+        report.candidates = len(order)
+        per_function: Counter = Counter()
+        seen: set[str] = set()
+        for cand in order:
+            if report.tried >= config.max_candidates or len(report.kept) >= config.max_tasks:
+                break
+            if time.monotonic() - start > config.budget_s:
+                report.stopped_by = "budget_s"
+                break
+            if per_function[(cand.module, cand.function)] >= config.max_per_function:
+                continue  # enough from this function; not a try
+            report.tried += 1
+            t0 = time.monotonic()
+            buggy, failing, reason = try_candidate(repo, cand, work, sandbox, config)
+            report.mutant_tests_s += time.monotonic() - t0
+            if buggy is None:
+                _drop(report, cand, reason)
+                continue
+            if buggy in seen:
+                _drop(report, cand, "duplicate: the same buggy text as a kept task")
+                continue
+            task = write_task(repo, cand, buggy, failing, out, config, upstream or {})
+            t0 = time.monotonic()
+            check = check_task(task, run_tests)
+            report.gate_s += time.monotonic() - t0
+            if not check.ok:
+                shutil.rmtree(task.root, ignore_errors=True)
+                _drop(report, cand, f"gate: {check.reason[:200]}")
+                continue
+            seen.add(buggy)
+            per_function[(cand.module, cand.function)] += 1
+            report.kept.append(task.id)
+    report.ok = True
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def report_dict(reports: list[MineReport]) -> dict:
+    return {"repositories": [asdict(r) for r in reports],
+            "kept": sum(len(r.kept) for r in reports),
+            "errors": {r.repository: r.error for r in reports if not r.ok}}  # fmt: skip

@@ -1,0 +1,206 @@
+"""`agentrl tasks mine` (components/tasks/mine.py) on the fixture repository
+tests/fixtures/mine_repo/ (offline): mined tasks pass the data gate, run end to end with
+their own environment in the sandbox (oracle solves, noop does not), bad repositories give
+one line and nothing else, and the attacks a mined repository opens are refused."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from components.env.config import EnvConfig
+from components.env.sandbox import SandboxConfig, run_sandboxed
+from components.env.verifier import sandboxed_test_runner, verify
+from components.tasks.environments import PrepareConfig, task_python_env
+from components.tasks.mine import MineConfig, candidates, mine_repository, setup_repo
+from components.tasks.patching import apply_unified_diff
+from components.tasks.task import load_tasks
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mine_repo"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory) -> SandboxConfig:
+    return SandboxConfig(environments_dir=str(tmp_path_factory.mktemp("envs")))
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory, sandbox):
+    out = tmp_path_factory.mktemp("mined")
+    config = MineConfig(max_candidates=4, seed=0)
+    report = mine_repository(FIXTURE, out, config=config, sandbox=sandbox, name="minilib",
+                             run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
+    tasks, errors = load_tasks(out)
+    return report, tasks, errors
+
+
+def test_mines_gated_tasks_in_the_standard_format(mined, sandbox):
+    report, tasks, errors = mined
+    assert report.ok and not errors, report.error
+    assert report.tried == 4 and len(report.kept) >= 2
+    assert sorted(t.id for t in tasks) == sorted(report.kept)
+    assert report.tried == len(report.kept) + sum(report.dropped.values())
+    assert report.test_files == 2 and report.tests == 11
+    for task in tasks:
+        extra = task.metadata.extra
+        assert task.metadata.source == "mined"
+        assert task.metadata.family == "minilib/" + extra["module"][:-3].replace("/", ".")
+        assert task.metadata.split in ("train", "val", "test")
+        assert task.environment is not None and task.environment.python == "3.11"
+        assert task_python_env(task, sandbox.environments_dir)  # prepared while mining
+        assert extra["function"] != "never_tested"  # the suite never calls it
+        hidden = task.hidden_test_files()
+        assert hidden and {f.split("::")[0] for f in extra["failing_tests"]} == set(hidden)
+        for rel in hidden:  # hidden tests are the repository's own files, verbatim
+            assert (task.hidden_tests_dir / rel).read_text() == (FIXTURE / rel).read_text()
+            assert task.is_protected(rel)
+        assert task.is_protected("pyproject.toml") and task.is_protected("tests/test_new.py")
+        # The reverse patch is the one-line fix and restores the upstream file exactly.
+        patch = task.reference_patch()
+        assert sum(line.startswith(("+", "-")) for line in patch.splitlines()) <= 6
+        fixed = task.root.parent / f"{task.id}.fixed"
+        shutil.copytree(task.repo_dir, fixed)
+        apply_unified_diff(fixed, patch)
+        module = extra["module"]
+        assert (fixed / module).read_text() == (FIXTURE / module).read_text()
+        shutil.rmtree(fixed)
+
+
+def test_candidate_order_is_deterministic_for_a_seed(tmp_path, sandbox):
+    config = MineConfig()
+    repo = setup_repo(FIXTURE, tmp_path, (), config, sandbox, PrepareConfig())
+    first = candidates(repo, config)
+    assert first == candidates(repo, config)
+    assert first != candidates(repo, replace(config, seed=1))
+    assert {c.function for c in first} == {
+        "clamp",
+        "mean",
+        "is_prime",
+        "count_words",
+        "chunk",
+        "title_case",
+    }  # never_tested is not covered
+    # Interleaved: the first round holds one candidate of every covered function.
+    assert len({(c.module, c.function) for c in first[:6]}) == 6
+
+
+def test_mined_tasks_run_end_to_end_with_their_environment(mined, sandbox):
+    from components.evaluate.episodes import run_policy
+    from components.rollout.config import RolloutConfig
+
+    _, tasks, _ = mined
+    task = tasks[0]
+    # Episodes run the task's commands with its environment (EpisodeEnv does not pick it
+    # per task yet: the sandbox is given it here).
+    episode_sandbox = replace(sandbox, python_env=task_python_env(task, sandbox.environments_dir))
+    for policy, success in (("oracle", True), ("noop", False)):
+        (result,) = run_policy([task], policy, rollout=RolloutConfig(), env=EnvConfig(),
+                               sandbox=episode_sandbox)  # fmt: skip
+        assert result.status == "ok" and result.success is success, (policy, result.infra_detail)
+        assert not result.verdict_forged
+    assert result.ran_tests or policy == "noop"
+
+
+def _repo(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+GOOD_MODULE = "def add(a, b):\n    return a + b\n"
+BAD_REPOS = {
+    "notests": ({"lib/__init__.py": "", "lib/core.py": GOOD_MODULE}, "no test files"),
+    "failing": ({"lib/__init__.py": "", "lib/core.py": GOOD_MODULE,
+                 "tests/test_core.py": "from lib.core import add\n\n"
+                                       "def test_add():\n    assert add(1, 1) == 3\n"},
+                "1 test(s) fail before mutation"),
+    "hanging": ({"lib/__init__.py": "", "lib/core.py": GOOD_MODULE,
+                 "tests/test_core.py": "import time\nfrom lib.core import add\n\n"
+                                       "def test_add():\n    time.sleep(60)\n"},
+                "its tests hang"),
+    "missingdep": ({"lib/__init__.py": "", "lib/core.py": "import yaml\n" + GOOD_MODULE,
+                    "tests/test_core.py": "from lib.core import add\n\n"
+                                          "def test_add():\n    assert add(1, 1) == 2\n"},
+                   "missing dependency: No module named 'yaml'"),
+    "harness_name": ({"pluggy/__init__.py": GOOD_MODULE, "tests/test_p.py": "def test_p(): pass\n"},
+                     "collide with the test harness"),
+}  # fmt: skip
+
+
+def test_a_bad_repository_gives_one_line_and_mines_nothing(tmp_path, sandbox, capsys):
+    from components.tasks.__main__ import main
+
+    out = tmp_path / "out"
+    config = MineConfig(suite_timeout_s=6, per_test_timeout_s=30)
+    for name, (files, error) in BAD_REPOS.items():
+        repo = _repo(tmp_path / name, files)
+        report = mine_repository(repo, out, config=config, sandbox=sandbox,
+                                 run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
+        assert not report.ok and error in report.error, (name, report.error)
+        assert "\n" not in report.line() and report.line().startswith("MINE ERROR")
+    assert not out.exists() or not any(out.iterdir())
+    # From the command line: one line per repository on stderr, exit code 1, the good
+    # repository beside them still mined.
+    code = main(["mine", "--repo", str(tmp_path / "notests"), "--repo", str(FIXTURE),
+                 "--out", str(out), "--max-candidates", "1", "--preset", _preset(tmp_path, sandbox)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err.count("MINE ERROR") == 1 and "no test files" in captured.err
+    assert "mined " in captured.out and len(list(out.iterdir())) == 1
+
+
+def _preset(tmp_path: Path, sandbox: SandboxConfig) -> str:
+    from components.preset import DEFAULT_PRESET
+
+    text = Path(DEFAULT_PRESET).read_text()
+    assert "\nsandbox:" not in text  # the CPU preset keeps the sandbox's defaults
+    path = tmp_path / "preset.yaml"
+    path.write_text(f"{text}\nsandbox:\n  environments_dir: {sandbox.environments_dir}\n")
+    return str(path)
+
+
+def _agent_tree(task, tmp_path: Path, edits: dict[str, str]) -> Path:
+    """The task's (buggy) repository with the agent's edits."""
+    tree = tmp_path / f"agent-{task.id}"
+    shutil.copytree(task.repo_dir, tree)
+    for rel, text in edits.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return tree
+
+
+SKIP_ALL = "import pytest\n\ndef pytest_collection_modifyitems(items):\n" \
+           "    for i in items:\n        i.add_marker(pytest.mark.skip)\n"  # fmt: skip
+
+
+def test_attacks_a_mined_repository_opens(mined, sandbox, tmp_path):
+    """An unfixed mined task must not verify as solved by editing what a real repository
+    has: its conftest files, its test files, its pytest configuration, a package beside it
+    that shadows the harness, or the environment's interpreter."""
+    _, tasks, _ = mined
+    task = tasks[0]
+    env = EnvConfig()
+    buggy = {"tests/conftest.py": SKIP_ALL, "conftest.py": SKIP_ALL, "minilib/conftest.py": SKIP_ALL,
+             "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-k nothing'\n",
+             "pytest.ini": "[pytest]\naddopts = -p no:python\n",
+             "pluggy.py": "raise SystemExit(0)\n", "minilib/sitecustomize.py": "import os\n"}  # fmt: skip
+    for rel in task.hidden_test_files():  # the failing tests, rewritten to pass
+        buggy[rel] = "def test_ok():\n    pass\n"
+    for rel, text in buggy.items():
+        tree = _agent_tree(task, tmp_path / rel.replace("/", "_"), {rel: text})
+        v = verify(task, tree, env, sandbox)
+        assert v.status == "ok" and not v.tests_passed, rel
+        assert rel in v.tampered_files, rel
+    # The environment is read-only to every command of an episode and of verification.
+    python_env = task_python_env(task, sandbox.environments_dir)
+    site = next(Path(python_env).glob("lib/python*/site-packages"))
+    out = run_sandboxed(["python", "-c", f"open('{site}/zz_agent.pth', 'w').write('import os')"],
+                        task.repo_dir.parent, replace(sandbox, python_env=python_env),
+                        workspace=task.repo_dir.parent)  # fmt: skip
+    assert "Read-only file system" in out.output and not (site / "zz_agent.pth").exists()
