@@ -83,6 +83,17 @@ class RolloutConfig:
         default=3,
         metadata=doc("openai backend: retries (exponential backoff) on connection errors / 5xx"),
     )
+    sync_retries: int = field(
+        default=3,
+        metadata=doc(
+            "openai backend in training: tries after the first to make the server serve a new "
+            "policy version (rollout/policy_sync.py) before the run stops with an error"
+        ),
+    )
+    sync_timeout_s: float = field(
+        default=600.0,
+        metadata=doc("openai backend in training: timeout of one policy-sync request"),
+    )
 
     def __post_init__(self) -> None:
         if self.backend not in ("transformers", "openai"):
@@ -106,5 +117,7 @@ class RolloutConfig:
                 "RolloutConfig.constrain_fix_ids needs the transformers backend (a vLLM server "
                 "would take it as structured outputs; not wired)"
             )
-        if self.max_retries < 0:
-            raise ValueError("RolloutConfig.max_retries must be >= 0")
+        if self.max_retries < 0 or self.sync_retries < 0:
+            raise ValueError("RolloutConfig: max_retries and sync_retries must be >= 0")
+        if self.sync_timeout_s <= 0:
+            raise ValueError("RolloutConfig.sync_timeout_s must be positive")

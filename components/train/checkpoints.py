@@ -9,6 +9,11 @@ hash). Under DeepSpeed the weights and optimizer are the engine's own checkpoint
 `state.json` never counts. The metrics file (one JSON row per iteration) is rewritten whole
 and renamed into place too; on resume the rows logged after the checkpoint are dropped,
 because the resumed run replays those iterations.
+
+With sampling on an inference server, each policy version is also written on its own
+(output_dir/versions/vNNNNNN/: the adapters, or the full weights) for the server to load;
+the ones a resumed run may still sample with (max_staleness back from the latest
+checkpoint) are kept.
 """
 
 from __future__ import annotations
@@ -143,3 +148,36 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------
+# Policy versions for an inference server (served sampling: grpo.py, rollout/policy_sync.py)
+
+
+def version_dir(output_dir: str | Path, version: int) -> Path:
+    """Where policy version `version` (the weights after that many updates) is written."""
+    return Path(output_dir) / "versions" / f"v{version:06d}"
+
+
+def save_version(stepper, output_dir: str | Path, version: int) -> Path:
+    """Write the policy's weights as version `version` for the server to load: the LoRA
+    adapters alone (PEFT's files) or the full weights (a checkpoint without tokenizer).
+    Written to a temporary folder and renamed into place, so the server never reads a
+    half-written version; a version written before (a resumed run replays it) is replaced."""
+    final = version_dir(output_dir, version)
+    tmp = final.with_name(f".tmp-{final.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    with stepper.gathered():
+        stepper.model.save_pretrained(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def prune_versions(output_dir: str | Path, keep_from: int) -> None:
+    """Delete the versions older than `keep_from` (none a resumed run can still sample with)."""
+    for path in (Path(output_dir) / "versions").glob("v*"):
+        if path.name[1:].isdigit() and int(path.name[1:]) < keep_from:
+            shutil.rmtree(path, ignore_errors=True)

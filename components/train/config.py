@@ -412,12 +412,29 @@ class GRPOConfig:
             "train LoRA adapters on the frozen base, KL reference = the base; None = all weights"
         ),
     )
+    async_rollouts: bool = field(
+        default=False,
+        metadata=doc(
+            "sample the next iterations in a background thread through the inference server "
+            "(rollout.backend openai) while this one updates (train/async_rollouts.py)"
+        ),
+    )
+    max_staleness: int = field(
+        default=1,
+        metadata=doc(
+            "async_rollouts: iteration i is sampled with policy version max(0, i-1-s), i.e. "
+            "at most s updates behind the weights it trains; older episodes are dropped. "
+            "0 = the synchronous run exactly"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):  # from JSON
             object.__setattr__(self, "lora", LoRAConfig(**self.lora))
         if isinstance(self.deepspeed, dict):
             object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
+        if self.max_staleness < 0:
+            raise ValueError("GRPOConfig.max_staleness must be >= 0")
         for name in ("iterations", "tasks_per_iteration", "ppo_epochs", "micro_batch_size",
                      "checkpoint_every", "keep_checkpoints"):  # fmt: skip
             if getattr(self, name) < 1:

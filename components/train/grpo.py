@@ -41,6 +41,17 @@ one, and a run killed and resumed ends with the same weights and metrics as an u
 run (tests/train/test_grpo.py). Metrics of each iteration go to output_dir/metrics.jsonl,
 and to MLflow when a tracking URI is configured.
 
+Sampling on an inference server (rollout.backend "openai": vLLM at scale, `agentrl serve`
+on CPU): after each update the trainer writes the new policy version (checkpoints.
+save_version: the LoRA adapters, or the full weights) and the server is made to serve it
+by name before it samples (rollout/policy_sync.py): LoRA through vLLM's
+/v1/load_lora_adapter, full weights through /update_weights_from_disk. The episodes keep
+the server's token ids and log-probs as sampled, and each records the version that
+sampled it. With `async_rollouts` the next iterations are sampled in a background thread
+while this one updates, each at most `max_staleness` versions behind
+(train/async_rollouts.py); 0 reproduces the synchronous run exactly, and resume stays
+exact (the versions a resumed run still samples with are kept on disk).
+
 `agentrl train grpo` (main_grpo) takes every setting from a preset: sections grpo, rollout,
 env and sandbox.
 """
@@ -68,9 +79,19 @@ from components.policy.lora import reference_or_base
 from components.rollout.completion import GenerateFn
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout, sample_episodes
+from components.rollout.policy_sync import PolicySync, PolicySyncError, version_name, version_number
 from components.seeding import derive_seed
 from components.tasks.task import Task
-from components.train.checkpoints import read_metrics, restore, save_checkpoint, write_metrics
+from components.train.async_rollouts import BackgroundRollouts, InlineRollouts
+from components.train.checkpoints import (
+    prune_versions,
+    read_metrics,
+    restore,
+    save_checkpoint,
+    save_version,
+    version_dir,
+    write_metrics,
+)
 from components.train.config import GRPOConfig
 from components.train.losses import (
     group_advantages,
@@ -109,6 +130,7 @@ class GRPOResult:
 # The recipe: setup, then iterations (sample -> advantages -> update), then finish.
 
 
+# long: the recipe top to bottom: setup, iterations (episodes, update, version, checkpoint)
 def train_grpo(
     model,
     tokenizer,
@@ -126,11 +148,14 @@ def train_grpo(
 
     `reference`: the frozen KL reference (beta > 0), or None for a frozen copy of `model`
     as passed in, i.e. before a checkpoint is restored: pass the *starting* policy on
-    resume too. With `config.lora`, None means the base with its adapters off (no copy). Episodes are sampled in-process with `model` (transformers backend);
-    `generate_fn` overrides that (tests, benchmarks; it must sample from `model`).
+    resume too. With `config.lora`, None means the base with its adapters off (no copy).
+    Episodes are sampled in-process with `model` (transformers backend; `generate_fn`
+    overrides that: tests, benchmarks, it must sample from `model`), or on the server at
+    rollout_config.base_url (openai backend), which must start from the same weights (LoRA:
+    the same base) and allow runtime updates.
     `resume=True` continues from the latest checkpoint in output_dir, if any.
     """
-    _check_inputs(tasks, rollout_config, generate_fn)
+    _check_inputs(tasks, config, rollout_config, generate_fn)
     rank, _ = world()
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -149,17 +174,30 @@ def train_grpo(
 
     rows: list[dict] = []
     last_checkpoint = start["checkpoint"]
+    served = rollout_config.backend == "openai"
+    if served and start["checkpoint"] is None:
+        save_version(stepper, output_dir, 0)  # the starting policy, for the server
+    rollouts_source = _rollout_source(
+        stepper, tokenizer, tasks, config, rollout_config, env_config, sandbox_config,
+        generate_fn, output_dir, fingerprint, iteration,
+    )  # fmt: skip
+    # Versions a resumed run may still sample with: max_staleness back from a checkpoint.
+    lag = config.max_staleness if config.async_rollouts else 0
     started = time.perf_counter()
     try:
         while iteration < config.iterations:
             iteration += 1
-            picked = pick_tasks(len(tasks), position, config.tasks_per_iteration, config.seed)
             position += config.tasks_per_iteration
             row = {"iteration": iteration, "data_position": position}
-            row.update(_iteration(
-                stepper, reference, tokenizer, [tasks[i] for i in picked], iteration,
-                config, rollout_config, env_config, sandbox_config, device, generate_fn,
-            ))  # fmt: skip
+            t0 = time.perf_counter()
+            rollouts, sample_seconds, wait_seconds = rollouts_source.get(iteration)
+            rollouts, row["stale_dropped"], row["policy_lag"] = drop_stale(rollouts, iteration, lag)
+            row.update(_iteration(stepper, reference, tokenizer, rollouts, iteration, config,
+                                  rollout_config, device))  # fmt: skip
+            if served:  # the new weights, for the server to load when they are needed
+                save_version(stepper, output_dir, iteration)
+                rollouts_source.publish(iteration)
+            row.update(_timings(row, sample_seconds, wait_seconds, time.perf_counter() - t0))
             rows.append(row)
             if rank == 0:
                 _log(row, history, metrics_path, mlflow)
@@ -168,8 +206,11 @@ def train_grpo(
                          "config_hash": fingerprint, "seed": config.seed}  # fmt: skip
                 last_checkpoint = save_checkpoint(stepper, output_dir, state,
                                                   config.keep_checkpoints)  # fmt: skip
+                if served:
+                    prune_versions(output_dir, iteration - lag)
         policy_dir = save_gathered(stepper, tokenizer, output_dir / "policy")
     finally:
+        rollouts_source.close()
         if mlflow is not None:
             mlflow.end_run()
     return GRPOResult(
@@ -202,17 +243,12 @@ def _setup(model, reference, config: GRPOConfig):
 
 
 def _iteration(
-    stepper, reference, tokenizer, tasks: Sequence[Task], iteration: int,
-    config: GRPOConfig, rollout_config: RolloutConfig, env_config: EnvConfig,
-    sandbox_config: SandboxConfig, device, generate_fn: GenerateFn | None,
+    stepper, reference, tokenizer, rollouts: list[Rollout], iteration: int,
+    config: GRPOConfig, rollout_config: RolloutConfig, device,
 ) -> dict:  # fmt: skip
-    """One iteration on this iteration's `tasks`: sample -> advantages -> update. Returns its
-    metrics (episodes, rewards, the update's means, timings)."""
+    """Advantages and the update on this iteration's episodes. Returns its metrics
+    (episodes, rewards, the update's means, its duration)."""
     t0 = time.perf_counter()
-    rollouts = _sample(stepper, tokenizer, tasks, iteration, config, rollout_config,
-                       env_config, sandbox_config, generate_fn)  # fmt: skip
-    t1 = time.perf_counter()
-
     advantages, episode_advantages, valid, keep = _advantages(rollouts, config)
     row = _rollout_metrics(rollouts, valid)
     row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
@@ -224,13 +260,102 @@ def _iteration(
         ))  # fmt: skip
     else:
         row.update(optimizer_steps=0, update_tokens=0)
-    t2 = time.perf_counter()
-    row["sample_seconds"] = t1 - t0
-    row["update_seconds"] = t2 - t1
-    row["iteration_seconds"] = t2 - t0
-    row["tokens_per_s"] = row["update_tokens"] / max(t2 - t1, 1e-9)
-    row["sample_tokens_per_s"] = row["generated_tokens"] / max(t1 - t0, 1e-9)
+    row["update_seconds"] = time.perf_counter() - t0
     return row
+
+
+def _timings(row: dict, sample_seconds: float, wait_seconds: float, seconds: float) -> dict:
+    """Wall-clock metrics of an iteration. sample_seconds: spent sampling its episodes
+    (overlapping earlier updates when asynchronous); rollout_wait_seconds: the trainer's
+    wait for them; iteration_seconds: the trainer's whole iteration."""
+    return {
+        "sample_seconds": sample_seconds,
+        "rollout_wait_seconds": wait_seconds,
+        "iteration_seconds": seconds,
+        "tokens_per_s": row["update_tokens"] / max(row["update_seconds"], 1e-9),
+        "sample_tokens_per_s": row["generated_tokens"] / max(sample_seconds, 1e-9),
+    }
+
+
+def drop_stale(
+    rollouts: list[Rollout], iteration: int, max_staleness: int
+) -> tuple[list[Rollout], int, float]:
+    """(episodes at most `max_staleness` versions behind the weights iteration `iteration`
+    updates (version iteration - 1), how many were dropped, the kept ones' mean lag).
+    Episodes sampled in-process record no version and are kept."""
+    kept, lags = [], []
+    for r in rollouts:
+        version = version_number(r.policy_version)
+        lag = 0 if version is None else iteration - 1 - version
+        if lag <= max_staleness:
+            kept.append(r)
+            lags.append(lag)
+    return kept, len(rollouts) - len(kept), float(np.mean(lags)) if lags else 0.0
+
+
+def _rollout_source(
+    stepper, tokenizer, tasks: Sequence[Task], config: GRPOConfig,
+    rollout_config: RolloutConfig, env_config: EnvConfig, sandbox_config: SandboxConfig,
+    generate_fn: GenerateFn | None, output_dir: Path, fingerprint: str, done: int,
+):  # fmt: skip
+    """Where iterations done+1.. get their episodes: sampled in-process when asked, through
+    the server when asked, or through the server ahead of time (async_rollouts)."""
+
+    def tasks_of(iteration: int) -> list[Task]:
+        position = (iteration - 1) * config.tasks_per_iteration
+        picked = pick_tasks(len(tasks), position, config.tasks_per_iteration, config.seed)
+        return [tasks[i] for i in picked]
+
+    if rollout_config.backend != "openai":
+        return InlineRollouts(lambda iteration, _version: _sample(
+            stepper, tokenizer, tasks_of(iteration), iteration, config, rollout_config,
+            env_config, sandbox_config, generate_fn,
+        ))  # fmt: skip
+    sample = _served_sampler(tokenizer, tasks_of, config, rollout_config, env_config,
+                             sandbox_config, output_dir, fingerprint)  # fmt: skip
+    if not config.async_rollouts:
+        return InlineRollouts(sample)
+    return BackgroundRollouts(sample, done + 1, config.iterations, config.max_staleness, done)
+
+
+def _served_sampler(
+    tokenizer, tasks_of, config: GRPOConfig, rollout_config: RolloutConfig,
+    env_config: EnvConfig, sandbox_config: SandboxConfig, output_dir: Path, fingerprint: str,
+):  # fmt: skip
+    """sample(iteration, version): make the server serve policy version `version` (LoRA:
+    load the adapter named by version, unload the older ones; full: reload the weights),
+    then sample the iteration's episodes under that name."""
+    from components.rollout.openai_backend import OpenAICompletionsClient
+
+    sync = PolicySync(
+        rollout_config.base_url, "lora" if config.lora else "full",
+        retries=rollout_config.sync_retries, timeout_s=rollout_config.sync_timeout_s,
+    )  # fmt: skip
+    prefix = f"{rollout_config.model}-{fingerprint[:8]}"
+    loaded: list[int] = []
+    tokenizer = copy.deepcopy(tokenizer)  # its own copy: this may run in the rollout thread
+
+    def sample(iteration: int, version: int) -> list[Rollout]:
+        name = version_name(prefix, version)
+        if loaded != [version]:
+            folder = version_dir(output_dir, version)
+            if not folder.is_dir():
+                raise PolicySyncError(f"policy version {version} is not on disk ({folder})")
+            sync.sync(name, folder)
+            for old in loaded:
+                if old != version:
+                    sync.unload(version_name(prefix, old))
+            loaded[:] = [version]
+        client = OpenAICompletionsClient.from_config(
+            dataclasses.replace(rollout_config, model=name)
+        )
+        sampling = dataclasses.replace(
+            rollout_config, seed=derive_seed(config.seed, "sample", iteration)
+        )
+        return sample_episodes(tasks_of(iteration), client, tokenizer, sampling, env_config,
+                               sandbox_config, policy_name="grpo")  # fmt: skip
+
+    return sample
 
 
 def _sample(
@@ -238,9 +363,9 @@ def _sample(
     rollout_config: RolloutConfig, env_config: EnvConfig, sandbox_config: SandboxConfig,
     generate_fn: GenerateFn | None,
 ) -> list[Rollout]:  # fmt: skip
-    """The iteration's episodes, in (task, sample) order, on every rank: rank r samples the
-    tasks r, r + world, ... (with the whole weights: ZeRO-3 gathers them) and the ranks
-    exchange their episodes."""
+    """The iteration's episodes sampled in-process, in (task, sample) order, on every rank:
+    rank r samples the tasks r, r + world, ... (with the whole weights: ZeRO-3 gathers
+    them) and the ranks exchange their episodes."""
     # One sampling seed per iteration: fresh samples each time, the same on a replay.
     sampling = dataclasses.replace(
         rollout_config, seed=derive_seed(config.seed, "sample", iteration)
@@ -270,13 +395,21 @@ def _log(row: dict, history: list[dict], metrics_path: Path, mlflow) -> None:
 # Setup
 
 
-def _check_inputs(tasks: Sequence[Task], rollout_config: RolloutConfig, generate_fn) -> None:
+def _check_inputs(
+    tasks: Sequence[Task], config: GRPOConfig, rollout_config: RolloutConfig, generate_fn
+) -> None:
     if not tasks:
         raise ValueError("train_grpo: no tasks")
-    if rollout_config.backend != "transformers" and generate_fn is None:
-        # A server samples with its own copy of the weights; without a weight sync after
-        # each update the episodes would silently come from a stale policy.
-        raise ValueError("train_grpo samples in-process: use the transformers backend")
+    served = rollout_config.backend == "openai"
+    if served and generate_fn is not None:
+        raise ValueError("train_grpo: generate_fn samples in-process; the openai backend "
+                         "samples on the server")  # fmt: skip
+    if config.async_rollouts and not served:
+        raise ValueError("GRPOConfig.async_rollouts samples through an inference server: "
+                         "set rollout.backend to openai")  # fmt: skip
+    if served and world()[1] > 1:
+        raise ValueError("train_grpo: sampling on a server runs on one rank (each torchrun "
+                         "rank would sync the server)")  # fmt: skip
 
 
 def _frozen_reference(model, reference, device):
@@ -294,7 +427,10 @@ def config_hash(
     free = {"iterations", "checkpoint_every", "keep_checkpoints", "output_dir",
             "mlflow_tracking_uri", "mlflow_experiment", "use_cpu"}  # fmt: skip
     shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
-    settings = [shaping, *map(dataclasses.asdict, (rollout_config, env_config, sandbox_config))]
+    # Where the server is and how patiently it is called do not shape the episodes.
+    server = {"base_url", "request_timeout_s", "max_retries", "sync_retries", "sync_timeout_s"}
+    rollout = {k: v for k, v in dataclasses.asdict(rollout_config).items() if k not in server}
+    settings = [shaping, rollout, *map(dataclasses.asdict, (env_config, sandbox_config))]
     payload = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

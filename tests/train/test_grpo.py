@@ -42,7 +42,7 @@ ROLLOUT = RolloutConfig(
 ENV = EnvConfig(max_steps=1)
 # Metrics that depend on the wall clock, not on the computation.
 TIMING = {"sample_seconds", "update_seconds", "iteration_seconds", "tokens_per_s",
-          "sample_tokens_per_s"}  # fmt: skip
+          "sample_tokens_per_s", "rollout_wait_seconds"}  # fmt: skip
 
 
 def scripted_generate(model, tokenizer, tasks, fail_index: int | None = None, give_up=None):

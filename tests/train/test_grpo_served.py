@@ -1,0 +1,175 @@
+"""GRPO sampling on `agentrl serve` (the real command line, loopback) with a policy sync
+after each update: versions recorded per episode, the server equal to the trainer after a
+sync, a failed sync that stops the run, and asynchronous rollouts (staleness 0 is the
+synchronous run; resume stays exact).
+
+The runs are tiny (2 tasks, G = 2, 16-token turns, one step per episode). The untrained
+model's episodes mostly get equal rewards (zero advantages), so the weights are made to
+move every update with weight decay: whatever the advantages, version v + 1 differs from
+version v, and a server left on an old version would show.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from components.env.config import EnvConfig
+from components.env.sandbox import SandboxConfig
+from components.policy.chat import prompt_ids
+from components.rollout.config import RolloutConfig
+from components.rollout.engine import generate_transformers
+from components.rollout.openai_backend import OpenAICompletionsClient
+from components.rollout.policy_sync import PolicySync, PolicySyncError, version_number
+from components.train import grpo
+from components.train.checkpoints import version_dir
+from components.train.config import GRPOConfig
+from tests.serve.served import running_server
+
+ENV = EnvConfig(max_steps=1)
+TIMING = {"sample_seconds", "update_seconds", "iteration_seconds", "tokens_per_s",
+          "sample_tokens_per_s", "rollout_wait_seconds"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tokenizer_dir):
+    from components.policy.config import PolicyConfig
+    from components.policy.model import build_policy, save_policy
+    from tests.train.conftest import TINY
+
+    model, tokenizer = build_policy(PolicyConfig(**TINY, tokenizer_path=str(tokenizer_dir)))
+    return save_policy(model, tokenizer, tmp_path_factory.mktemp("served_start"))
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint):
+    with running_server(checkpoint) as url:
+        yield url
+
+
+def rollout_config(url: str, sync_retries: int = 0) -> RolloutConfig:
+    return RolloutConfig(
+        backend="openai", base_url=url, max_new_tokens=16, max_episode_tokens=1024,
+        batch_size=4, workers=2, temperature=1.0, sync_retries=sync_retries,
+    )  # fmt: skip
+
+
+def run(checkpoint, url, tasks, out, iterations, sync_retries=0, **overrides):
+    """A served GRPO run from the checkpoint; returns (result, the trained model, tokenizer)."""
+    from components.policy.model import load_policy
+
+    model, tokenizer = load_policy(checkpoint)
+    config = GRPOConfig(
+        iterations=iterations, tasks_per_iteration=2, group_size=2, learning_rate=0.05,
+        weight_decay=1.0, micro_batch_size=2, output_dir=str(out), **overrides,
+    )  # fmt: skip
+    result = grpo.train_grpo(model, tokenizer, tasks, config,
+                             rollout_config(url, sync_retries), ENV, SandboxConfig())  # fmt: skip
+    return result, model, tokenizer
+
+
+def strip(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def test_served_run_records_versions_and_the_server_matches_after_sync(
+    checkpoint, server, suite, tmp_path, monkeypatch
+):
+    """Two synchronous iterations: iteration i's episodes are sampled by version i - 1 on
+    the server; after syncing the final version, the server's greedy output equals the
+    trained model's own (and differs from the starting version's)."""
+    _, tasks = suite
+    seen = {}
+    real = grpo.drop_stale
+
+    def record(rollouts, iteration, lag):
+        seen[iteration] = {r.policy_version for r in rollouts}
+        assert all(len(set(r.policy_versions)) == 1 for r in rollouts)
+        return real(rollouts, iteration, lag)
+
+    monkeypatch.setattr(grpo, "drop_stale", record)
+    result, model, tokenizer = run(checkpoint, server, tasks, tmp_path, 2)
+    assert {i: {version_number(v) for v in names} for i, names in seen.items()} == {1: {0}, 2: {1}}
+    assert all(r["policy_lag"] == 0 and r["stale_dropped"] == 0 for r in result.metrics)
+    (name,) = seen[2]
+    final = name.replace("-v1", "-v2")
+    PolicySync(server, "full", retries=0).sync(final, version_dir(tmp_path, 2))
+    ids = prompt_ids(tokenizer, [{"role": "user", "content": "Fix the failing test."}])
+    client = OpenAICompletionsClient(server, final, timeout_s=30, max_retries=0)
+    served = client.complete(ids, 12, temperature=0.0, top_p=1.0, seed=0)
+    (local,) = generate_transformers(model, tokenizer, [ids], [12], temperature=0.0, top_p=1.0,
+                                     seed=0)  # fmt: skip
+    assert not served.error and served.policy_version == final
+    assert served.token_ids == local.token_ids
+    assert max(abs(a - b) for a, b in zip(served.logprobs, local.logprobs, strict=True)) < 1e-4
+    # The weights moved: the starting policy's log-probs are not the trained one's.
+    from components.policy.model import load_policy
+
+    start, _ = load_policy(checkpoint)
+    (old,) = generate_transformers(start, tokenizer, [ids], [12], temperature=0.0, top_p=1.0,
+                                   seed=0)  # fmt: skip
+    assert max(abs(a - b) for a, b in zip(old.logprobs, local.logprobs, strict=False)) > 1e-3
+
+
+def test_staleness_zero_is_the_synchronous_run(checkpoint, server, suite, tmp_path):
+    """async_rollouts with max_staleness 0 (the rollout thread, never ahead) ends with the
+    synchronous run's weights and metrics, bit for bit."""
+    _, tasks = suite
+    sync_result, sync_model, _ = run(checkpoint, server, tasks, tmp_path / "sync", 2)
+    async_result, async_model, _ = run(checkpoint, server, tasks, tmp_path / "async", 2,
+                                       async_rollouts=True, max_staleness=0)  # fmt: skip
+    for (name, a), (_, b) in zip(sync_model.state_dict().items(),
+                                 async_model.state_dict().items(), strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+    assert strip(sync_result.metrics) == strip(async_result.metrics)
+
+
+def test_a_failed_sync_stops_the_run_with_one_line(checkpoint, server, suite, tmp_path,
+                                                   monkeypatch):  # fmt: skip
+    """A version the server cannot load (its folder holds no weights: a write that went
+    wrong): the server keeps what it served, the sync is retried, then the run stops with a
+    one-line PolicySyncError."""
+    from components.train import checkpoints
+
+    _, tasks = suite
+    before = PolicySync(server, "full").served()
+
+    def broken(stepper, output_dir, version):
+        folder = checkpoints.version_dir(output_dir, version)
+        folder.mkdir(parents=True)
+        return folder
+
+    monkeypatch.setattr(grpo, "save_version", broken)
+    monkeypatch.setattr(grpo, "PolicySync", lambda *a, **k: PolicySync(*a, **k, backoff_s=0.05))
+    with pytest.raises(PolicySyncError) as info:
+        run(checkpoint, server, tasks, tmp_path, 1, sync_retries=2, async_rollouts=True)
+    message = str(info.value)
+    assert "\n" not in message and "in 3 tries" in message and "HTTP 400" in message
+    assert PolicySync(server, "full").served() == before
+
+
+def test_async_staleness_one_resumes_exactly(checkpoint, server, suite, tmp_path):
+    """max_staleness 1: iteration i is sampled by version i - 2 (lag 1 from iteration 2 on);
+    3 iterations straight end where 2, then a fresh process resumed to 3, ends."""
+    _, tasks = suite
+    straight, model, _ = run(checkpoint, server, tasks, tmp_path / "straight", 3,
+                             async_rollouts=True)  # fmt: skip
+    assert [r["policy_lag"] for r in straight.metrics] == [0, 1, 1]
+    run(checkpoint, server, tasks, tmp_path / "killed", 2, async_rollouts=True)
+    resumed, fresh, _ = run(checkpoint, server, tasks, tmp_path / "killed", 3,
+                            async_rollouts=True)  # fmt: skip
+    assert resumed.resumed_from == 2
+    for (name, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items(),
+                                 strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+    assert strip(straight.metrics[2:]) == strip(resumed.metrics)
+
+
+def test_async_needs_a_server(tiny_policy, suite, tmp_path):
+    model, tokenizer = tiny_policy
+    config = GRPOConfig(iterations=1, async_rollouts=True, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="rollout.backend"):
+        grpo.train_grpo(model, tokenizer, suite[1], config, RolloutConfig(), ENV,
+                        SandboxConfig())  # fmt: skip
+    with pytest.raises(ValueError):
+        GRPOConfig(max_staleness=-1)
