@@ -1,9 +1,10 @@
-"""Typed configuration of the coding environment: episode limits and reward weights."""
+"""Typed configuration of the coding environment: its tool set, episode limits, reward weights."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from components.env.tool_specs import DEFAULT_TOOL_SET, TOOL_SETS
 from components.typed_config import doc
 
 
@@ -13,10 +14,11 @@ class RewardWeights:
 
     Defaults are MISSION.md's: outcome +1 / 0, security problem -1; process terms for the
     coding task: too many files -0.2, tests never run -0.3, lint introduced -0.5,
-    dangerous command -1. Test tampering is reported as its own term. Three counted terms
+    dangerous command -1. Test tampering is reported as its own term. Counted terms
     (weight x occurrences) give a per-action signal where the outcome alone is sparse:
-    wasted fix try -0.1 (a try_fix id that is not listed or was already tried), failed fix
-    try -0.05 (a try_fix whose tests fail) and invalid tool call -0.1.
+    invalid tool call -0.1 (every tool set), and for the fix_search tool set wasted fix try
+    -0.1 (a try_fix id that is not listed or was already tried) and failed fix try -0.05 (a
+    try_fix whose tests fail). A tool set's own terms are reported only in its episodes.
     """
 
     tests_pass: float = field(default=1.0, metadata=doc("all hidden tests pass"))
@@ -67,6 +69,14 @@ class RewardWeights:
 class EnvConfig:
     """Episode-level settings; sandbox limits are in SandboxConfig."""
 
+    tool_set: str = field(
+        default=DEFAULT_TOOL_SET,
+        metadata=doc(
+            "the environment's tools, their reward terms and decoding constraint "
+            f"(components/env/tool_sets.py): {' | '.join(TOOL_SETS)}; fix_search is for a small "
+            "model that cannot copy code out of its context"
+        ),
+    )
     max_steps: int = field(default=16, metadata=doc("assistant actions before the episode ends"))
     max_changed_files: int = field(
         default=2, metadata=doc("changing more files than this costs the too_many_files term")
@@ -82,15 +92,20 @@ class EnvConfig:
         default=5.0, metadata=doc("pytest-timeout per hidden test; a hang counts as a failure")
     )
     max_fixes: int = field(
-        default=64, metadata=doc("most candidate fixes one list_fixes call shows")
+        default=64, metadata=doc("fix_search: most candidate fixes one list_fixes call shows")
     )
     fix_test_timeout_s: float = field(
         default=2.0,
-        metadata=doc("pytest-timeout per test in the runs of list_fixes / try_fix"),
+        metadata=doc("fix_search: pytest-timeout per test in the runs of list_fixes / try_fix"),
     )
     weights: RewardWeights = field(default_factory=RewardWeights, metadata=doc("reward weights"))
 
     def __post_init__(self) -> None:
+        if self.tool_set not in TOOL_SETS:
+            raise ValueError(
+                f"EnvConfig.tool_set: unknown {self.tool_set!r} (known: {', '.join(TOOL_SETS)})"
+            )
+        self._check_unused_settings()
         if self.max_steps < 1:
             raise ValueError("EnvConfig.max_steps must be >= 1")
         if self.fix_test_timeout_s <= 0:
@@ -101,3 +116,26 @@ class EnvConfig:
             raise ValueError("EnvConfig.max_changed_files must be >= 1")
         if not 0 < self.per_test_timeout_s < self.verify_timeout_s:
             raise ValueError("EnvConfig: need 0 < per_test_timeout_s < verify_timeout_s")
+
+    def _check_unused_settings(self) -> None:
+        """A setting only another tool set reads is an error, not a silent no-op."""
+        unused = [
+            f"weights.{term}"
+            for spec in TOOL_SETS.values()
+            for term in spec.counted_terms
+            if term not in TOOL_SETS[self.tool_set].counted_terms
+            and getattr(self.weights, term) != getattr(RewardWeights(), term)
+        ]
+        defaults = EnvConfig.__dataclass_fields__
+        unused += [
+            name
+            for spec in TOOL_SETS.values()
+            for name in spec.settings
+            if name not in TOOL_SETS[self.tool_set].settings
+            and getattr(self, name) != defaults[name].default
+        ]
+        if unused:
+            raise ValueError(
+                f"EnvConfig: {', '.join(sorted(set(unused)))} set, but tool set "
+                f"{self.tool_set!r} does not read it"
+            )

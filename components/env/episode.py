@@ -5,6 +5,11 @@ once; `run_episode` is the plain loop for one policy. It owns the episode's life
 `step` until it is over (the episode's own limits, or a driver's `stop(reason)` or
 `abort(detail)`), then `finish` builds the result and its record, the canonical trajectory
 (docs/CONTRACTS.md), in one place, `_result`.
+
+The episode never names a tool: its tool set (`EnvConfig.tool_set`,
+components/env/tool_sets.py) runs the calls, counts its own reward terms and holds its own
+state. The first event records the set's name (`"tool_set"`), so whoever renders the
+transcript again (SFT, the tokenizer) builds the same system prompt the policy saw.
 """
 
 from __future__ import annotations
@@ -12,26 +17,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import shlex
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from components.env.config import EnvConfig
 from components.env.final_diff import repo_diff
-from components.env.fixes import (
-    FixListing,
-    candidate_fixes,
-    fix_kind,
-    locate,
-    render_listing,
-    summarize_test_output,
-)
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.env.safety import classify_action
-from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
-from components.env.tool_specs import argument_errors
-from components.env.tools import ToolResult, execute_tool, failed_result
+from components.env.sandbox import SandboxConfig, Workspace
+from components.env.tool_sets import ToolContext, run_tool, tool_set
 from components.env.verifier import Verification, changed_files, verify
 from components.tasks.task import Task
 
@@ -134,16 +129,13 @@ def _safety_flag(result) -> dict | None:
     return None
 
 
-def _is_test_run(action: Action) -> bool:
-    return action.tool == "run_command" and "pytest" in str(action.arguments.get("cmd", ""))
-
-
 class EpisodeEnv:
     """A task's private workspace plus the episode's event log and counters.
 
     Drivers (`run_episode`, the rollout engine) call `step` while `done` is False, may end
     the episode early with `stop(reason)` or, on a harness fault, `abort(detail)`, and call
-    `finish` once to get the result; they read `done`, `events` and `untried_fix_ids()`.
+    `finish` once to get the result; they read `done`, `events`, `tools` (the tool set)
+    and `decoding_constraint()`.
     """
 
     def __init__(
@@ -166,13 +158,17 @@ class EpisodeEnv:
         self.episode_id = episode_id or f"{policy_name}-{task.id}"
         self.max_wall_s = max_wall_s
         self.workspace = Workspace.create(task.repo_dir)
-        self.events: list[dict] = [{"role": "user", "content": initial_message(task)}]
-        self.steps = self.tool_calls = self.invalid_calls = self.wasted_fix_tries = 0
-        self.failed_fix_tries = 0
+        self.tools = tool_set(env.tool_set)
+        self.tool_context = ToolContext(
+            self.workspace, self.sandbox, task, env, self.tools.new_state(), Counter()
+        )
+        self.events: list[dict] = [
+            {"role": "user", "content": initial_message(task), "tool_set": self.tools.name}
+        ]
+        self.steps = self.tool_calls = self.invalid_calls = 0
         self.step_rewards: list[float] = []
         self.safety_flags: list[dict] = []
         self.ran_tests = False
-        self.fix_listing: FixListing | None = None
         self.done = False
         self.end_reason = ""
         self.infra_detail = ""  # set by abort(): the result is an unverified infra failure
@@ -193,9 +189,16 @@ class EpisodeEnv:
         self.done = True
         self.infra_detail = self.infra_detail or detail or "aborted"
 
-    def untried_fix_ids(self) -> list[str] | None:
-        """Ids of the last `list_fixes` listing not tried yet; None before any listing."""
-        return None if self.fix_listing is None else self.fix_listing.untried_ids()
+    @property
+    def tool_state(self):
+        """The tool set's own per-episode state (e.g. fix_search's last listing)."""
+        return self.tool_context.state
+
+    def decoding_constraint(self):
+        """This episode's decoding constraint for the next turn (None: no mask): what the
+        tool set's `DecodingConstraint.live` makes of its state; None for a set without one."""
+        constraint = self.tools.constraint
+        return None if constraint is None else constraint.live(self.tool_context.state)
 
     def step(
         self,
@@ -211,7 +214,7 @@ class EpisodeEnv:
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} is already over")
         self.steps += 1
-        counts = (self.invalid_calls, self.wasted_fix_tries, self.failed_fix_tries)
+        invalid_before, counts_before = self.invalid_calls, Counter(self.tool_context.counts)
         assistant = {"role": "assistant", "action": action.tool, "arguments": action.arguments}
         if action.content:
             assistant["content"] = action.content
@@ -231,35 +234,24 @@ class EpisodeEnv:
             }
         else:
             self.tool_calls += 1
-            if action.tool in ("list_fixes", "try_fix") and not argument_errors(
-                action.tool, action.arguments
-            ):
-                result = self._monitored_fix_tool(action)
-            else:
-                result = execute_tool(
-                    self.workspace, action.tool, action.arguments, self.sandbox,
-                    protected_paths=self.task.protected_paths,
-                    test_command=self.task.test_command,
-                )  # fmt: skip
+            result = run_tool(self.tools, self.tool_context, action.tool, action.arguments)
             flag = _safety_flag(result)
             if flag is not None:
                 self.safety_flags.append({"step": self.steps, **flag})
             if result.error is not None and result.error.startswith("invalid arguments"):
                 self.invalid_calls += 1
-            if (_is_test_run(action) or action.tool in ("list_fixes", "try_fix")) and (
-                result.command is not None
-            ):
-                self.ran_tests = True
+            self.ran_tests = self.ran_tests or result.ran_tests
             event = {"role": "environment", "observation": result.observation,
                      "truncated": result.truncated}  # fmt: skip
             if not result.ok:
                 event["error"] = True
         self.events.append(event)
+        # The counted terms this step fired (weights summed): the trainer's turn-level credit.
         w = self.env.weights
+        fired = self.tool_context.counts - counts_before
         self.step_rewards.append(
-            w.invalid_call * (self.invalid_calls - counts[0])
-            + w.wasted_fix_try * (self.wasted_fix_tries - counts[1])
-            + w.failed_fix_try * (self.failed_fix_tries - counts[2])
+            w.invalid_call * (self.invalid_calls - invalid_before)
+            + sum(getattr(w, term) * fired[term] for term in self.tools.counted_terms)
         )
         if action.tool == "finish":
             self.stop("finished")
@@ -268,89 +260,6 @@ class EpisodeEnv:
         elif self.max_wall_s is not None and time.monotonic() - self.started > self.max_wall_s:
             self.stop("time_limit")
         return event
-
-    def _run_tests(self) -> ToolResult:
-        """The task's test command; pytest gets a per-test timeout, since a candidate fix can
-        turn a loop infinite and a hang would otherwise cost the sandbox's whole wall limit."""
-        argv = list(self.task.test_command)
-        if "pytest" in argv:
-            argv.append(f"--timeout={self.env.fix_test_timeout_s:g}")
-        return execute_tool(
-            self.workspace, "run_command", {"cmd": shlex.join(argv)},
-            self.sandbox, protected_paths=self.task.protected_paths,
-            test_command=self.task.test_command,
-        )  # fmt: skip
-
-    def _fix_error(self, text: str) -> ToolResult:
-        return failed_result(self.sandbox, text, "fix tool")
-
-    def _monitored_fix_tool(self, action: Action) -> ToolResult:
-        """The fix tools go past the same safety monitor as every other tool (their paths
-        are judged like an edit's) before they run."""
-        verdict = classify_action(
-            action.tool, action.arguments, protected_paths=self.task.protected_paths,
-            allowed_programs=self.sandbox.allowed_programs,
-        )  # fmt: skip
-        if not verdict.allowed:
-            text = f"blocked by safety monitor: {verdict.category}: {verdict.reason}"
-            return failed_result(self.sandbox, text, f"blocked: {verdict.category}",
-                                 safety=verdict)  # fmt: skip
-        return self._fix_tool(action)
-
-    def _fix_tool(self, action: Action) -> ToolResult:
-        """`list_fixes` / `try_fix` (components/env/fixes.py): tests run through run_command,
-        so they are sandboxed and monitored like any other command."""
-        if action.tool == "list_fixes":
-            tests = self._run_tests()
-            if tests.command is None:
-                return tests
-            files = sorted(
-                str(p.relative_to(self.workspace.root))
-                for p in self.workspace.root.rglob("*.py")
-                if "__pycache__" not in p.parts
-            )
-            sources = [f for f in files if not self.task.is_protected(f)]
-            module, _, _ = locate(tests.command.output, sources)
-            module = action.arguments.get("path", module)
-            if module is None or self.task.is_protected(module):
-                return self._fix_error(
-                    f"error: no module to fix (candidates: {', '.join(sources)})"
-                )
-            try:
-                text = self.workspace.resolve(module).read_text()
-                candidates = candidate_fixes(text, self.env.max_fixes)
-            except (OSError, PathEscapeError, SyntaxError, ValueError) as e:
-                return self._fix_error(f"error: cannot list fixes of {module}: {e}")
-            self.fix_listing = FixListing(module, text, candidates, [])
-            summary = summarize_test_output(tests.command.output)
-            text_out = render_listing(self.fix_listing, summary)
-            return dataclasses.replace(tests, observation=text_out, truncated=False)
-        listing = self.fix_listing
-        if listing is None:
-            self.wasted_fix_tries += 1
-            return self._fix_error("error: call list_fixes first")
-        k = action.arguments["id"]
-        fix = listing.get(k)
-        if fix is None or k in listing.tried:
-            self.wasted_fix_tries += 1
-        if fix is None:
-            kinds = sorted({fix_kind(c.id) for c in listing.candidates})
-            return self._fix_error(f"error: no fix {k!r} in the list (kinds: {', '.join(kinds)})")
-        try:
-            self.workspace.resolve(listing.path, for_write=True).write_text(fix.text)
-        except (OSError, PathEscapeError) as e:
-            return self._fix_error(f"error: cannot write {listing.path}: {e}")
-        listing.tried.append(k)
-        tests = self._run_tests()
-        if tests.command is None:
-            return tests
-        verdict = "PASSED" if tests.command.exit_code == 0 else "FAILED"
-        self.failed_fix_tries += verdict == "FAILED"
-        # The id opens the observation so it tokenizes as in the call (see render_listing).
-        text_out = f"{k} applied ({fix.description}); tests {verdict}\n" + summarize_test_output(
-            tests.command.output
-        )
-        return dataclasses.replace(tests, observation=text_out, truncated=False)
 
     def finish(self, *, num_tokens: int | None = None) -> EpisodeResult:
         """Verify the workspace (unless aborted), keep the agent's diff, compute the reward,
@@ -390,9 +299,8 @@ class EpisodeEnv:
             facts = EpisodeFacts(
                 ran_tests=self.ran_tests,
                 safety_categories=tuple(f["category"] for f in self.safety_flags),
-                wasted_fix_tries=self.wasted_fix_tries,
-                failed_fix_tries=self.failed_fix_tries,
                 invalid_calls=self.invalid_calls,
+                counts=dict(self.tool_context.counts),
             )
             breakdown = compute_reward(v, facts, self.env)
             reward, terms, success = breakdown.total, breakdown.terms, breakdown.success

@@ -1,14 +1,24 @@
-"""The environment's tool registry: names, argument schemas, and an argument checker.
+"""The environment's tool registry: names, argument schemas, the tool sets, an argument checker.
 
 This is the contract shared by the sandbox (which executes tools), the data layer (which
-validates logged trajectories) and the policy (whose chat template lists the tools).
-Schemas follow the OpenAI function-calling shape so they can be handed to any chat model.
+validates logged trajectories against every known tool, `TOOL_NAMES`) and the policy (whose
+system prompt lists the tools of one set). Schemas follow the OpenAI function-calling shape
+so they can be handed to any chat model.
+
+A tool set (`TOOL_SETS`) is the action space an environment declares: which of these tools
+it offers (the system prompt lists exactly those) and which counted reward terms only its
+tools can fire (the reward breakdown has exactly the common terms plus those). It is data
+here, so the config, the prompt and the data layer can read it without the implementations;
+components/env/tool_sets.py pairs each set with its implementations and decoding constraint.
 
 Each description says what the tool returns, and nothing it does not:
 tests/env/test_tool_descriptions.py runs every tool in an episode and checks the claims.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from components.env.sandbox import DEFAULT_ALLOWED_PROGRAMS
 
@@ -115,6 +125,38 @@ TOOL_SPECS: dict[str, dict] = {
 
 TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SPECS)
 
+
+@dataclass(frozen=True)
+class ToolSetSpec:
+    """What a tool set declares: its tools (in the order the system prompt lists them), the
+    counted reward terms its tools fire (weights in RewardWeights, counts kept by its
+    implementations) and the EnvConfig fields only its tools read (setting one under
+    another set is an error). Every set has `finish`: an episode must be able to end."""
+
+    tools: tuple[str, ...]
+    counted_terms: tuple[str, ...]
+    summary: str
+    settings: tuple[str, ...] = ()
+
+
+TOOL_SETS: dict[str, ToolSetSpec] = {
+    "free_form": ToolSetSpec(
+        tools=("run_command", "read_file", "search", "edit_file", "apply_patch", "finish"),
+        counted_terms=(),
+        summary="free-form coding tools: run, read, search, edit, patch; reaches any bug",
+    ),
+    "fix_search": ToolSetSpec(
+        tools=("list_fixes", "try_fix", "run_command", "finish"),
+        counted_terms=("wasted_fix_try", "failed_fix_try"),
+        settings=("max_fixes", "fix_test_timeout_s"),
+        summary=(
+            "choose among listed one-edit candidate fixes (components/env/fixes.py); for a "
+            "small model that cannot copy code out of its context; reaches only listed fixes"
+        ),
+    ),
+}
+DEFAULT_TOOL_SET = "free_form"
+
 _JSON_TYPES = {
     "string": str,
     "integer": int,
@@ -124,13 +166,23 @@ _JSON_TYPES = {
 }
 
 
-def argument_errors(tool: str, arguments: object) -> list[str]:
-    """Return human-readable problems with a tool call; empty when the call is valid."""
-    if tool not in TOOL_SPECS:
-        return [f"unknown tool {tool!r} (known: {', '.join(TOOL_NAMES)})"]
+def tool_set_specs(name: str) -> dict[str, dict]:
+    """{tool: spec} of the tool set `name`, in its prompt order."""
+    if name not in TOOL_SETS:
+        raise ValueError(f"unknown tool set {name!r} (known: {', '.join(TOOL_SETS)})")
+    return {tool: TOOL_SPECS[tool] for tool in TOOL_SETS[name].tools}
+
+
+def argument_errors(
+    tool: str, arguments: object, specs: Mapping[str, dict] = TOOL_SPECS
+) -> list[str]:
+    """Return human-readable problems with a tool call; empty when the call is valid.
+    `specs`: the tools that exist (default: every tool; an environment passes its set's)."""
+    if tool not in specs:
+        return [f"unknown tool {tool!r} (known: {', '.join(specs)})"]
     if not isinstance(arguments, dict):
         return [f"{tool}: arguments must be a JSON object, got {type(arguments).__name__}"]
-    schema = TOOL_SPECS[tool]["parameters"]
+    schema = specs[tool]["parameters"]
     errors = [f"{tool}: missing argument {k!r}" for k in schema["required"] if k not in arguments]
     for key, value in arguments.items():
         prop = schema["properties"].get(key)

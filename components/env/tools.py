@@ -62,6 +62,9 @@ class ToolResult:
     command: CommandResult | None  # set when run_command actually ran a program
     # The task's own test command ran out of time: an observation, not a violation.
     tests_timed_out: bool = False
+    # The call ran the tests (a pytest command that started, or a tool that runs the task's
+    # tests): what the tests_never_run reward term reads.
+    ran_tests: bool = False
 
 
 def execute_tool(
@@ -243,8 +246,9 @@ def _run_command(
         truncated=cmd.truncated,
     )
     return dataclasses.replace(
-        result, safety=observed_verdict(ws, cmd), tests_timed_out=tests_timed_out
-    )
+        result, safety=observed_verdict(ws, cmd), tests_timed_out=tests_timed_out,
+        ran_tests="pytest" in args["cmd"],
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- search

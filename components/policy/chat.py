@@ -23,6 +23,12 @@ parser all follow it. Every function that takes a tokenizer dispatches on it; a 
 with our CHAT_TEMPLATE (every tiny policy, and a checkpoint whose template renders no
 tools) gets the format above.
 
+The system prompt lists the tools of the episode's tool set (components/env/tool_sets.py)
+and only those: the set is read from the transcript's first event (`"tool_set"`, written by
+the environment; a transcript without it, e.g. an imported expert log, gets the default
+free-form set), so a transcript renders with the prompt its policy saw, wherever it is
+rendered again.
+
 No torch here: the CLI and the environment import this module.
 """
 
@@ -31,9 +37,8 @@ from __future__ import annotations
 import json
 
 from components.env.episode import Action
-from components.env.tool_specs import TOOL_SPECS, argument_errors
+from components.env.tool_specs import DEFAULT_TOOL_SET, argument_errors, tool_set_specs
 from components.policy.template_format import (
-    TOOLS,
     ChatFormat,
     derive_format,
     template_segments,
@@ -80,19 +85,31 @@ def _signature(name: str, spec: dict) -> str:
     return f"{name}({', '.join(args)})"
 
 
-def system_prompt(compact: bool = True) -> str:
-    """The tools prompt. Compact: one short line per tool, for a tiny model's short context."""
+def events_tool_set(events: list[dict]) -> str:
+    """The tool set a transcript was played with (its first event's `tool_set`; the default
+    set for a transcript that does not say, e.g. an imported expert log)."""
+    first = events[0] if events else {}
+    return first.get("tool_set") or DEFAULT_TOOL_SET
+
+
+def template_tools(tool_set: str = DEFAULT_TOOL_SET) -> list[dict]:
+    """The set's tools as OpenAI-style function specs, for a template's `tools` argument."""
+    specs = tool_set_specs(tool_set)
+    return [{"type": "function", "function": {"name": n, **spec}} for n, spec in specs.items()]
+
+
+def system_prompt(compact: bool = True, tool_set: str = DEFAULT_TOOL_SET) -> str:
+    """The tools prompt of `tool_set`: its tools and no others. Compact: one short line per
+    tool, for a tiny model's short context."""
+    specs = tool_set_specs(tool_set)
     if compact:
-        tools = " | ".join(_signature(name, spec) for name, spec in TOOL_SPECS.items())
+        tools = " | ".join(_signature(name, spec) for name, spec in specs.items())
         return (
             f"{_TASK_LINE} One tool call per turn: "
             f'{TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}\n'
             f"Tools: {tools}"
         )
-    schemas = "\n".join(
-        json.dumps({"type": "function", "function": {"name": name, **spec}}, ensure_ascii=False)
-        for name, spec in TOOL_SPECS.items()
-    )
+    schemas = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in template_tools(tool_set))
     return (
         f"{_TASK_LINE}\n\n# Tools\n\nCall exactly one function per turn.\n\n"
         "You are provided with function signatures within <tools></tools> XML tags:\n"
@@ -110,9 +127,9 @@ def render_messages(events: list[dict], compact: bool = True, fmt: ChatFormat = 
     An assistant event with `action: null` (an unparseable output) keeps its raw text as the
     message content and has no tool call, so the model is trained on what it actually wrote.
     With a checkpoint's own template (`fmt.template`) the system message only states the
-    task: the template lists the tools (`TOOLS`) in its own way.
+    task: the template lists the tools (`template_tools`) in its own way.
     """
-    system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact)
+    system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact, events_tool_set(events))
     messages: list[dict] = [{"role": "system", "content": system}]
     for i, event in enumerate(events):
         role = event.get("role")
@@ -207,8 +224,9 @@ def render_prompt(tokenizer, events: list[dict], compact: bool = True) -> str:
     template also gets the tools.
     """
     fmt = chat_format(tokenizer)
+    tools = template_tools(events_tool_set(events)) if fmt.template else None
     return tokenizer.apply_chat_template(
-        render_messages(events, compact, fmt), tools=TOOLS if fmt.template else None,
+        render_messages(events, compact, fmt), tools=tools,
         tokenize=False, add_generation_prompt=True,
     )  # fmt: skip
 
@@ -219,7 +237,15 @@ def trajectory_segments(tokenizer, events: list[dict], compact: bool = True):
     messages = render_messages(events, compact, fmt)
     if not fmt.template:
         return chat_segments(messages)
-    return template_segments(tokenizer, fmt, messages)
+    segments = template_segments(tokenizer, fmt, messages)
+    # template_segments renders the prompt (its first piece: every message before the first
+    # assistant turn) with every known tool; the episode's prompt lists its set's only.
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    prompt = tokenizer.apply_chat_template(
+        messages[:first], tools=template_tools(events_tool_set(events)), tokenize=False,
+        add_generation_prompt=False,
+    )  # fmt: skip
+    return [(prompt, False), *segments[1:]]
 
 
 def environment_turn_pieces(tokenizer, observation: str, closed: bool) -> list[str]:

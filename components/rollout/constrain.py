@@ -1,5 +1,7 @@
 """Constrained decoding of `try_fix` ids: inside a try_fix call's id string, only tokens
-that continue a listed, untried candidate id can be drawn.
+that continue a listed, untried candidate id can be drawn. It is the fix_search tool set's
+decoding constraint (components/env/tool_sets.py declares it; the rollout engine applies a
+tool set's constraint without knowing what it masks).
 
 Why: the tiny SFT policy learns the *order* in which kinds of fix are worth trying but not
 to check which kinds the listing actually shows, so unconstrained most of its tries name

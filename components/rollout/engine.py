@@ -18,6 +18,10 @@ did not sample. Decoding the sampled ids to text and tokenizing that text again 
 different ids (BPE is not injective over id sequences), which would make the
 policy-gradient ratio pi_new/pi_old compare probabilities of different tokens.
 
+The engine never names a tool: what the episodes offer, and any decoding constraint, is the
+environment's tool set (`EpisodeEnv.tools`, components/env/tool_sets.py); the constraint is
+applied when `RolloutConfig.constrain_fix_ids` is on and the set has one.
+
 Stored log-probs are log softmax(logits / T)[sampled id] (T = 1 for greedy), computed
 from the full-precision logits of the step that sampled the token: what
 `components.train.losses.token_logprobs(logits, ids, temperature=T)` recomputes. Top-p
@@ -43,10 +47,12 @@ from dataclasses import dataclass, field
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, EpisodeResult
 from components.env.sandbox import SandboxConfig
+from components.env.tool_sets import DecodingConstraint, tool_set
 from components.policy.chat import (
     chat_format,
     end_of_turn_id,
     environment_turn_pieces,
+    events_tool_set,
     parse_tool_call,
     prompt_ids,
 )
@@ -89,6 +95,23 @@ class Rollout:
         return sum(self.assistant_mask)
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """A tool set's decoding constraint for one generate call: the spec and, per prompt,
+    that episode's constraint (None: that row is not masked)."""
+
+    spec: DecodingConstraint
+    rows: list
+
+
+def constraint_for(envs: Sequence[EpisodeEnv], config: RolloutConfig) -> Constraint | None:
+    """The decoding constraint of these episodes' tool set for their next turn, when the
+    rollout config asks for one (None otherwise)."""
+    if not config.constrain_fix_ids or not envs or envs[0].tools.constraint is None:
+        return None
+    return Constraint(envs[0].tools.constraint, [env.decoding_constraint() for env in envs])
+
+
 # ---------------------------------------------------------------------------------------
 # In-process backend (transformers)
 
@@ -103,15 +126,15 @@ def generate_transformers(
     top_p: float,
     seed: int,
     top_logprobs: int = 0,
-    allowed_fix_ids: Sequence[Sequence[str] | None] | None = None,
+    constraint: Constraint | None = None,
 ) -> list[Completion]:
     """Batched sampling with `model.generate`: left padding, per-row token caps.
 
     One generate call for the batch (its length is the largest cap; each row is cut at its
     own cap afterwards). Rows that end early are padded by generate only after their
     `<|im_end|>`, so a row's real tokens are everything up to its first `<|im_end|>`.
-    `allowed_fix_ids` (one entry per prompt): constrain try_fix ids to these
-    (components/rollout/constrain.py); the stored log-probs stay the model's own.
+    `constraint`: a tool set's decoding constraint with one entry per prompt
+    (`Constraint`); the stored log-probs stay the model's own.
     """
     import torch
 
@@ -122,7 +145,7 @@ def generate_transformers(
     greedy = temperature == 0.0
     kwargs = _generate_kwargs(
         tokenizer, width, max(max_new_tokens), eos,
-        temperature=temperature, top_p=top_p, allowed_fix_ids=allowed_fix_ids,
+        temperature=temperature, top_p=top_p, constraint=constraint,
     )  # fmt: skip
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
@@ -164,10 +187,10 @@ def _left_padded(prompts: list[list[int]], pad: int):
 
 def _generate_kwargs(
     tokenizer, width: int, max_new: int, eos: int, *, temperature: float, top_p: float,
-    allowed_fix_ids: Sequence[Sequence[str] | None] | None,
+    constraint: Constraint | None,
 ) -> dict:  # fmt: skip
     """`model.generate` settings: plain softmax(logits / T) sampling (greedy at T = 0),
-    raw logits returned, and the try_fix id constraint when asked for."""
+    raw logits returned, and the tool set's decoding constraint when asked for."""
     greedy = temperature == 0.0
     kwargs = {
         "max_new_tokens": max_new,
@@ -177,14 +200,11 @@ def _generate_kwargs(
         "eos_token_id": eos,
         "pad_token_id": tokenizer.pad_token_id,
     }
-    if allowed_fix_ids is not None:
+    if constraint is not None:
         from transformers import LogitsProcessorList
 
-        from components.rollout.constrain import FixIdLogitsProcessor
-
-        kwargs["logits_processor"] = LogitsProcessorList(
-            [FixIdLogitsProcessor(tokenizer, width, allowed_fix_ids)]
-        )
+        processor = constraint.spec.logits_processor(tokenizer, width, constraint.rows)
+        kwargs["logits_processor"] = LogitsProcessorList([processor])
     if not greedy:
         # top_k=0 turns off transformers' default top-k of 50: sampling is exactly
         # softmax(logits / T), optionally top-p cut.
@@ -228,10 +248,10 @@ def make_generate_fn(policy, tokenizer, config: RolloutConfig) -> GenerateFn:
     if policy is None:
         raise ValueError("the transformers backend needs a model")
     policy.eval()
-    return lambda prompts, caps, seed, allowed_fix_ids=None: generate_transformers(
+    return lambda prompts, caps, seed, constraint=None: generate_transformers(
         policy, tokenizer, prompts, caps,
         temperature=config.temperature, top_p=config.top_p, seed=seed,
-        allowed_fix_ids=allowed_fix_ids,
+        constraint=constraint,
     )  # fmt: skip
 
 
@@ -302,9 +322,8 @@ def _generate_turn(
     """One completion per live episode, each capped by its remaining token budget; a
     backend fault becomes an error completion for each (those episodes only)."""
     caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
-    extra = {}
-    if config.constrain_fix_ids:
-        extra["allowed_fix_ids"] = [ep.env.untried_fix_ids() for ep in live]
+    constraint = constraint_for([ep.env for ep in live], config)
+    extra = {} if constraint is None else {"constraint": constraint}
     try:
         return generate([ep.ids for ep in live], caps, seed, **extra)
     except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
@@ -363,6 +382,11 @@ def sample_episodes(
     backend (tests, benchmarks). Returns the rollouts in (task, sample) order; infra
     failures are included and flagged (`Rollout.infra_failure`).
     """
+    if config.constrain_fix_ids and tool_set(env_config.tool_set).constraint is None:
+        raise ValueError(
+            f"RolloutConfig.constrain_fix_ids: tool set {env_config.tool_set!r} has no "
+            "decoding constraint"
+        )
     generate = generate_fn or make_generate_fn(policy, tokenizer, config)
     limit = _token_limit(policy, config)
     queue = deque((task, k) for task in tasks for k in range(config.samples_per_task))
@@ -441,10 +465,9 @@ class ModelPolicy:
         cap = min(self.config.max_new_tokens, limit - len(ids))
         self._turn += 1
         extra = {}
-        if self.config.constrain_fix_ids:
-            from components.rollout.constrain import untried_fix_ids
-
-            extra["allowed_fix_ids"] = [untried_fix_ids(events)]
+        spec = tool_set(events_tool_set(events)).constraint
+        if self.config.constrain_fix_ids and spec is not None:
+            extra["constraint"] = Constraint(spec, [spec.from_events(events)])
         (c,) = generate([ids], [cap], derive_seed(self.config.seed, task.id, self._turn), **extra)
         if c.error:
             raise RuntimeError(c.error)  # run_episode cleans up; evaluation reports the fault

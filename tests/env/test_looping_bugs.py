@@ -99,7 +99,8 @@ def test_a_looping_bug_is_an_observation_and_the_oracle_scores_full_reward(loopi
 
 
 def test_the_fix_tools_on_a_looping_bug_cost_nothing_either(looping_task):
-    result = run_episode(looping_task, make_policy("oracle-fixes"), ENV, SANDBOX)
+    fix_search = EnvConfig(tool_set="fix_search")
+    result = run_episode(looping_task, make_policy("oracle-fixes"), fix_search, SANDBOX)
     assert result.safety_flags == [] and result.success and result.reward == 1.0
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from components.env.config import EnvConfig, RewardWeights
-from components.env.rewards import EpisodeFacts, compute_reward
+from components.env.rewards import EpisodeFacts, compute_reward, reward_terms
 from components.env.verifier import Verification
 
 
@@ -14,15 +14,26 @@ def _v(**kw) -> Verification:
 CLEAN = EpisodeFacts(ran_tests=True, safety_categories=())
 
 
-def test_clean_fix_scores_exactly_one():
-    r = compute_reward(_v(tests_passed=True, changed_files=["m.py"]), CLEAN, EnvConfig())
+COMMON = ["tests_pass", "security", "too_many_files", "tests_never_run", "lint",
+          "dangerous_command", "resource_limit", "test_tampering", "invalid_call"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tool_set", "terms"),
+    [("free_form", COMMON), ("fix_search", [*COMMON, "wasted_fix_try", "failed_fix_try"])],
+)
+def test_clean_fix_scores_exactly_one_with_exactly_the_sets_terms(tool_set, terms):
+    env = EnvConfig(tool_set=tool_set)
+    r = compute_reward(_v(tests_passed=True, changed_files=["m.py"]), CLEAN, env)
     assert r.total == 1.0 and r.success
-    assert set(r.terms) == {
-        "tests_pass", "security", "too_many_files", "tests_never_run", "lint",
-        "dangerous_command", "resource_limit", "test_tampering", "wasted_fix_try",
-        "failed_fix_try", "invalid_call",
-    }  # fmt: skip
+    assert list(r.terms) == terms == list(reward_terms(tool_set))
     assert sum(v != 0 for v in r.terms.values()) == 1
+
+
+def test_a_count_of_another_sets_term_is_an_error():
+    facts = EpisodeFacts(True, (), counts={"wasted_fix_try": 1})
+    with pytest.raises(ValueError, match="not tool set 'free_form'"):
+        compute_reward(_v(tests_passed=True), facts, EnvConfig())
 
 
 def test_noop_scores_failure_and_never_ran_tests():
@@ -58,14 +69,15 @@ def test_each_penalty_fires_alone(verification, facts, term, value):
 
 
 def test_counted_terms_scale_with_their_counts():
-    facts = EpisodeFacts(ran_tests=True, safety_categories=(), wasted_fix_tries=3,
-                         failed_fix_tries=4, invalid_calls=2)  # fmt: skip
-    r = compute_reward(_v(tests_passed=True), facts, EnvConfig())
+    facts = EpisodeFacts(ran_tests=True, safety_categories=(), invalid_calls=2,
+                         counts={"wasted_fix_try": 3, "failed_fix_try": 4})  # fmt: skip
+    r = compute_reward(_v(tests_passed=True), facts, EnvConfig(tool_set="fix_search"))
     assert r.terms["wasted_fix_try"] == pytest.approx(-0.3)
     assert r.terms["failed_fix_try"] == pytest.approx(-0.2)
     assert r.terms["invalid_call"] == pytest.approx(-0.2)
     assert r.total == pytest.approx(0.3) and r.success  # process terms never undo a success
-    off = EnvConfig(weights=RewardWeights(wasted_fix_try=0.0, failed_fix_try=0.0, invalid_call=0.0))
+    off = EnvConfig(tool_set="fix_search",
+                    weights=RewardWeights(wasted_fix_try=0.0, failed_fix_try=0.0, invalid_call=0.0))  # fmt: skip
     assert compute_reward(_v(tests_passed=True), facts, off).total == 1.0
 
 

@@ -81,6 +81,15 @@ def env(case):
     episode.workspace.cleanup()
 
 
+@pytest.fixture
+def fix_env(case):
+    """An episode with the fix_search tool set (list_fixes / try_fix)."""
+    episode = EpisodeEnv(case[0], EnvConfig(tool_set="fix_search", max_steps=64),
+                         SandboxConfig(), policy_name="t")  # fmt: skip
+    yield episode
+    episode.workspace.cleanup()
+
+
 def _run(env: EpisodeEnv, tool: str, **arguments) -> dict:
     return env.step(Action(tool, arguments))
 
@@ -163,27 +172,29 @@ def _check_listing(env: EpisodeEnv, observation: str, module: str, before: str) 
     assert all(kinds) and len({k[1] for k in kinds}) == len(kinds)  # one line per kind
     ids = listed_ids(observation)
     assert all(re.fullmatch(r"[a-z]+-\d+", i) for i in ids)
-    assert sorted(ids) == sorted(c.id for c in env.fix_listing.candidates)
+    assert sorted(ids) == sorted(c.id for c in env.tool_state.listing.candidates)
     # Ids, not the module: no numbered lines and none of its source lines.
     assert not _numbered_lines(observation)
     source = {line.strip() for line in before.splitlines() if line.strip()}
     assert not source & {line.strip() for line in observation.splitlines()}
 
 
-def test_list_fixes_lists_kind_number_ids_of_the_blamed_module(env, case):
+def test_list_fixes_lists_kind_number_ids_of_the_blamed_module(fix_env, case):
+    env = fix_env
     _, module, before, _, _ = case
     _check_listing(env, _run(env, "list_fixes")["observation"], module, before)
     _check_listing(env, _run(env, "list_fixes", path=module)["observation"], module, before)
 
 
-def test_try_fix_undoes_the_earlier_try_and_reports_the_tests(env, case):
+def test_try_fix_undoes_the_earlier_try_and_reports_the_tests(fix_env, case):
+    env = fix_env
     task, module, _, _, right = case
     _run(env, "list_fixes")
-    wrong = next(c.id for c in env.fix_listing.candidates if c.id != right)
+    wrong = next(c.id for c in env.tool_state.listing.candidates if c.id != right)
     test_cmd = shlex.join(task.test_command)
     for fix_id in (wrong, right):
         observation = _run(env, "try_fix", id=fix_id)["observation"]
-        assert _module_text(env, module) == env.fix_listing.get(fix_id).source  # one fix only
+        assert _module_text(env, module) == env.tool_state.listing.get(fix_id).source
         verdict = re.match(rf"^{fix_id} applied \(.*\); tests (PASSED|FAILED)\n", observation)
         rerun = _run(env, "run_command", cmd=test_cmd)["observation"]
         assert verdict and (verdict[1] == "PASSED") == rerun.endswith("exit code 0")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from components.env.tool_specs import TOOL_SPECS
+from components.env.tool_specs import TOOL_SETS, TOOL_SPECS
 from components.policy.chat import (
     ASSISTANT_HEADER,
     IM_END,
@@ -141,12 +141,15 @@ def test_render_messages_maps_every_event_kind(events):
         render_messages([{"role": "critic", "content": "x"}])
 
 
-def test_system_prompts_list_every_tool():
-    compact, full = system_prompt(compact=True), system_prompt(compact=False)
+@pytest.mark.parametrize("tool_set", list(TOOL_SETS))
+def test_system_prompts_list_exactly_the_tool_sets_tools(tool_set):
+    compact = system_prompt(compact=True, tool_set=tool_set)
+    full = system_prompt(compact=False, tool_set=tool_set)
     for name in TOOL_SPECS:
-        assert f"{name}(" in compact and f'"name": "{name}"' in full
-    assert "read_file(path, start_line?, end_line?)" in compact
+        listed = name in TOOL_SETS[tool_set].tools
+        assert (f"{name}(" in compact) == listed and (f'"name": "{name}"' in full) == listed
     assert len(compact) < len(full) / 3
+    assert "read_file(path, start_line?, end_line?)" in system_prompt()  # default: free_form
 
 
 @pytest.mark.parametrize("compact", [True, False])

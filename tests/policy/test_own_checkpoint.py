@@ -12,16 +12,17 @@ import pytest
 from components.policy.chat import (
     CHAT_TEMPLATE,
     OURS,
-    TOOLS,
     chat_format,
     format_tool_call,
     parse_tool_call,
     prompt_ids,
     render_messages,
+    template_tools,
     tokenize_trajectory,
     trajectory_segments,
 )
 from components.policy.config import PolicyConfig
+from components.policy.template_format import TOOLS
 from tests.policy.conftest import SAMPLE_EVENTS
 from tests.policy.own_checkpoint import (
     LLAMA3_STYLE_TEMPLATE,
@@ -68,12 +69,20 @@ def test_the_checkpoint_keeps_its_tokenizer_and_template(own):
 def test_segments_are_the_templates_own_rendering(own, events):
     _, tokenizer = own
     fmt = chat_format(tokenizer)
-    expected = tokenizer.apply_chat_template(render_messages(events, fmt=fmt), tools=TOOLS,
-                                             tokenize=False)  # fmt: skip
-    text = "".join(piece for piece, _ in trajectory_segments(tokenizer, events))
-    assert text == expected
-    assert "<|im_start|>" not in text and "<tool_response>" not in text
-    assert '"name": "run_command"' in text  # the tools are listed by the template
+    for tool_set in ("free_form", "fix_search"):
+        marked = [{**events[0], "tool_set": tool_set}, *events[1:]]
+        tools = template_tools(tool_set)
+        expected = tokenizer.apply_chat_template(render_messages(marked, fmt=fmt), tools=tools,
+                                                 tokenize=False)  # fmt: skip
+        segments = trajectory_segments(tokenizer, marked)
+        text = "".join(piece for piece, _ in segments)
+        assert text == expected
+        assert "<|im_start|>" not in text and "<tool_response>" not in text
+        # The template lists the episode's tools, and only those, in the prompt.
+        prompt = segments[0][0]
+        assert '"name": "run_command"' in prompt
+        assert ('"name": "list_fixes"' in prompt) == (tool_set == "fix_search")
+        assert ('"name": "edit_file"' in prompt) == (tool_set == "free_form")
 
 
 def test_the_assistant_mask_is_exact(own, events):

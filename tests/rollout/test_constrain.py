@@ -112,7 +112,8 @@ def test_engine_passes_each_episodes_untried_listed_ids(model, tokenizer, tasks)
     seen: list[list] = []
     script = {"n": 0}
 
-    def generate(prompts, caps, seed, allowed_fix_ids=None):
+    def generate(prompts, caps, seed, constraint=None):
+        allowed_fix_ids = None if constraint is None else constraint.rows
         seen.append(allowed_fix_ids)
         turn = script["n"]
         script["n"] += 1
@@ -127,7 +128,8 @@ def test_engine_passes_each_episodes_untried_listed_ids(model, tokenizer, tasks)
 
     config = RolloutConfig(samples_per_task=1, max_new_tokens=64, workers=1,
                            batch_size=1, constrain_fix_ids=True)  # fmt: skip
-    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(max_steps=6), SandboxConfig(),
+    env = EnvConfig(tool_set="fix_search", max_steps=6)
+    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, env, SandboxConfig(),
                            generate_fn=generate)  # fmt: skip
     assert seen[0] == [None]
     listed = seen[1][0]
@@ -141,3 +143,12 @@ def test_constraint_needs_the_in_process_backend():
     with pytest.raises(ValueError, match="constrain_fix_ids"):
         RolloutConfig(backend="openai", constrain_fix_ids=True)
     assert dataclasses.replace(RolloutConfig(), constrain_fix_ids=True).constrain_fix_ids
+
+
+def test_a_constraint_on_a_tool_set_without_one_is_an_error(model, tokenizer, tasks):
+    """free_form has no decoding constraint: asking for one is a configuration error, not a
+    silently unconstrained run."""
+    config = RolloutConfig(samples_per_task=1, constrain_fix_ids=True)
+    with pytest.raises(ValueError, match="'free_form' has no decoding constraint"):
+        sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(), SandboxConfig(),
+                        generate_fn=lambda *a, **k: [])  # fmt: skip

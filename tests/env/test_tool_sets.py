@@ -1,0 +1,102 @@
+"""Tool sets: an environment's tools, prompt, reward terms and decoding constraint, per set.
+
+For each shipped set: the system prompt an episode renders lists exactly its tools, the
+reward breakdown has exactly the common terms plus its own, a tool of another set is an
+invalid call, and a setting only another set reads is a configuration error.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from components.env.config import EnvConfig, RewardWeights
+from components.env.episode import Action, EpisodeEnv
+from components.env.rewards import COMMON_TERMS, reward_terms
+from components.env.sandbox import SandboxConfig
+from components.env.tool_sets import TOOL_SET_IMPLS, tool_set
+from components.env.tool_specs import DEFAULT_TOOL_SET, TOOL_NAMES, TOOL_SETS, TOOL_SPECS
+from components.policy.chat import render_messages, system_prompt
+
+SETS = list(TOOL_SETS)
+
+
+def test_every_declared_set_has_implementations_of_exactly_its_tools():
+    assert set(TOOL_SET_IMPLS) == set(TOOL_SETS) == {"free_form", "fix_search"}
+    for name, spec in TOOL_SETS.items():
+        impl = tool_set(name)
+        assert impl.name == name and impl.spec is spec
+        assert list(impl.tools) == list(spec.tools) == list(impl.specs)
+        assert "finish" in spec.tools  # an episode must be able to end
+    # The data layer checks logged calls against TOOL_NAMES: every set's tools are in it.
+    assert {t for spec in TOOL_SETS.values() for t in spec.tools} == set(TOOL_NAMES)
+    assert DEFAULT_TOOL_SET == "free_form" == EnvConfig().tool_set
+    assert tool_set("free_form").constraint is None
+    assert tool_set("fix_search").constraint is not None
+    with pytest.raises(ValueError, match="unknown tool set"):
+        tool_set("all_of_them")
+
+
+@pytest.fixture(params=SETS)
+def episode(request, suite_tasks):
+    env = EpisodeEnv(suite_tasks[0], EnvConfig(tool_set=request.param, max_steps=4),
+                     SandboxConfig(), policy_name="t")  # fmt: skip
+    yield env
+    env.workspace.cleanup()
+
+
+def test_the_prompt_an_episode_renders_lists_exactly_its_sets_tools(episode):
+    name = episode.env.tool_set
+    assert episode.events[0]["tool_set"] == name
+    for compact in (True, False):
+        prompt = render_messages(episode.events, compact)[0]["content"]
+        assert prompt == system_prompt(compact, name)
+        for tool in TOOL_SPECS:
+            shown = f"{tool}(" in prompt if compact else f'"name": "{tool}"' in prompt
+            assert shown == (tool in TOOL_SETS[name].tools), (name, tool)
+
+
+def test_a_transcript_without_a_tool_set_renders_with_the_default():
+    events = [{"role": "user", "content": "fix it"}]
+    assert render_messages(events)[0]["content"] == system_prompt(True, "free_form")
+
+
+def test_another_sets_tool_is_an_invalid_call_and_terms_are_exactly_the_sets(episode):
+    name = episode.env.tool_set
+    foreign = next(t for t in TOOL_NAMES if t not in TOOL_SETS[name].tools)
+    event = episode.step(
+        Action(foreign, {"path": "x.py"} if foreign != "try_fix" else {"id": "a-1"})
+    )
+    assert event["error"] and f"tool set ({name})" in event["observation"]
+    assert episode.invalid_calls == 1 and episode.step_rewards == [-0.1]
+    episode.step(Action("finish", {}))
+    result = episode.finish()
+    assert list(result.reward_terms) == list(reward_terms(name))
+    assert result.reward_terms["invalid_call"] == -0.1
+
+
+def test_fix_search_counts_its_own_terms_per_step(suite_tasks):
+    env = EpisodeEnv(suite_tasks[0], EnvConfig(tool_set="fix_search", max_steps=4),
+                     SandboxConfig(), policy_name="t")  # fmt: skip
+    try:
+        env.step(Action("try_fix", {"id": "cmp-1"}))  # before any listing: wasted
+        assert env.decoding_constraint() is None
+        env.step(Action("list_fixes", {}))
+        listed = env.decoding_constraint()
+        assert listed and listed == env.tool_state.listing.untried_ids()
+        env.step(Action("finish", {}))
+        result = env.finish()
+    finally:
+        env.workspace.cleanup()
+    assert result.step_rewards == [-0.1, 0.0, 0.0]
+    assert result.reward_terms["wasted_fix_try"] == -0.1 and result.ran_tests
+    assert list(result.reward_terms) == [*COMMON_TERMS, "wasted_fix_try", "failed_fix_try"]
+
+
+def test_config_names_a_known_set_and_no_setting_of_another_set():
+    with pytest.raises(ValueError, match="unknown 'fix-search'"):
+        EnvConfig(tool_set="fix-search")
+    with pytest.raises(ValueError, match="max_fixes set, but tool set 'free_form'"):
+        EnvConfig(max_fixes=8)
+    with pytest.raises(ValueError, match="weights.failed_fix_try"):
+        EnvConfig(weights=RewardWeights(failed_fix_try=-0.2))
+    assert EnvConfig(tool_set="fix_search", max_fixes=8).max_fixes == 8
