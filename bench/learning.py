@@ -1,6 +1,7 @@
 """Does training move task success? untrained vs SFT vs SFT+RS / DPO / GRPO, and scripted
-no-learning policies, on the val split (unseen bugs of training families) and the test
-split (unseen families). The scripted ones: the issue's baseline (one random edit on the
+no-learning policies, on the val split (unseen bugs of training families), the test
+split (unseen families) and the quixbugs split (the converted QuixBugs programs the
+repository holds, `--quixbugs`: real bugs, never trained on). The scripted ones: the issue's baseline (one random edit on the
 blamed line), random-kinds (the listed kinds in a random order, each searched in reading
 order: the default expert, all of whose episodes are the SFT data, so SFT learns the
 procedure and the call format but not which kind to search first, which is left to RL;
@@ -23,6 +24,9 @@ Metrics per (method, split), over the first `--eval-limit` tasks of the split:
 - well-formed: share of assistant turns that parsed into a valid tool call
   (1 - invalid_calls / steps), greedy episodes and sampled ones separately;
 - 95% Wilson intervals (the well-formed interval treats turns as independent: optimistic);
+- the best learned method (by val pass@1) against prior-fixes, random-fixes (random
+  candidates) and random-kinds at the same try budget, per split: the pass@1 difference
+  paired by task with a 95% bootstrap interval;
 - CPU minutes = time.process_time() of this process + CPU time of its waited-for children
   (pytest runs in the sandbox), per stage. Training cost is cumulative along the route
   (SFT includes expert data + init; RS/DPO include the shared sampling stage).
@@ -67,7 +71,9 @@ LISTING_ORDER = "listing-order"  # scripted search in the listing's order: no st
 # default expert
 RANDOM_KINDS = "random-kinds"
 SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)
-SPLITS = ("val", "test")
+SPLITS = ("val", "test", "quixbugs")
+# Real bugs, never trained on: the converted QuixBugs task folders the repository holds.
+QUIXBUGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "external_quixbugs"
 
 
 # ------------------------------------------------------------------------------ accounting
@@ -189,10 +195,16 @@ def _evaluation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument(
         "--methods",
-        default=",".join((BASELINE, PRIOR_FIXES, RANDOM_KINDS, *METHODS)),
+        default=",".join((BASELINE, PRIOR_FIXES, RANDOM_FIXES, RANDOM_KINDS, *METHODS)),
         help="subset, comma separated (baselines included)",
     )
     p.add_argument("--splits", default=",".join(SPLITS), help="splits evaluated")
+    p.add_argument(
+        "--quixbugs",
+        type=Path,
+        default=QUIXBUGS,
+        help="folder of converted QuixBugs task folders: the quixbugs split (evaluation only)",
+    )
     p.add_argument(
         "--expert-policy",
         default=RANDOM_KINDS,
@@ -420,7 +432,10 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
     rows, diagnostics = [], {}
     wanted = args.methods.split(",")
     for split in args.splits.split(","):
-        tasks, errors = load_tasks(work / "tasks", split=split)
+        if split == "quixbugs":
+            tasks, errors = load_tasks(args.quixbugs)
+        else:
+            tasks, errors = load_tasks(work / "tasks", split=split)
         tasks = tasks[: args.eval_limit] if args.eval_limit else tasks
         k_tasks = tasks[: args.passk_limit] if args.passk_limit else tasks
         ids = [t.id for t in k_tasks]
@@ -508,6 +523,38 @@ def add_differences(rows: list[dict]) -> None:
             r["delta_vs_sft"] = paired_difference(r["pass1_by_task"], sft["pass1_by_task"])
 
 
+def best_learned(rows: list[dict]) -> str | None:
+    """The learned method with the highest val pass@1 (chosen on val only, so the test and
+    QuixBugs comparisons are not selected on)."""
+    val = [r for r in rows if r["split"] == "val" and r["method"] in METHODS]
+    return max(val, key=lambda r: r["pass1"])["method"] if val else None
+
+
+def comparisons(rows: list[dict]) -> str:
+    """The best learned method against the scripted searches at the same try budget,
+    per split: pass@1 difference, paired by task, with its 95% bootstrap interval."""
+    best = best_learned(rows)
+    if best is None:
+        return "(no learned method evaluated on val)"
+    lines = [f"best learned method (by val pass@1): {best}", "",
+             "| split | vs | best pass@1 | theirs | difference, paired [95% CI] | "
+             "interval excludes 0 |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for split in dict.fromkeys(r["split"] for r in rows):
+        mine = next((r for r in rows if r["method"] == best and r["split"] == split), None)
+        for other in (PRIOR_FIXES, RANDOM_FIXES, RANDOM_KINDS):
+            theirs = next((r for r in rows if r["method"] == other and r["split"] == split), None)
+            if mine is None or theirs is None:
+                continue
+            d = paired_difference(mine["pass1_by_task"], theirs["pass1_by_task"])
+            if d is None:
+                continue
+            excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
+            lines.append(f"| {split} | {other} | {mine['pass1']:.0%} | {theirs['pass1']:.0%} | "
+                         f"{d[0] * 100:+.1f} pts [{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] "
+                         f"| {excludes} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def _pct(x: float, ci) -> str:
     return f"{x:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
 
@@ -552,19 +599,20 @@ def plot(rows: list[dict], path: Path) -> None:
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.38
+    width = 0.27
+    labels = {"val": "val (unseen bugs)", "test": "test (unseen families)",
+              "quixbugs": "QuixBugs (real bugs)"}  # fmt: skip
     for j, split in enumerate(SPLITS):
         xs, ys, lo, hi = [], [], [], []
         for i, m in enumerate(methods):
             row = next((r for r in rows if r["method"] == m and r["split"] == split), None)
             if row is None:
                 continue
-            xs.append(i + (j - 0.5) * width)
+            xs.append(i + (j - 1) * width)
             ys.append(row["pass1"])
             lo.append(row["pass1"] - row["pass1_ci"][0])
             hi.append(row["pass1_ci"][1] - row["pass1"])
-        label = "val (unseen bugs)" if split == "val" else "test (unseen families)"
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=labels[split])
     ax.set_xticks(range(len(methods)), methods, rotation=15)
     ax.set_ylim(0, 1)
     ax.set_ylabel("pass@1 (greedy), 95% Wilson CI")
@@ -604,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     notes["kind_listing_shares"] = {k: round(v, 4) for k, v in stats.kind_listing_shares.items()}
     add_differences(rows)
 
-    md = table(rows, clock)
+    md = table(rows, clock) + "\n\n" + comparisons(rows)
     stages = stage_table(clock)
     wall = time.monotonic() - started
     settings = ", ".join(

@@ -34,3 +34,31 @@ def test_interval_excludes_zero_only_for_a_consistent_gain():
     shifted = {f"t{i}": i % 2 == 1 for i in range(n)}  # 50% too, on the other tasks
     _, (lo, hi) = learning.paired_difference(shifted, better)
     assert lo < 0 < hi
+
+
+def _row(method, split, wins):
+    return {"method": method, "split": split, "pass1": sum(wins.values()) / len(wins),
+            "pass1_by_task": wins}  # fmt: skip
+
+
+def test_best_learned_is_chosen_on_val_and_compared_per_split_with_the_searches():
+    n = 40
+    rows = [
+        _row("sft", "val", {f"v{i}": i < 10 for i in range(n)}),
+        _row("sft+rs", "val", {f"v{i}": i < 30 for i in range(n)}),
+        _row("sft", "quixbugs", {f"q{i}": True for i in range(6)}),  # better, but not on val
+        _row("sft+rs", "quixbugs", {f"q{i}": i < 2 for i in range(6)}),
+        _row("prior-fixes", "val", {f"v{i}": i < 5 for i in range(n)}),
+        _row("random-fixes", "val", {f"v{i}": i < 30 for i in range(n)}),
+        _row("prior-fixes", "quixbugs", {f"q{i}": i < 3 for i in range(6)}),
+    ]
+    assert learning.best_learned(rows) == "sft+rs"
+    text = learning.comparisons(rows)
+    lines = {tuple(c.strip() for c in ln.split("|")[1:3]): ln for ln in text.splitlines()}
+    assert "+62.5 pts" in lines[("val", "prior-fixes")]  # 30/40 - 5/40, paired
+    assert lines[("val", "prior-fixes")].endswith("| yes, above |")
+    assert "+0.0 pts [+0.0, +0.0]" in lines[("val", "random-fixes")]  # same tasks won
+    assert lines[("val", "random-fixes")].endswith("| no |")
+    assert "-16.7 pts" in lines[("quixbugs", "prior-fixes")]  # 2/6 - 3/6
+    assert ("quixbugs", "random-fixes") not in lines  # not evaluated there
+    assert learning.comparisons([rows[-1]]) == "(no learned method evaluated on val)"
