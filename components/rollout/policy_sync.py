@@ -19,12 +19,15 @@ with exponential backoff, then `PolicySyncError` stops the run with a one-line m
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import httpx
+
+from components.rollout.config import RolloutConfig
 
 
 class PolicySyncError(RuntimeError):
@@ -108,3 +111,20 @@ def _root(base_url: str) -> str:
     """The server root of an OpenAI base URL (…/v1 -> …)."""
     url = base_url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def serve_checkpoint(
+    config: RolloutConfig, policy_dir: str | Path, name: str = ""
+) -> RolloutConfig:
+    """Make the server at config.base_url serve the saved policy `policy_dir` (an adapter
+    folder as a LoRA adapter on the server's base, else its full weights) as `name`
+    (default: the folder's name), and return `config` with `model` set to that name: what
+    a sampling stage outside GRPO (`agentrl rollout sample`, for RS and DPO) samples with."""
+    from components.policy.lora import is_adapter_dir
+
+    name = name or Path(policy_dir).resolve().name
+    mode = "lora" if is_adapter_dir(policy_dir) else "full"
+    sync = PolicySync(config.base_url, mode, retries=config.sync_retries,
+                      timeout_s=config.sync_timeout_s)  # fmt: skip
+    sync.sync(name, policy_dir)
+    return dataclasses.replace(config, model=name)

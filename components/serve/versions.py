@@ -120,6 +120,8 @@ class ServedPolicies:
         with self.lock:
             internal, _ = self.adapters.pop(name)
             self._drop(internal)
+            if not self.adapters:  # back to the plain model: LoRA layers gone, base unchanged
+                self.model = self.model.unload()
 
     def reload_weights(self, path: str, version: str | None) -> str:
         """Replace the base weights with the checkpoint at `path`, served as `version` (or
