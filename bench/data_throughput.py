@@ -5,7 +5,10 @@
 Writes N canonical-format trajectories (a realistic mix of lengths: run tests, search,
 read, edit, rerun, finish; a few percent with problems so quarantine paths run too), then
 times `ingest` and `validate` and reports trajectories/s for each, total validation
-seconds, and the share of validation time spent in Great Expectations.
+seconds, and the share of validation time spent in Great Expectations. Ingest runs twice,
+side by side: in one process, and with the default worker processes (the input is forced
+onto the worker path); both publish the same bytes (checked), the second is the one counted.
+Locks and atomic publishing are included in every timing.
 """
 
 from __future__ import annotations
@@ -99,8 +102,15 @@ def run(n: int, out: Path, secret_policy: str = "redact") -> dict:
     src = out / "input.jsonl"
     write_inputs(src, n)
     t = time.perf_counter()
-    result = ingest([str(src)], IngestConfig(out_dir=str(out / "ingested")), overwrite=True)
+    one = IngestConfig(out_dir=str(out / "ingested-1"), workers=1)
+    single = ingest([str(src)], one, overwrite=True)
+    ingest_1_s = time.perf_counter() - t
+    t = time.perf_counter()
+    cfg = IngestConfig(out_dir=str(out / "ingested"), parallel_min_bytes=1)
+    result = ingest([str(src)], cfg, overwrite=True)
     ingest_s = time.perf_counter() - t
+    if single.manifest["files"] != result.manifest["files"]:
+        raise SystemExit("ingest with workers published different files than one process")
     t = time.perf_counter()
     report = validate_dataset(
         ValidationConfig(
@@ -119,6 +129,10 @@ def run(n: int, out: Path, secret_policy: str = "redact") -> dict:
         ),
         "ingest_s": round(ingest_s, 3),
         "ingest_traj_per_s": round(n / ingest_s, 1),
+        "ingest_workers": cfg.workers,
+        "ingest_one_process_s": round(ingest_1_s, 3),
+        "ingest_speedup_vs_one_process": round(ingest_1_s / ingest_s, 2),
+        "ingest_plus_validate_s": round(ingest_s + validate_s, 3),
         "validate_s": round(validate_s, 3),
         "validate_traj_per_s": round(n / validate_s, 1),
         "great_expectations_s": gx_s,
@@ -141,9 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         res = run(args.n, Path(args.out or tmp), args.secret_policy)
     if not args.json:
         print(
-            f"ingest   {res['ingest_traj_per_s']:>9.1f} traj/s  ({res['ingest_s']} s)\n"
+            f"ingest   {res['ingest_traj_per_s']:>9.1f} traj/s  ({res['ingest_s']} s, "
+            f"{res['ingest_speedup_vs_one_process']}x one process's "
+            f"{res['ingest_one_process_s']} s)\n"
             f"validate {res['validate_traj_per_s']:>9.1f} traj/s  ({res['validate_s']} s, "
-            f"GX share {res['great_expectations_share']:.0%})"
+            f"GX share {res['great_expectations_share']:.0%})\n"
+            f"ingest + validate {res['ingest_plus_validate_s']} s"
         )
     print(json.dumps(res, indent=2))
     return 0

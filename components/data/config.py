@@ -93,10 +93,19 @@ class IngestConfig:
         default=600.0,
         metadata=doc("how long to wait for another writer of the output folder, in seconds"),
     )
+    workers: int = field(
+        default=2,
+        metadata=doc("processes that decode and check a large JSON-lines file (1 = this one)"),
+    )
+    parallel_min_bytes: int = field(
+        default=8 * 1024 * 1024,
+        metadata=doc("a JSON-lines file at least this large is read by `workers` processes"),
+    )
 
     def __post_init__(self) -> None:
         _one_of(self, "format", FORMATS)
-        _positive(self, "rows_per_shard", "max_record_bytes", "max_depth")
+        _positive(self, "rows_per_shard", "max_record_bytes", "max_depth", "workers")
+        _positive(self, "parallel_min_bytes")
         _not_negative(self, "lock_timeout_s")
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 from collections import Counter
@@ -40,8 +41,10 @@ from components.data.config import DEFAULT_SECRET_PATTERNS, IngestConfig
 from components.data.reading import (
     InputFile,
     RawRecord,
+    decode,
     find_input_files,
     first_bad_utf8,
+    json_lines,
     open_input,
     read_records,
 )
@@ -53,6 +56,7 @@ MANIFEST = "manifest.json"
 QUARANTINE = "quarantine.jsonl"
 DATASET_FILE = re.compile(r"(?:trajectories|steps)-\d{5}\.parquet|quarantine\.jsonl|manifest\.json")
 # Line breaks that str.splitlines (and many JSON-lines readers) split on, inside strings.
+_CHUNK_LINES = 500  # JSON lines per pool job: large enough to amortise the pickling
 _LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
@@ -260,32 +264,90 @@ def reconcile(per_source: dict[str, dict]) -> dict[str, int]:
     return {k: totals[k] for k in ("ingested", "valid", "quarantined")}
 
 
+def _adapted(raw: RawRecord, fmt: str, default_source: str, label: str):
+    """(trajectory row, step rows, quarantine entry, format counted) of one raw record."""
+    traj, steps, bad = adapt_or_quarantine(raw, fmt, default_source)
+    if bad is not None:
+        return traj, steps, bad, bad["format"]
+    return traj, steps, None, detect_format(raw.obj, label) if fmt == "auto" else fmt
+
+
+def _adapt_lines(job: tuple) -> list[tuple]:
+    """A pool worker's share: decode and adapt a chunk of JSON lines (in order)."""
+    label, fmt, default_source, max_bytes, max_depth, lines = job
+    return [
+        _adapted(raw, fmt, default_source, label)
+        for lineno, line in lines
+        for raw in decode(line, label, lineno, max_bytes, max_depth)
+    ]
+
+
+def _worker_init() -> None:
+    # A killed ingest must not leave workers behind (their parent is the forkserver).
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _adapted_records(handle, f: InputFile, cfg: IngestConfig) -> Iterator[tuple]:
+    """Every record of one open file, adapted. A large JSON-lines file is decoded and
+    checked by cfg.workers processes in chunks, in order: the same rows, byte for byte, as
+    one process gives (tested), in about half the time on two cores."""
+    big = os.fstat(handle.fileno()).st_size >= cfg.parallel_min_bytes
+    lines = json_lines(handle, f.label, cfg.max_record_bytes) if big and cfg.workers > 1 else None
+    if lines is None:
+        for raw in read_records(handle, f.label, cfg.max_record_bytes, cfg.max_depth):
+            yield _adapted(raw, cfg.format, cfg.default_source, f.label)
+        return
+    read: list[tuple[int, bytes]] = []
+    error = None
+    try:
+        read.extend(lines)
+    except OSError as e:  # adapt what was read, then report where the file broke
+        error = e
+    step = max(1, min(_CHUNK_LINES, -(-len(read) // (4 * cfg.workers))))
+    jobs = (
+        (f.label, cfg.format, cfg.default_source, cfg.max_record_bytes, cfg.max_depth,
+         read[i : i + step])
+        for i in range(0, len(read), step)
+    )  # fmt: skip
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["components.data.ingest"])
+    with ctx.Pool(min(cfg.workers, os.cpu_count() or 1), initializer=_worker_init) as pool:
+        for chunk in pool.imap(_adapt_lines, jobs):
+            yield from chunk
+    if error is not None:
+        raise error
+
+
 def _read_file(f: InputFile, cfg: IngestConfig, out: dict) -> None:
     """Every record of one file into out["traj"/"steps"/"quarantine"] and its counts."""
     stats = {"ingested": 0, "valid": 0, "quarantined": 0, "formats": {}}
 
-    def take(raw: RawRecord) -> None:
+    def take(traj, steps, bad, fmt) -> None:
         stats["ingested"] += 1
-        traj, steps, bad = adapt_or_quarantine(raw, cfg.format, cfg.default_source)
         if bad is None:
             out["traj"].append(traj)
             out["steps"].extend(steps)
             stats["valid"] += 1
-            fmt = detect_format(raw.obj, f.label) if cfg.format == "auto" else cfg.format
         else:
             out["quarantine"].append(bad)
             stats["quarantined"] += 1
-            fmt = bad["format"]
         stats["formats"][fmt or "unknown"] = stats["formats"].get(fmt or "unknown", 0) + 1
 
     with open_input(f) as handle:  # OSError here: the caller lists the file as skipped
         out["sources"][f.label] = stats
         try:
-            for raw in read_records(handle, f.label, cfg.max_record_bytes, cfg.max_depth):
-                take(raw)
+            for adapted in _adapted_records(handle, f, cfg):
+                take(*adapted)
         except OSError as e:  # the file broke mid-read: say where, keep what was read
             problem = f"field <file>: read failed after {stats['ingested']} records ({e})"
-            take(RawRecord(f.label, 0, error=problem))
+            raw = RawRecord(f.label, 0, error=problem)
+            take(*_adapted(raw, cfg.format, cfg.default_source, f.label))
 
 
 def _read_sources(sources: list[str], cfg: IngestConfig) -> dict:

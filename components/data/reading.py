@@ -269,14 +269,28 @@ def _is_json_lines(name: str, f, max_bytes: int) -> bool:
     return False
 
 
-def read_records(f, label: str, max_bytes: int, max_depth: int) -> Iterator[RawRecord]:
-    """Every record of one open input file, parsed or with the reason it could not be."""
-    if _is_json_lines(label, f, max_bytes):
+def json_lines(f, label: str, max_bytes: int) -> Iterator[tuple[int, bytes]] | None:
+    """(1-based line number, line) of every non-blank line when the open file is JSON
+    lines, else None (one JSON document: read_records decodes it whole)."""
+    if not _is_json_lines(label, f, max_bytes):
+        return None
+
+    def lines() -> Iterator[tuple[int, bytes]]:
         for lineno, line in enumerate(f, start=1):
             if lineno == 1:
                 line = line.removeprefix(BOM)
             if line.strip():
-                yield from decode(line.rstrip(b"\r\n"), label, lineno, max_bytes, max_depth)
+                yield lineno, line.rstrip(b"\r\n")
+
+    return lines()
+
+
+def read_records(f, label: str, max_bytes: int, max_depth: int) -> Iterator[RawRecord]:
+    """Every record of one open input file, parsed or with the reason it could not be."""
+    lines = json_lines(f, label, max_bytes)
+    if lines is not None:
+        for lineno, line in lines:
+            yield from decode(line, label, lineno, max_bytes, max_depth)
         return
     size = os.fstat(f.fileno()).st_size
     if size > max_bytes:

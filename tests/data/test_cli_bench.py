@@ -49,3 +49,4 @@ def test_benchmark_runs_on_a_tiny_input(tmp_path):
     assert res["trajectories"] == 40 and res["counts"]["ingested"] == 40
     assert res["counts"]["valid"] + res["counts"]["quarantined"] == 40
     assert 0 < res["great_expectations_share"] <= 1
+    assert res["ingest_one_process_s"] > 0 and res["ingest_workers"] >= 1
