@@ -173,3 +173,30 @@ def test_async_needs_a_server(tiny_policy, suite, tmp_path):
                         SandboxConfig())  # fmt: skip
     with pytest.raises(ValueError):
         GRPOConfig(max_staleness=-1)
+
+
+@pytest.mark.slow  # its own server (a LoRA run needs the untouched base): ~30 s
+def test_lora_run_loads_each_version_as_an_adapter(checkpoint, suite, tmp_path):
+    """LoRA, asynchronous (s = 1): each version is an adapter named by version, loaded when
+    needed and unloaded when the next one is; the final one, loaded, answers like the
+    trained model in-process."""
+    from components.policy.config import LoRAConfig
+
+    _, tasks = suite
+    with running_server(checkpoint) as url:
+        result, model, tokenizer = run(checkpoint, url, tasks, tmp_path, 3, async_rollouts=True,
+                                       lora=LoRAConfig(r=4, alpha=8))  # fmt: skip
+        assert [r["policy_lag"] for r in result.metrics] == [0, 1, 1]
+        sync = PolicySync(url, "lora", retries=0)
+        (adapter,) = [n for n in sync.served() if n != "policy"]
+        assert version_number(adapter) == 1  # iteration 3 sampled by version 1; 0 unloaded
+        final = adapter.replace("-v1", "-v3")
+        sync.sync(final, version_dir(tmp_path, 3))
+        ids = prompt_ids(tokenizer, [{"role": "user", "content": "Fix the failing test."}])
+        served = OpenAICompletionsClient(url, final, timeout_s=30).complete(
+            ids, 12, temperature=0.0, top_p=1.0, seed=0
+        )
+        model.eval()
+        (local,) = generate_transformers(model, tokenizer, [ids], [12], temperature=0.0,
+                                         top_p=1.0, seed=0)  # fmt: skip
+        assert served.token_ids == local.token_ids and served.policy_version == final
