@@ -13,7 +13,7 @@ skipped, module-level code not touched), and nothing reads the generator:
 | arith | a binary or augmented operator -> any other of its family (+ - * / // % **; << >>; & pipe ^) |
 | bool  | `and` <-> `or` |
 | not   | a `not` dropped; an if / while / ternary / assert / comprehension condition negated |
-| const | an integer literal +-1; True <-> False |
+| const | an integer literal +-1; True <-> False; 0 <-> None |
 | bound | an index, slice bound or range() argument e -> e + 1 / e - 1; an `e +- 1` there -> e |
 | var   | a name read -> any other name bound in the function (parameters, assignments, loop and comprehension targets, enclosing functions') |
 | args  | two positional arguments of a call exchanged |
@@ -57,6 +57,7 @@ PRIORS: dict[str, float] = {
     "arith_near": 2.5,  # + -, * / //, // %, * **
     "arith_far": 1.0,
     "const": 2.5,
+    "const_sentinel": 1.5,  # 0 <-> None
     "bound_drop": 2.5,  # e + 1 -> e
     "bound": 2.0,  # e -> e +- 1
     "not_drop": 2.5,
@@ -336,7 +337,11 @@ def _value_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
     if isinstance(node, ast.Constant) and type(node.value) is bool:
         yield _replace(scope, node, ast.Constant(not node.value), "const", "const",
                        f"{node.value} -> {not node.value}")  # fmt: skip
-    elif _signed_int(node) is not None and not _signed_int(_parent(scope, node)):
+    if isinstance(node, ast.Constant) and (node.value is None or _is_int(node) and node.value == 0):
+        other = 0 if node.value is None else None  # the two "nothing yet" sentinels
+        yield _replace(scope, node, ast.Constant(other), "const", "const_sentinel",
+                       f"{node.value} -> {other}")  # fmt: skip
+    if _signed_int(node) is not None and _signed_int(_parent(scope, node)) is None:
         for delta in (1, -1):
             value = _signed_int(node) + delta
             new = (

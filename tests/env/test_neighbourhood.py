@@ -42,6 +42,7 @@ def _reaches(buggy: str, correct: str = CORRECT) -> str:
         ("and not k", "and k", "not"),
         ("and not k", "and not not k", "not"),
         ("range(1, len(items))", "range(2, len(items))", "const"),
+        ("best = None", "best = 0", "const"),
         ("range(1, len(items))", "range(1, len(items) - 1)", "bound"),
         ("items[:k]", "items[:k + 1]", "bound"),
         ("total += items[i]", "total += items[k]", "var"),
