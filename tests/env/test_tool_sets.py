@@ -100,3 +100,24 @@ def test_config_names_a_known_set_and_no_setting_of_another_set():
     with pytest.raises(ValueError, match="weights.failed_fix_try"):
         EnvConfig(weights=RewardWeights(failed_fix_try=-0.2))
     assert EnvConfig(tool_set="fix_search", max_fixes=8).max_fixes == 8
+
+
+def test_a_tool_outside_the_set_is_never_executed(suite_tasks):
+    """The attack a set boundary must stop: an agent in a fix_search episode edits the
+    tests with edit_file (a tool its set lacks); it is an invalid call and nothing changes."""
+    task = suite_tasks[0]
+    env = EpisodeEnv(task, EnvConfig(tool_set="fix_search", max_steps=4), SandboxConfig(),
+                     policy_name="attacker")  # fmt: skip
+    try:
+        test_file = next(p for p in task.repo_dir.rglob("test_*.py"))
+        rel = str(test_file.relative_to(task.repo_dir))
+        before = (env.workspace.root / rel).read_text()
+        patch = f"--- a/{rel}\n+++ /dev/null\n"
+        for tool, args in (("edit_file", {"path": rel, "old": "assert", "new": "pass #"}),
+                           ("apply_patch", {"patch": patch})):  # fmt: skip
+            event = env.step(Action(tool, args))
+            assert event["error"] and "tool set (fix_search)" in event["observation"]
+        assert (env.workspace.root / rel).read_text() == before
+        assert env.invalid_calls == 2 and env.safety_flags == []
+    finally:
+        env.workspace.cleanup()
