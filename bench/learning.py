@@ -2,7 +2,7 @@
 no-learning policies, on the val split (unseen bugs of training families), the test
 split (unseen families) and the quixbugs split (the converted QuixBugs programs the
 repository holds, `--quixbugs`: real bugs, never trained on). The scripted ones: the issue's baseline (one random edit on the
-blamed line), random-kinds (the listed kinds in a random order, each searched in reading
+blamed line), random-kinds (the listed kinds in a random order, each searched in listed
 order: the default expert, all of whose episodes are the SFT data, so SFT learns the
 procedure and the call format but not which kind to search first, which is left to RL;
 kinds are drawn inversely to how often listings show them, so each is the first pick about
@@ -67,7 +67,7 @@ BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
 PRIOR_FIXES = "prior-fixes"  # scripted search ordered by kind statistics of the train split
 LISTING_ORDER = "listing-order"  # scripted search in the listing's order: no statistics
-# kinds in random order (drawn inversely to how often listed), each in reading order: the
+# kinds in random order (drawn inversely to how often listed), each in listed order: the
 # default expert
 RANDOM_KINDS = "random-kinds"
 SCRIPTED = (BASELINE, RANDOM_FIXES, PRIOR_FIXES, LISTING_ORDER, RANDOM_KINDS)

@@ -232,7 +232,7 @@ class RandomFixesPolicy:
     name: str = "random-fixes"
     seed: int = 0
     max_tries: int = 4
-    # Search kinds in a random order, each in reading order: draw a kind not yet tried
+    # Search kinds in a random order, each in listed (rank) order: draw a kind not yet tried
     # among the listed ones, then try its candidates one after another until they run
     # out. That is prior-fixes' procedure with the kind order left to chance: as an SFT
     # expert it shows the procedure with every kind searched first somewhere, so sampling
@@ -300,7 +300,10 @@ def kind_listing_shares(tasks: list[Task], max_fixes: int = 64) -> dict[str, flo
 def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, float]:
     """Per kind of candidate fix: the share of that kind's listed candidates that were the
     reference fix, over `tasks` (training tasks with a one-file reference patch), smoothed
-    toward 0 for kinds seen rarely: (right + 0.5) / (listed + 1)."""
+    toward 0 for kinds seen rarely: (right + 0.5) / (listed + 1). The listings are the
+    ones list_fixes shows without test output (no tests are run here); where list_fixes
+    ranks with the tests' output the cut at `max_fixes` may keep other candidates, so the
+    rates are then an approximation."""
     listed: dict[str, int] = {}
     right: dict[str, int] = {}
     for candidates, target in _listings(tasks, max_fixes):
@@ -314,7 +317,7 @@ def kind_success_rates(tasks: list[Task], max_fixes: int = 64) -> dict[str, floa
 @dataclass
 class PriorFixesPolicy:
     """Search without a model: try the listed candidates in order of how often their kind
-    was the fix on training tasks (`kind_success_rates`), reading order within a kind, until
+    was the fix on training tasks (`kind_success_rates`), listed (rank) order within a kind, until
     the tests pass or `max_tries` is spent. It never sees a reference fix, so it works on any
     task; its successes are the `prior-fixes` expert transcripts (one clean rule per turn
     for SFT to imitate, where the oracle's one right id per task is a noisy target)."""
