@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from components.env.tool_specs import DEFAULT_TOOL_SET, TOOL_SETS
 from components.typed_config import doc
@@ -116,6 +116,22 @@ class EnvConfig:
             raise ValueError("EnvConfig.max_changed_files must be >= 1")
         if not 0 < self.per_test_timeout_s < self.verify_timeout_s:
             raise ValueError("EnvConfig: need 0 < per_test_timeout_s < verify_timeout_s")
+
+    def with_tool_set(self, name: str) -> EnvConfig:
+        """This config with tool set `name`: the settings and weights only the old set read
+        go back to their defaults (for a caller that plays one set's scripted policy, e.g.
+        an attack, in an environment configured for another)."""
+        if name == self.tool_set:
+            return self
+        others = [spec for key, spec in TOOL_SETS.items() if key != name]
+        keep = set(TOOL_SETS[name].settings) | set(TOOL_SETS[name].counted_terms)
+        reset = {f for spec in others for f in spec.settings if f not in keep}
+        terms = {t for spec in others for t in spec.counted_terms if t not in keep}
+        defaults = EnvConfig.__dataclass_fields__
+        weights = replace(self.weights, **{t: getattr(RewardWeights(), t) for t in terms})
+        return replace(
+            self, tool_set=name, weights=weights, **{f: defaults[f].default for f in reset}
+        )
 
     def _check_unused_settings(self) -> None:
         """A setting only another tool set reads is an error, not a silent no-op."""

@@ -121,3 +121,13 @@ def test_a_tool_outside_the_set_is_never_executed(suite_tasks):
         assert env.invalid_calls == 2 and env.safety_flags == []
     finally:
         env.workspace.cleanup()
+
+
+def test_with_tool_set_drops_what_only_the_old_set_read():
+    searching = EnvConfig(tool_set="fix_search", max_fixes=8, max_steps=5,
+                          weights=RewardWeights(wasted_fix_try=-0.3, invalid_call=-0.2))  # fmt: skip
+    free = searching.with_tool_set("free_form")
+    assert (free.tool_set, free.max_fixes, free.max_steps) == ("free_form", 64, 5)
+    assert (free.weights.wasted_fix_try, free.weights.invalid_call) == (-0.1, -0.2)
+    assert free.with_tool_set("fix_search").tool_set == "fix_search"
+    assert searching.with_tool_set("fix_search") is searching
