@@ -163,16 +163,21 @@ def save_version(stepper, output_dir: str | Path, version: int) -> Path:
     """Write the policy's weights as version `version` for the server to load: the LoRA
     adapters alone (PEFT's files) or the full weights (a checkpoint without tokenizer).
     Written to a temporary folder and renamed into place, so the server never reads a
-    half-written version; a version written before (a resumed run replays it) is replaced."""
+    half-written version; a version written before (a resumed run replays it) is replaced.
+    Under torchrun every rank enters (ZeRO-3 gathers the weights); rank 0 writes."""
     final = version_dir(output_dir, version)
     tmp = final.with_name(f".tmp-{final.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
+    if stepper.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
     with stepper.gathered():
-        stepper.model.save_pretrained(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+        if stepper.rank == 0:
+            stepper.model.save_pretrained(tmp)
+    if stepper.rank == 0:
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    barrier()
     return final
 
 

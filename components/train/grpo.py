@@ -177,10 +177,11 @@ def train_grpo(
     served = rollout_config.backend == "openai"
     if served and start["checkpoint"] is None:
         save_version(stepper, output_dir, 0)  # the starting policy, for the server
+    # On a server, rank 0 samples (and syncs) alone and hands the episodes to the others.
     rollouts_source = _rollout_source(
         stepper, tokenizer, tasks, config, rollout_config, env_config, sandbox_config,
         generate_fn, output_dir, fingerprint, iteration,
-    )  # fmt: skip
+    ) if rank == 0 or not served else None  # fmt: skip
     # Versions a resumed run may still sample with: max_staleness back from a checkpoint.
     lag = config.max_staleness if config.async_rollouts else 0
     started = time.perf_counter()
@@ -190,13 +191,14 @@ def train_grpo(
             position += config.tasks_per_iteration
             row = {"iteration": iteration, "data_position": position}
             t0 = time.perf_counter()
-            rollouts, sample_seconds, wait_seconds = rollouts_source.get(iteration)
+            rollouts, sample_seconds, wait_seconds = _episodes(rollouts_source, iteration, served)
             rollouts, row["stale_dropped"], row["policy_lag"] = drop_stale(rollouts, iteration, lag)
             row.update(_iteration(stepper, reference, tokenizer, rollouts, iteration, config,
                                   rollout_config, device))  # fmt: skip
             if served:  # the new weights, for the server to load when they are needed
                 save_version(stepper, output_dir, iteration)
-                rollouts_source.publish(iteration)
+                if rollouts_source is not None:
+                    rollouts_source.publish(iteration)
             row.update(_timings(row, sample_seconds, wait_seconds, time.perf_counter() - t0))
             rows.append(row)
             if rank == 0:
@@ -206,11 +208,12 @@ def train_grpo(
                          "config_hash": fingerprint, "seed": config.seed}  # fmt: skip
                 last_checkpoint = save_checkpoint(stepper, output_dir, state,
                                                   config.keep_checkpoints)  # fmt: skip
-                if served:
+                if served and rank == 0:
                     prune_versions(output_dir, iteration - lag)
         policy_dir = save_gathered(stepper, tokenizer, output_dir / "policy")
     finally:
-        rollouts_source.close()
+        if rollouts_source is not None:
+            rollouts_source.close()
         if mlflow is not None:
             mlflow.end_run()
     return GRPOResult(
@@ -262,6 +265,16 @@ def _iteration(
         row.update(optimizer_steps=0, update_tokens=0)
     row["update_seconds"] = time.perf_counter() - t0
     return row
+
+
+def _episodes(source, iteration: int, served: bool) -> tuple[list[Rollout], float, float]:
+    """(episodes, sampling seconds, waiting seconds) of an iteration on every rank. In
+    process every rank samples its share (`_sample` exchanges them); on a server rank 0
+    alone holds a source and its episodes are sent to the others."""
+    if not served or world()[1] == 1:
+        return source.get(iteration)
+    got = source.get(iteration) if source is not None else ([], 0.0, 0.0)
+    return all_gather_list(got)[0]
 
 
 def _timings(row: dict, sample_seconds: float, wait_seconds: float, seconds: float) -> dict:
@@ -407,9 +420,6 @@ def _check_inputs(
     if config.async_rollouts and not served:
         raise ValueError("GRPOConfig.async_rollouts samples through an inference server: "
                          "set rollout.backend to openai")  # fmt: skip
-    if served and world()[1] > 1:
-        raise ValueError("train_grpo: sampling on a server runs on one rank (each torchrun "
-                         "rank would sync the server)")  # fmt: skip
 
 
 def _frozen_reference(model, reference, device):
