@@ -94,12 +94,22 @@ class RolloutConfig:
         default=600.0,
         metadata=doc("openai backend in training: timeout of one policy-sync request"),
     )
+    sync_url: str = field(
+        default="",
+        metadata=doc(
+            "openai backend in training: a URL whose host resolves to every server replica "
+            "(a headless Service, e.g. http://vllm-replicas:8000/v1); each loads every policy "
+            "version. '' = base_url (one replica)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.backend not in ("transformers", "openai"):
             raise ValueError(f"RolloutConfig.backend: unknown {self.backend!r}")
         if self.backend == "openai" and not self.base_url.startswith(("http://", "https://")):
             raise ValueError("RolloutConfig.base_url must be an http(s) URL")
+        if self.sync_url and not self.sync_url.startswith(("http://", "https://")):
+            raise ValueError("RolloutConfig.sync_url must be an http(s) URL or ''")
         if not self.model:
             raise ValueError("RolloutConfig.model must not be empty")
         if not 0.0 <= self.temperature <= 10.0:

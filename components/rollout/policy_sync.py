@@ -12,7 +12,11 @@ a cluster; the same path on both sides) and calls `PolicySync.sync(name, folder)
   for it, see components/serve/versions.py and docs/scale-out.md); the served name becomes
   the version.
 
-A sync is done when the server lists the name (`GET /v1/models`). A failed sync leaves the
+Several replicas behind one Service (vLLM's Deployment with replicas > 1): each must load
+the version, or a request balanced to one that did not would fail. `sync_url` names a
+host that resolves to every replica (a headless Service); the sync goes to each address.
+
+A sync is done when every replica lists the name (`GET /v1/models`). A failed sync leaves the
 server on the old version (the servers load atomically); it is retried `retries` times
 with exponential backoff, then `PolicySyncError` stops the run with a one-line message.
 """
@@ -20,10 +24,12 @@ with exponential backoff, then `PolicySyncError` stops the run with a one-line m
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -55,22 +61,28 @@ class PolicySync:
     retries: int = 3
     backoff_s: float = 1.0
     timeout_s: float = 600.0
+    sync_url: str = ""  # a host resolving to every replica; "" = base_url
 
     def __post_init__(self) -> None:
         if self.mode not in ("lora", "full"):
             raise ValueError(f"PolicySync.mode: unknown {self.mode!r}")
 
+    def replicas(self) -> list[str]:
+        return replica_urls(self.sync_url or self.base_url)
+
     def sync(self, name: str, folder: str | Path) -> None:
-        """Serve the weights in `folder` as `name`; PolicySyncError after retries + 1 tries."""
+        """Serve the weights in `folder` as `name` on every replica; PolicySyncError after
+        retries + 1 tries."""
         last = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                self._load(name, str(Path(folder).resolve()))
+                for url in self.replicas():
+                    self._load(url, name, str(Path(folder).resolve()))
                 if name in self.served():
                     return
-                last = f"the server does not list {name} after loading it"
+                last = f"a replica does not list {name} after loading it"
             except (httpx.HTTPError, RuntimeError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
         last = " ".join(last.split())[:300]
@@ -79,12 +91,12 @@ class PolicySync:
             f"from {folder} in {self.retries + 1} tries; last error: {last}"
         )
 
-    def _load(self, name: str, folder: str) -> None:
+    def _load(self, base_url: str, name: str, folder: str) -> None:
         if self.mode == "lora":
-            url = f"{self.base_url.rstrip('/')}/load_lora_adapter"
+            url = f"{base_url.rstrip('/')}/load_lora_adapter"
             payload = {"lora_name": name, "lora_path": folder, "load_inplace": True}
         else:
-            url = f"{_root(self.base_url)}/update_weights_from_disk"
+            url = f"{_root(base_url)}/update_weights_from_disk"
             payload = {"model_path": folder, "weight_version": name}
         response = httpx.post(url, json=payload, timeout=self.timeout_s)
         if response.status_code != 200:
@@ -94,17 +106,36 @@ class PolicySync:
         """Unload adapter `name` (LoRA); one that is not loaded is fine."""
         if self.mode != "lora":
             return
-        response = httpx.post(
-            f"{self.base_url.rstrip('/')}/unload_lora_adapter", json={"lora_name": name},
-            timeout=self.timeout_s,
-        )  # fmt: skip
-        if response.status_code not in (200, 404):
-            raise PolicySyncError(f"unloading {name} failed: HTTP {response.status_code}")
+        for url in self.replicas():
+            response = httpx.post(f"{url.rstrip('/')}/unload_lora_adapter",
+                                  json={"lora_name": name}, timeout=self.timeout_s)  # fmt: skip
+            if response.status_code not in (200, 404):
+                raise PolicySyncError(f"unloading {name} failed: HTTP {response.status_code}")
 
     def served(self) -> list[str]:
-        response = httpx.get(f"{self.base_url.rstrip('/')}/models", timeout=30)
-        response.raise_for_status()
-        return [m["id"] for m in response.json()["data"]]
+        """The names every replica serves (in the first one's order)."""
+        listed = []
+        for url in self.replicas():
+            response = httpx.get(f"{url.rstrip('/')}/models", timeout=30)
+            response.raise_for_status()
+            listed.append([m["id"] for m in response.json()["data"]])
+        return [n for n in listed[0] if all(n in other for other in listed[1:])]
+
+
+def replica_urls(url: str) -> list[str]:
+    """`url` once per IPv4 address its host resolves to (a headless Service: one per pod);
+    `url` itself when it resolves to one address or none."""
+    parts = urlsplit(url)
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 80, socket.AF_INET,
+                                   socket.SOCK_STREAM)  # fmt: skip
+    except OSError:
+        return [url]
+    addresses = sorted({info[4][0] for info in infos})
+    if len(addresses) <= 1:
+        return [url]
+    netloc = [f"{a}:{parts.port}" if parts.port else a for a in addresses]
+    return [urlunsplit((parts.scheme, n, parts.path, parts.query, "")) for n in netloc]
 
 
 def _root(base_url: str) -> str:
@@ -125,6 +156,6 @@ def serve_checkpoint(
     name = name or Path(policy_dir).resolve().name
     mode = "lora" if is_adapter_dir(policy_dir) else "full"
     sync = PolicySync(config.base_url, mode, retries=config.sync_retries,
-                      timeout_s=config.sync_timeout_s)  # fmt: skip
+                      timeout_s=config.sync_timeout_s, sync_url=config.sync_url)  # fmt: skip
     sync.sync(name, policy_dir)
     return dataclasses.replace(config, model=name)

@@ -343,6 +343,7 @@ def _served_sampler(
     sync = PolicySync(
         rollout_config.base_url, "lora" if config.lora else "full",
         retries=rollout_config.sync_retries, timeout_s=rollout_config.sync_timeout_s,
+        sync_url=rollout_config.sync_url,
     )  # fmt: skip
     prefix = f"{rollout_config.model}-{fingerprint[:8]}"
     loaded: list[int] = []
@@ -438,7 +439,8 @@ def config_hash(
             "mlflow_tracking_uri", "mlflow_experiment", "use_cpu"}  # fmt: skip
     shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
     # Where the server is and how patiently it is called do not shape the episodes.
-    server = {"base_url", "request_timeout_s", "max_retries", "sync_retries", "sync_timeout_s"}
+    server = {"base_url", "request_timeout_s", "max_retries", "sync_retries", "sync_timeout_s",
+              "sync_url"}  # fmt: skip
     rollout = {k: v for k, v in dataclasses.asdict(rollout_config).items() if k not in server}
     settings = [shaping, rollout, *map(dataclasses.asdict, (env_config, sandbox_config))]
     payload = json.dumps(settings, sort_keys=True, default=str)

@@ -23,16 +23,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(checkpoint: Path, *flags: str, name: str = "policy"):
+def running_server(
+    checkpoint: Path, *flags: str, name: str = "policy", host: str = "127.0.0.1", port: int = 0
+):  # fmt: skip
     """Yield the base URL (…/v1) of `python -m components.serve` on `checkpoint`, with
     runtime updates on; stopped (and waited for) on exit."""
     import httpx
 
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
-         str(port), "--threads", "1", "--name", name, "--allow-runtime-updates", *flags],
+         str(port), "--host", host, "--threads", "1", "--name", name,
+         "--allow-runtime-updates", *flags],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -41,14 +44,14 @@ def running_server(checkpoint: Path, *flags: str, name: str = "policy"):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited: {proc.stdout.read()}")
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                if httpx.get(f"http://{host}:{port}/health", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not start in 90 s")
             time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://{host}:{port}/v1"
     finally:
         proc.terminate()
         try:

@@ -197,3 +197,37 @@ def test_chat_ends_at_the_checkpoints_own_end_of_turn(tmp_path):
     assert choice["finish_reason"] == "stop" and choice["token_ids"][-1] == eot
     assert len(choice["token_ids"]) == 2
     assert "<|eot_id|>" not in choice["message"]["content"]
+
+
+@pytest.mark.slow  # two servers: ~30 s
+def test_sync_reaches_every_replica(adapters, checkpoint, monkeypatch):
+    """Two replicas (127.0.0.1 and 127.0.0.2, same port) behind a name that resolves to
+    both, as a headless Service does: the sync loads the version on each, and a version
+    counts as served only where every replica lists it."""
+    import socket
+
+    from components.rollout import policy_sync
+    from tests.serve.served import free_port
+
+    port = free_port()
+    real = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host != "replicas":
+            return real(host, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+                for ip in ("127.0.0.1", "127.0.0.2")]  # fmt: skip
+
+    monkeypatch.setattr(policy_sync.socket, "getaddrinfo", resolve)
+    with (
+        running_server(checkpoint, host="127.0.0.1", port=port) as one,
+        running_server(checkpoint, host="127.0.0.2", port=port) as two,
+    ):
+        sync = PolicySync(one, "lora", retries=0, sync_url=f"http://replicas:{port}/v1")
+        assert sync.replicas() == [one, two]
+        sync.sync("both-v1", adapters[1][1])
+        for url in (one, two):
+            assert "both-v1" in PolicySync(url, "lora").served()
+        PolicySync(two, "lora").unload("both-v1")  # one replica lost it
+        assert sync.served() == ["policy"]
+        sync.unload("both-v1")
