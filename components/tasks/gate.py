@@ -141,7 +141,11 @@ def subprocess_run_tests(
 
     Not a sandbox: only for trusted tasks (our own suite, tests). Plugin autoloading is
     off by default because hidden tests are plain asserts and it halves pytest start-up.
+    A task with its own environment is refused: this runner has only the project's python.
     """
+    if task.environment is not None:
+        raise ValueError(f"{task.id}: a task with an environment is gated by the sandboxed "
+                         "verifier (agentrl tasks check), which runs its interpreter")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix=f"gate-{task.id}-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(repo_dir, work, symlinks=True)

@@ -17,7 +17,8 @@ For one Python repository with a pytest suite:
    the same candidates in the same order.
 3. **The gate, per candidate**: the covering test files run on the mutant in the sandbox;
    a mutant is kept only if at least one test that passed before now fails, none of them
-   hangs (the per-test timeout) and every test file still imports. A kept mutant becomes a
+   hangs (the per-test timeout), every test file still imports and no test of the failing
+   tests' files was skipped before (the verifier counts a skipped hidden test as forged). A kept mutant becomes a
    task folder (docs/tasks.md): `repo/` = the mutated repository (every test visible),
    `hidden_tests/` = the test files that failed, verbatim, `reference.patch` = the reverse
    edit, the environment attached, family = `<repository>/<module>`. The task then goes
@@ -214,7 +215,7 @@ def _top_modules(root: Path, modules: list[str]) -> set[str]:
 
 # Runs pytest in the sandbox and writes what happened to a JSON file: each test's outcome
 # and, with tracing, which functions of the repository each test file called.
-RUNNER = r'''
+RUNNER = r"""
 import json, os, sys, threading
 import pytest
 
@@ -267,7 +268,7 @@ with open(out, "w") as fh:
     json.dump({"rc": int(rc), "tests": outcomes, "collect_errors": collect_errors,
                "covered": [[f, line, name, sorted(t)] for (f, line, name), t in covered.items()]},
               fh)
-'''
+"""
 
 
 @dataclass
@@ -441,7 +442,8 @@ def candidates(repo: Repo, config: MineConfig) -> list[Candidate]:
                 if inside:  # the innermost covered function holding the edit
                     name = max(inside, key=lambda s: s[1])[0]
                     groups.setdefault((module, name), []).append(
-                        Candidate(module, name, op.name, k, edit.lineno))
+                        Candidate(module, name, op.name, k, edit.lineno)
+                    )
     rng = random.Random(config.seed)
     keys = sorted(groups)
     rng.shuffle(keys)
@@ -590,6 +592,10 @@ def try_candidate(repo: Repo, cand: Candidate, work: Path, sandbox: SandboxConfi
                      if o == "failed" and repo.tests.get(n) == "passed")  # fmt: skip
     if not failing:
         return None, [], "survives: every covering test still passes"
+    hidden = {n.split("::")[0] for n in failing}
+    skipped = [n for n, o in repo.tests.items() if o == "skipped" and n.split("::")[0] in hidden]
+    if skipped:  # the verifier takes a skipped hidden test for a forged verdict
+        return None, [], f"skips: a hidden test file skips tests before mutation ({skipped[0]})"
     return buggy, failing, ""
 
 
@@ -602,7 +608,7 @@ def mine_repository(repo_path: Path, out: Path, *, config: MineConfig, sandbox: 
     folder's) starts every family. Never raises for a bad repository: the report's `error`
     says what is wrong and nothing is written."""
     start = time.monotonic()
-    report = MineReport(repository=str(repo_path))
+    report = MineReport(repository=name or str(repo_path))
     prepare = prepare or PrepareConfig()
     with tempfile.TemporaryDirectory(prefix="agentrl-mine-") as tmp:
         work = Path(tmp)

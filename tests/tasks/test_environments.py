@@ -181,3 +181,27 @@ def test_prepare_installs_requirements_from_a_wheelhouse(tmp_path):
     with pytest.raises(EnvironmentError_, match="pip install failed"):
         build_environment(missing, config)
     assert not Path(cache, environment_key(missing)).exists()  # a failed build leaves nothing
+
+
+def test_prepare_command_builds_once_and_reports(tmp_path, capsys):
+    from components.preset import DEFAULT_PRESET
+    from components.tasks.__main__ import main
+    from components.tasks.gate import check_task
+
+    cache = tmp_path / "cache"
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(
+        Path(DEFAULT_PRESET).read_text() + f"\nsandbox:\n  environments_dir: {cache}\n"
+    )
+    for i in range(3):
+        _task(tmp_path / "tasks" / f"t{i}", {"python": "3.11", "requirements": []}, "x = 1\n")
+    argv = ["prepare", "--tasks", str(tmp_path / "tasks"), "--preset", str(preset),
+            "--report", str(tmp_path / "prep.json")]  # fmt: skip
+    assert main(argv) == 0
+    assert "1 environment(s) for 3 task(s): 1 built, 0 cached, 0 failed" in capsys.readouterr().out
+    assert main(argv) == 0
+    assert "0 built, 1 cached" in capsys.readouterr().out
+    assert json.loads((tmp_path / "prep.json").read_text())["cached"] == 1
+    # The unsandboxed local gate runner has only the project's python: it refuses.
+    check = check_task(load_task(tmp_path / "tasks" / "t0"))
+    assert not check.ok and "sandboxed verifier" in check.reason

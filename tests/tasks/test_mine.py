@@ -32,7 +32,7 @@ def sandbox(tmp_path_factory) -> SandboxConfig:
 @pytest.fixture(scope="module")
 def mined(tmp_path_factory, sandbox):
     out = tmp_path_factory.mktemp("mined")
-    config = MineConfig(max_candidates=4, seed=0)
+    config = MineConfig(max_candidates=3, seed=0)
     report = mine_repository(FIXTURE, out, config=config, sandbox=sandbox, name="minilib",
                              run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
     tasks, errors = load_tasks(out)
@@ -42,7 +42,7 @@ def mined(tmp_path_factory, sandbox):
 def test_mines_gated_tasks_in_the_standard_format(mined, sandbox):
     report, tasks, errors = mined
     assert report.ok and not errors, report.error
-    assert report.tried == 4 and len(report.kept) >= 2
+    assert report.tried == 3 and len(report.kept) >= 2
     assert sorted(t.id for t in tasks) == sorted(report.kept)
     assert report.tried == len(report.kept) + sum(report.dropped.values())
     assert report.test_files == 2 and report.tests == 11
