@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -337,7 +338,13 @@ def _value_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
     if isinstance(node, ast.Constant) and type(node.value) is bool:
         yield _replace(scope, node, ast.Constant(not node.value), "const", "const",
                        f"{node.value} -> {not node.value}")  # fmt: skip
-    if isinstance(node, ast.Constant) and (node.value is None or _is_int(node) and node.value == 0):
+    sentinel = isinstance(node, ast.Constant) and (node.value is None or node.value == 0)
+    sentinel = sentinel and type(node.value) is not float and type(node.value) is not bool
+    parent = _parent(scope, node)
+    identity = isinstance(parent, ast.Compare) and any(
+        isinstance(op, ast.Is | ast.IsNot) for op in parent.ops
+    )  # `x is 0` is never meant
+    if sentinel and not identity:
         other = 0 if node.value is None else None  # the two "nothing yet" sentinels
         yield _replace(scope, node, ast.Constant(other), "const", "const_sentinel",
                        f"{node.value} -> {other}")  # fmt: skip
@@ -646,9 +653,11 @@ def neighbourhood(
         if text is None or text in seen:
             continue
         try:
-            compile(text, "<candidate>", "exec")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SyntaxWarning)  # `x is 1`: valid, and listed
+                compile(text, "<candidate>", "exec")
         except (SyntaxError, ValueError):
-            continue  # e.g. `return` outside a function after a move, `break` left alone
+            continue  # e.g. a `break` left outside its loop
         seen.add(text)
         descriptions[edit.description] += 1
         n = descriptions[edit.description]
