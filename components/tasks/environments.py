@@ -29,6 +29,7 @@ project's interpreter exactly as before.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import importlib.metadata
@@ -124,6 +125,13 @@ def task_python_env(task: Task, cache_dir: str) -> str:
             f"{path.parent}: run `agentrl tasks prepare --tasks DIR`"
         )
     return str(path)
+
+
+def with_task_environment(sandbox, task: Task):
+    """`sandbox` (a SandboxConfig) running `task`'s environment; unchanged for a task
+    without one. Raises EnvironmentError_ when the environment is not prepared."""
+    python_env = task_python_env(task, sandbox.environments_dir)
+    return dataclasses.replace(sandbox, python_env=python_env) if python_env else sandbox
 
 
 def find_python(version: str) -> str:

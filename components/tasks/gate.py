@@ -314,7 +314,10 @@ def check_task(
             return done(False, "hidden tests pass on the unmodified repo (bug not detected)")
         # The built-in generator already rejects mutants that loop (a trace budget per
         # call, GenerateConfig.step_budget): only other sources are scanned for hangs.
-        if find_hangs is not None and task.metadata.source != "builtin":
+        # A task with its own environment: the scan's runner has only the project's python
+        # (mining screens its mutants for hangs with the environment's).
+        scan = task.metadata.source != "builtin" and task.environment is None
+        if find_hangs is not None and scan:
             try:
                 hanging += find_hangs(task)
             except Exception as e:  # noqa: BLE001 - a warning must not fail the task

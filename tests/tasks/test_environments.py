@@ -205,3 +205,13 @@ def test_prepare_command_builds_once_and_reports(tmp_path, capsys):
     # The unsandboxed local gate runner has only the project's python: it refuses.
     check = check_task(load_task(tmp_path / "tasks" / "t0"))
     assert not check.ok and "sandboxed verifier" in check.reason
+
+
+def test_with_task_environment_sets_only_tasks_that_have_one(cache, bare_env, tmp_path):
+    from components.tasks.environments import with_task_environment
+
+    sandbox = SandboxConfig(environments_dir=cache, hide_paths=("/x",))
+    with_env = load_task(_task(tmp_path / "a", {"python": "3.11"}, "x = 1\n"))
+    plain = load_task(_task(tmp_path / "b", None, "x = 1\n"))
+    assert with_task_environment(sandbox, with_env) == replace(sandbox, python_env=bare_env)
+    assert with_task_environment(sandbox, plain) is sandbox  # today's behaviour exactly

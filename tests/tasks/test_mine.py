@@ -204,3 +204,20 @@ def test_attacks_a_mined_repository_opens(mined, sandbox, tmp_path):
                         task.repo_dir.parent, replace(sandbox, python_env=python_env),
                         workspace=task.repo_dir.parent)  # fmt: skip
     assert "Read-only file system" in out.output and not (site / "zz_agent.pth").exists()
+
+
+@pytest.mark.slow
+def test_the_same_seed_mines_the_same_bytes(tmp_path, sandbox):
+    import filecmp
+
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        mine_repository(FIXTURE, out, config=MineConfig(max_candidates=2), sandbox=sandbox,
+                        run_tests=sandboxed_test_runner(EnvConfig(), sandbox), name="minilib")  # fmt: skip
+        outs.append(out)
+    files = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
+    assert files and files == sorted(
+        p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file()
+    )
+    assert all(filecmp.cmp(outs[0] / f, outs[1] / f, shallow=False) for f in files)
