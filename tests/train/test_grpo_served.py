@@ -200,3 +200,26 @@ def test_lora_run_loads_each_version_as_an_adapter(checkpoint, suite, tmp_path):
         (local,) = generate_transformers(model, tokenizer, [ids], [12], temperature=0.0,
                                          top_p=1.0, seed=0)  # fmt: skip
         assert served.token_ids == local.token_ids and served.policy_version == final
+
+
+def test_cli_samples_on_the_server_from_the_preset(checkpoint, server, suite, tmp_path, capsys):
+    """`agentrl train grpo` with a preset whose rollout section names the server: the run
+    samples there (asynchronously) and its metrics carry the versions' lag."""
+    import json
+
+    import yaml
+
+    root, _ = suite
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({
+        "grpo": {"iterations": 2, "group_size": 2, "tasks_per_iteration": 1,
+                 "learning_rate": 0.0001, "async_rollouts": True, "max_staleness": 1},
+        "rollout": {"backend": "openai", "base_url": server, "max_new_tokens": 8,
+                    "workers": 1, "sync_retries": 0},
+        "env": {"max_steps": 1},
+    }))  # fmt: skip
+    code = grpo.main_grpo(["--preset", str(preset), "--policy", str(checkpoint), "--tasks",
+                           str(root), "--out", str(tmp_path / "run")])  # fmt: skip
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iterations"] == 2 and out["last"]["policy_lag"] == 1
