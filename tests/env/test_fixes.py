@@ -3,6 +3,7 @@ other, tests run in the sandbox, and misuse is an error observation, never a cra
 
 import ast
 import difflib
+import random
 
 import pytest
 
@@ -18,7 +19,7 @@ from components.env.fixes import (
     render_listing,
     summarize_test_output,
 )
-from components.env.policies import OraclePolicy
+from components.env.policies import OraclePolicy, fixed_files
 from components.env.sandbox import SandboxConfig
 from components.env.scripted import make_policy
 from components.env.tool_specs import argument_errors
@@ -104,18 +105,25 @@ def test_tool_specs_validate_fix_arguments():
 def test_oracle_through_fixes_succeeds_and_runs_tests(tasks):
     covered = 0
     for task in tasks[:6]:
-        result = run_episode(task, OraclePolicy(style="fixes"), EnvConfig(), SandboxConfig())
+        policy = OraclePolicy(style="fixes", fallback=False)
+        listed = policy._fixes_plan(task.id, fixed_files(task), random.Random(0)) is not None
+        result = run_episode(task, policy, EnvConfig(tool_set="fix_search"), SandboxConfig())
         actions = [e["action"] for e in result.record["trajectory"] if e["role"] == "assistant"]
-        assert result.success and result.ran_tests and result.invalid_calls == 0
-        covered += actions[0] == "list_fixes"
-    assert covered >= 4  # a few bug classes (a deleted return) are not one-edit inverses
-    fixes_only = run_episode(tasks[0], make_policy("oracle-fixes"), EnvConfig(), SandboxConfig())
+        assert actions[0] == "list_fixes" and result.ran_tests and result.invalid_calls == 0
+        assert result.success == listed  # where the fix is listed, the oracle finds its id
+        covered += listed
+    assert covered >= 4  # a few bug classes (a deleted `return 'A'`) are not one edit
+    fixes_only = run_episode(
+        tasks[0], make_policy("oracle-fixes"), EnvConfig(tool_set="fix_search"), SandboxConfig()
+    )
     assert fixes_only.record["trajectory"][1]["action"] == "list_fixes"
 
 
 def test_wrong_try_is_undone_and_misuse_is_an_error(tasks):
     task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
-    env = EpisodeEnv(task, EnvConfig(max_steps=10), SandboxConfig(), policy_name="t")
+    env = EpisodeEnv(
+        task, EnvConfig(tool_set="fix_search", max_steps=10), SandboxConfig(), policy_name="t"
+    )
     early = env.step(Action("try_fix", {"id": "cmp-1"}))
     assert early.get("error") and "list_fixes first" in early["observation"]
     listing = env.step(Action("list_fixes", {}))
@@ -126,13 +134,13 @@ def test_wrong_try_is_undone_and_misuse_is_an_error(tasks):
     assert env.invalid_calls == 1
     plan = OraclePolicy(style="fixes", recovery_rate=0.0).plan(task)
     right = next(a.arguments["id"] for a in plan if a.tool == "try_fix")
-    wrong = next(c.id for c in env.fix_listing.candidates if c.id != right)
+    wrong = next(c.id for c in env.tool_state.listing.candidates if c.id != right)
     assert "tests FAILED" in env.step(Action("try_fix", {"id": wrong}))["observation"]
     assert "tests FAILED" in env.step(Action("try_fix", {"id": wrong}))["observation"]  # repeat
     assert "tests PASSED" in env.step(Action("try_fix", {"id": right}))["observation"]
     env.step(Action("finish", {}))
     result = env.finish()
-    assert result.success and result.changed_files == [env.fix_listing.path]
+    assert result.success and result.changed_files == [env.tool_state.listing.path]
     # Wasted tries: before any listing, an unlisted id, and the repeat; the schema error
     # is an invalid call instead; the wrong fix failed its tests twice. Each is charged in
     # the reward and in the step that did it.
@@ -147,7 +155,7 @@ def test_random_fixes_policy_searches_until_pass_or_budget(tasks):
     from components.env.baseline import RandomFixesPolicy
 
     task = tasks[0]
-    result = run_episode(task, RandomFixesPolicy(seed=1, max_tries=2), EnvConfig(max_steps=6),
+    result = run_episode(task, RandomFixesPolicy(seed=1, max_tries=2), EnvConfig(tool_set="fix_search", max_steps=6),
                          SandboxConfig())  # fmt: skip
     actions = [e["action"] for e in result.record["trajectory"] if e["role"] == "assistant"]
     assert actions[0] == "list_fixes" and actions[-1] == "finish"
@@ -171,7 +179,12 @@ def test_prior_fixes_tries_kinds_in_order_of_their_train_rates(tasks):
         right_kinds |= {a.arguments["id"].rsplit("-", 1)[0] for a in plan if a.tool == "try_fix"}
     assert max(rates, key=rates.get) in right_kinds  # the top kind has been right somewhere
     task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
-    result = run_episode(task, PriorFixesPolicy(rates, max_tries=3), EnvConfig(), SandboxConfig())
+    result = run_episode(
+        task,
+        PriorFixesPolicy(rates, max_tries=3),
+        EnvConfig(tool_set="fix_search"),
+        SandboxConfig(),
+    )
     events = result.record["trajectory"]
     tries = [e["arguments"]["id"] for e in events if e.get("action") == "try_fix"]
     assert events[1]["action"] == "list_fixes" and events[-2]["action"] == "finish"
@@ -270,7 +283,7 @@ def test_stored_diff_of_try_fix_is_the_reference_fix(tasks, tmp_path):
 
     task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
     policy = OraclePolicy(style="fixes", recovery_rate=1.0)  # a wrong try, then the fix
-    result = run_episode(task, policy, EnvConfig(), SandboxConfig())
+    result = run_episode(task, policy, EnvConfig(tool_set="fix_search"), SandboxConfig())
     assert result.success
     shutil.copytree(task.repo_dir, tmp_path / "repo")
     apply_unified_diff(tmp_path / "repo", result.final_diff)
@@ -288,12 +301,17 @@ def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks
     import time
 
     task = tasks[0]
-    env = EpisodeEnv(task, EnvConfig(fix_test_timeout_s=1.0), SandboxConfig(), policy_name="t")
+    env = EpisodeEnv(
+        task,
+        EnvConfig(tool_set="fix_search", fix_test_timeout_s=1.0),
+        SandboxConfig(),
+        policy_name="t",
+    )
     module = task.metadata.extra["module"]
     text = (env.workspace.root / module).read_text()
     head = re.search(r"^def .*:\n", text, re.MULTILINE).group(0)
-    env.step(Action("edit_file", {"path": module, "old": head,
-                                  "new": head + "    while True:\n        pass\n"}))  # fmt: skip
+    hang = text.replace(head, head + "    while True:\n        pass\n", 1)
+    (env.workspace.root / module).write_text(hang)  # fix_search has no edit tool
     t0 = time.monotonic()
     listing = env.step(Action("list_fixes", {}))["observation"]
     assert time.monotonic() - t0 < 20  # the sandbox's wall limit is 60 s
@@ -401,7 +419,7 @@ def test_try_fix_keeps_comments_and_blank_lines_elsewhere(tmp_path):
 
     task = _commented_task(tmp_path / "task")
     policy = OraclePolicy(style="fixes", fallback=False, recovery_rate=1.0)  # wrong, then right
-    result = run_episode(task, policy, EnvConfig(), SandboxConfig())
+    result = run_episode(task, policy, EnvConfig(tool_set="fix_search"), SandboxConfig())
     tries = [
         e["arguments"]["id"] for e in result.record["trajectory"] if e.get("action") == "try_fix"
     ]
