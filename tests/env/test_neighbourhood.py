@@ -129,3 +129,13 @@ def test_listed_ids_find_a_candidate_by_its_description():
         assert listed_id(text, f.id.rsplit("-", 1)[0], f.description) == f.id
     assert listed_id(text, "cmp", "line 99: nothing") is None
     assert listed_id("no listing", "cmp", fixes[0].description) is None
+
+
+def test_a_blamed_function_outranks_the_others():
+    module = CORRECT + "\n\ndef other(a, b):\n    return a < b and a + 1 > b\n"
+    output = ">       assert other(1, 2)\nE   assert False\n"
+    ranked = neighbourhood(module, hints=blame(output, "m.py", {"stats", "other"}))
+    lines = [n.lineno for n in ranked]
+    in_other = [i for i, line in enumerate(lines) if line >= 15]
+    assert in_other == list(range(len(in_other)))  # every candidate of `other` first
+    assert neighbourhood(module)[0].lineno < 15  # without the output, the priors decide
