@@ -427,14 +427,24 @@ class GRPOConfig:
             "0 = the synchronous run exactly"
         ),
     )
+    stale_importance_cap: float = field(
+        default=0.0,
+        metadata=doc(
+            "async_rollouts: 0 = a stale episode's PPO ratio is taken against its sampling "
+            "log-probs (the clip bounds it); > 0 = AReaL's decoupled objective for stale "
+            "episodes: the clip around the pre-update weights' log-probs, each token's "
+            "advantage weighted by pi_pre-update / pi_sampling (the stored log-probs), "
+            "truncated at this cap"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):  # from JSON
             object.__setattr__(self, "lora", LoRAConfig(**self.lora))
         if isinstance(self.deepspeed, dict):
             object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
-        if self.max_staleness < 0:
-            raise ValueError("GRPOConfig.max_staleness must be >= 0")
+        if self.max_staleness < 0 or self.stale_importance_cap < 0:
+            raise ValueError("GRPOConfig: max_staleness and stale_importance_cap must be >= 0")
         for name in ("iterations", "tasks_per_iteration", "ppo_epochs", "micro_batch_size",
                      "checkpoint_every", "keep_checkpoints"):  # fmt: skip
             if getattr(self, name) < 1:

@@ -256,9 +256,15 @@ def _iteration(
     row = _rollout_metrics(rollouts, valid)
     row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
     if keep:
+        batch, batch_advantages = [rollouts[i] for i in keep], advantages[keep]
+        if config.stale_importance_cap > 0:
+            batch, batch_advantages, row["decoupled_episodes"] = decouple_stale(
+                stepper, batch, batch_advantages, iteration, config,
+                rollout_config, tokenizer.pad_token_id, device,
+            )  # fmt: skip
         stepper.model.train()
         row.update(_update(
-            stepper, reference, [rollouts[i] for i in keep], advantages[keep],
+            stepper, reference, batch, batch_advantages,
             config, rollout_config, tokenizer.pad_token_id, device, iteration,
         ))  # fmt: skip
     else:
@@ -275,6 +281,36 @@ def _episodes(source, iteration: int, served: bool) -> tuple[list[Rollout], floa
         return source.get(iteration)
     got = source.get(iteration) if source is not None else ([], 0.0, 0.0)
     return all_gather_list(got)[0]
+
+
+def decouple_stale(
+    stepper, rollouts: list[Rollout], advantages: torch.Tensor, iteration: int,
+    config: GRPOConfig, rollout_config: RolloutConfig, pad_id: int, device,
+) -> tuple[list[Rollout], torch.Tensor, int]:  # fmt: skip
+    """AReaL's decoupled PPO for the episodes sampled by an older version than the weights
+    about to be updated (version iteration - 1): their old log-probs become the current
+    weights' (the proximal policy: the clip is around it), and each sampled token's
+    advantage is multiplied by min(pi_prox / pi_sampling, cap), the importance ratio from the
+    stored sampling log-probs. Returns (rollouts, advantages [B, T], how many were stale)."""
+    versions = [version_number(r.policy_version) for r in rollouts]
+    stale = [i for i, v in enumerate(versions) if v is not None and v < iteration - 1]
+    if not stale:
+        return rollouts, advantages, 0
+    temperature = rollout_config.temperature or 1.0
+    stepper.model.eval()
+    prox = _reference_logps(stepper.module, [rollouts[i] for i in stale], config, pad_id,
+                            device, temperature)  # fmt: skip
+    advantages = per_token(advantages, rollouts).clone()  # [B, T]
+    rollouts = list(rollouts)
+    for i, logps in zip(stale, prox, strict=True):  # logps[t]: token t + 1, [L - 1]
+        r = rollouts[i]
+        sampled = torch.tensor(r.assistant_mask[1:], dtype=torch.bool)
+        behaviour = torch.tensor(r.sampling_logprobs[1:], dtype=torch.float32)
+        weight = torch.exp(logps - behaviour).clamp(max=config.stale_importance_cap)
+        advantages[i, 1 : len(r.input_ids)] *= torch.where(sampled, weight, 1.0)
+        old = [0.0] + torch.where(sampled, logps, 0.0).tolist()
+        rollouts[i] = dataclasses.replace(r, sampling_logprobs=old)
+    return rollouts, advantages, len(stale)
 
 
 def _timings(row: dict, sample_seconds: float, wait_seconds: float, seconds: float) -> dict:

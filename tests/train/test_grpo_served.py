@@ -223,3 +223,18 @@ def test_cli_samples_on_the_server_from_the_preset(checkpoint, server, suite, tm
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["iterations"] == 2 and out["last"]["policy_lag"] == 1
+
+
+def test_stale_episodes_can_train_with_a_truncated_importance_ratio(checkpoint, server, suite,
+                                                                     tmp_path):  # fmt: skip
+    """stale_importance_cap > 0: the lagging episodes (iterations 2 and 3 at s = 1) take
+    their PPO ratio against the pre-update weights (so it starts at 1), not against the
+    older version that sampled them (which the weight decay moved away from)."""
+    _, tasks = suite
+    plain, _, _ = run(checkpoint, server, tasks, tmp_path / "plain", 3, async_rollouts=True)
+    decoupled, _, _ = run(checkpoint, server, tasks, tmp_path / "decoupled", 3,
+                          async_rollouts=True, stale_importance_cap=2.0)  # fmt: skip
+    assert [r.get("decoupled_episodes", 0) for r in decoupled.metrics] == [0, 4, 4]
+    assert plain.metrics[0]["ratio"] == decoupled.metrics[0]["ratio"]  # no lag: the same
+    for a, b in zip(plain.metrics[1:], decoupled.metrics[1:], strict=True):
+        assert abs(b["ratio"] - 1.0) < 1e-4 < abs(a["ratio"] - 1.0)
