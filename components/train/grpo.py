@@ -824,10 +824,13 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         return code
     rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
-    result = train_grpo(
-        model, tokenizer, tasks, config, preset.section("rollout"), preset.section("env"),
-        preset.section("sandbox"), resume=not args.no_resume,
-    )  # fmt: skip
+    try:
+        result = train_grpo(
+            model, tokenizer, tasks, config, preset.section("rollout"), preset.section("env"),
+            preset.section("sandbox"), resume=not args.no_resume,
+        )  # fmt: skip
+    except PolicySyncError as exc:  # the server would sample a stale or missing version
+        raise SystemExit(f"agentrl train grpo: {exc}") from None
     if rank == 0:
         _write_result(result, Path(args.out))
     return 0

@@ -238,3 +238,23 @@ def test_stale_episodes_can_train_with_a_truncated_importance_ratio(checkpoint, 
     assert plain.metrics[0]["ratio"] == decoupled.metrics[0]["ratio"]  # no lag: the same
     for a, b in zip(plain.metrics[1:], decoupled.metrics[1:], strict=True):
         assert abs(b["ratio"] - 1.0) < 1e-4 < abs(a["ratio"] - 1.0)
+
+
+def test_cli_stops_with_one_line_when_no_server_takes_the_policy(checkpoint, suite, tmp_path):
+    import yaml
+
+    from tests.serve.served import free_port
+
+    root, _ = suite
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({
+        "grpo": {"iterations": 1, "group_size": 2, "tasks_per_iteration": 1},
+        "rollout": {"backend": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1",
+                    "sync_retries": 1, "sync_timeout_s": 5},
+    }))  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        grpo.main_grpo(["--preset", str(preset), "--policy", str(checkpoint), "--tasks",
+                        str(root), "--out", str(tmp_path / "run")])  # fmt: skip
+    message = str(info.value.code)
+    assert message.startswith("agentrl train grpo: policy sync failed") and "\n" not in message
+    assert "in 2 tries" in message
