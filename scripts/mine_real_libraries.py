@@ -4,7 +4,8 @@ to end, and time mining and preparing (issue 21).
 Per library: `pip download --no-binary :all: --no-deps NAME==VERSION` (the sdist, with its
 tests), extract it, `mine_repository` (components/tasks/mine.py) with the library's own
 environment (a Python version per library, so the tasks really run with different
-interpreters), then the oracle, noop and scripted-baseline policies on the mined tasks
+interpreters; a library whose tests need packages gets them installed from PyPI as
+wheels), then the oracle, noop and scripted-baseline policies on the mined tasks
 through components/evaluate/episodes.run_policy (what `agentrl env eval` runs), each episode
 in the sandbox with the task's environment, verified by the verifier with it. Then every
 environment is prepared again from a cold cache (`prepare_environments`) and from a warm one.
@@ -47,12 +48,14 @@ from components.tasks.environments import (  # noqa: E402
 from components.tasks.mine import MineConfig, mine_repository  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 
-# name, version, Python of its environment, split ("auto": by module; else the whole library)
+# name, version, Python of its environment, split ("auto": by module; else the whole
+# library), what its tests need from the registry (installed as wheels by `prepare`)
 LIBRARIES = (
-    ("inflection", "0.5.1", "3.11", "train"),
-    ("parse", "1.20.2", "3.12", "auto"),
-    ("toolz", "1.0.0", "3.11", "auto"),
-    ("cachetools", "5.5.0", "3.13", "test"),  # src/ layout; a library held out whole
+    ("inflection", "0.5.1", "3.11", "train", ()),
+    ("parse", "1.20.2", "3.12", "auto", ()),
+    ("toolz", "1.0.0", "3.11", "auto", ()),
+    ("cachetools", "5.5.0", "3.13", "test", ()),  # src/ layout; a library held out whole
+    ("bleach", "6.1.0", "3.12", "auto", ("six==1.16.0", "webencodings==0.5.1", "tinycss2==1.2.1")),
 )
 POLICIES = ("oracle", "noop", "scripted-baseline")
 
@@ -100,18 +103,19 @@ def evaluate(tasks, sandbox: SandboxConfig) -> dict[str, dict]:
 
 
 def mine_library(lib: tuple, root: Path, upstream: dict, out: Path, args, sandbox) -> dict:
-    name, version, python, split = lib
+    name, version, python, split, requirements = lib
     config = MineConfig(seed=args.seed, max_candidates=args.max_candidates,
                         max_tasks=args.max_tasks, python=python, split=split,
                         budget_s=args.budget_s)  # fmt: skip
     report = mine_repository(root, out / name, config=config, sandbox=sandbox,
                              run_tests=sandboxed_test_runner(EnvConfig(), sandbox),
                              name=f"{name}-{version}" if version else name,
-                             upstream=upstream)  # fmt: skip
+                             upstream=upstream, requirements=requirements)  # fmt: skip
     print(report.line(), flush=True)
     row = dataclasses.asdict(report)
     row.pop("drops")
     row["library"], row["python"] = f"{name} {version}".strip(), python
+    row["requirements"] = list(requirements)
     row["tasks_per_min"] = round(60 * len(report.kept) / max(report.seconds, 1e-9), 2)
     tasks = [t for t in load_tasks(out / name)[0]] if report.kept else []
     row["splits"] = {s: sum(t.metadata.split == s for t in tasks) for s in ("train", "val", "test")}
@@ -138,6 +142,9 @@ def table(rows: list[dict], prep: dict, args) -> str:
              f"`.venv/bin/python scripts/mine_real_libraries.py --max-candidates "
              f"{args.max_candidates} --max-tasks {args.max_tasks} --seed {args.seed}` on "
              f"{os.cpu_count()} cores (shared with other work), bubblewrap sandbox.", "",
+             "Requirements: " + ("; ".join(f"{r['library']}: {', '.join(r['requirements'])}"
+                                           for r in rows if r["requirements"]) or "none")
+             + " (from PyPI as wheels; the others need none).", "",
              "| library | python | tests | candidates | tried | kept | dropped | setup s | "
              "mutant tests s | gate s | mined tasks/min | splits | oracle | noop | "
              "scripted-baseline |", "|" + "---|" * 15]  # fmt: skip
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         out = args.out or work / "tasks"
         sandbox = SandboxConfig(environments_dir=str(work / "envs"))
-        sources = [((n, "", "3.11", "auto"), Path(path), {"name": n, "local": True})
+        sources = [((n, "", "3.11", "auto", ()), Path(path), {"name": n, "local": True})
                    for n, path in (s.split("=", 1) for s in args.local)]  # fmt: skip
         if not sources:
             sources = [(lib, *download(lib[0], lib[1], work / "sdists" / lib[0]))

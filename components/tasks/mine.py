@@ -17,8 +17,10 @@ For one Python repository with a pytest suite:
    the same candidates in the same order.
 3. **The gate, per candidate**: the covering test files run on the mutant in the sandbox;
    a mutant is kept only if at least one test that passed before now fails, none of them
-   hangs (the per-test timeout), every test file still imports and no test of the failing
-   tests' files was skipped before (the verifier counts a skipped hidden test as forged). A kept mutant becomes a
+   hangs (the per-test timeout) and every test file still imports. Tests of those files
+   that were skipped before are cut out of the hidden copies (the verifier counts a skipped
+   hidden test as a forged verdict); a mutant whose failing test has skipped instances, or
+   whose skipped tests cannot be cut out, is dropped. A kept mutant becomes a
    task folder (docs/tasks.md): `repo/` = the mutated repository (every test visible),
    `hidden_tests/` = the test files that failed, verbatim, `reference.patch` = the reverse
    edit, the environment attached, family = `<repository>/<module>`. The task then goes
@@ -71,6 +73,7 @@ from components.typed_config import doc
 
 SKIP_DIRS = {".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "docs", "doc",
              "__pycache__", ".pytest_cache", ".eggs", "node_modules", "examples", "benchmarks"}  # fmt: skip
+VENDOR_DIRS = {"_vendor", "vendor", "_vendored", "vendored", "third_party", "_third_party"}
 CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini")
 # Modules of the harness inside every environment: a repository with one of these names
 # would be shadowed by the harness's copy (or shadow it).
@@ -189,9 +192,14 @@ def _in_test_dir(rel: str) -> bool:
     return any(p in ("test", "tests", "testing") for p in Path(rel).parts[:-1])
 
 
+def _vendored(rel: str) -> bool:
+    return any(p in VENDOR_DIRS for p in Path(rel).parts[:-1])
+
+
 def discover(root: Path) -> tuple[list[str], list[str]]:
-    """(test files, source modules) of a repository, relative paths, sorted."""
-    files = _walk_py(root)
+    """(test files, source modules) of a repository, relative paths, sorted. Vendored
+    third-party code is neither (its tests are not the repository's, its bugs not either)."""
+    files = [f for f in _walk_py(root) if not _vendored(f)]
     tests = [f for f in files if is_test_file(f)]
     modules = [
         f for f in files
@@ -290,7 +298,7 @@ def run_suite(tree: Path, test_files: list[str], python_env: str, sandbox: Sandb
     out = tools / "result.json"
     out.unlink(missing_ok=True)
     argv = ["python", "-B", f"{TOOLS}/runner.py", str(out), "trace" if trace else "plain",
-            "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-o", "cache_dir=/tmp/.pc",
+            "-q", "-p", "no:cacheprovider", "-o", "addopts=",
             f"--timeout={config.per_test_timeout_s:g}", *test_files]  # fmt: skip
     cfg = replace(sandbox, python_env=python_env, wall_time_s=config.suite_timeout_s,
                   cpu_time_s=max(sandbox.cpu_time_s, int(config.suite_timeout_s) + 1),
@@ -323,6 +331,10 @@ def _baseline_error(run: SuiteRun, config: MineConfig) -> str:
     if run.rc == -1:
         tail = run.output.strip().splitlines()[-1:] or ["no output"]
         return f"the test run ended without a result ({tail[0][:200]})"
+    if run.rc in (2, 3, 4):  # interrupted, internal error, usage error
+        lines = [line for line in run.output.strip().splitlines() if line.strip()]
+        last = next((x for x in reversed(lines) if "Error" in x or "error" in x), "?")
+        return f"pytest ended with exit code {run.rc} before mutation ({last.strip()[:200]})"
     bad = sorted(n for n, o in run.tests.items() if o in ("failed", "timeout"))
     if bad:
         return f"{len(bad)} test(s) fail before mutation (e.g. {bad[0]})"
@@ -468,6 +480,63 @@ def covering_tests(repo: Repo, cand: Candidate) -> list[str]:
 # ----------------------------------------------------------------------------- tasks
 
 
+def _test_name(nodeid: str) -> tuple[str, ...]:
+    """("test_f",) or ("TestC", "test_m") for a node id (parameters dropped)."""
+    return tuple(p.split("[", 1)[0] for p in nodeid.split("::")[1:])
+
+
+def trim_skipped(text: str, names: set[tuple[str, ...]]) -> str | None:
+    """The test file without the tests named (module functions or methods of module-level
+    classes, decorators included); None when one cannot be found in the source (a test
+    made by a base class, a generated one)."""
+    tree = ast.parse(text)
+    spans = []
+    for name in names:
+        body, node = tree.body, None
+        for part in name:
+            node = next((n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef
+                                                     | ast.ClassDef) and n.name == part), None)  # fmt: skip
+            if node is None:
+                return None
+            body = node.body if isinstance(node, ast.ClassDef) else []
+        if isinstance(node, ast.ClassDef):
+            return None
+        start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        spans.append((start, node.end_lineno))
+    lines = text.splitlines(keepends=True)
+    for start, end in sorted(spans, reverse=True):
+        del lines[start - 1 : end]
+    try:
+        ast.parse("".join(lines))
+    except SyntaxError:  # a class left without a body
+        return None
+    return "".join(lines)
+
+
+def hidden_texts(
+    repo: Repo, failing: list[str]
+) -> tuple[dict[str, str], dict[str, list[str]]] | str:
+    """The hidden test files (path -> text) for these failing tests, each without the tests
+    that were skipped before mutation (the verifier counts a skipped hidden test as a forged
+    verdict), and what was removed; or why there is none."""
+    files = sorted({n.split("::")[0] for n in failing})
+    failing_names = {(n.split("::")[0], _test_name(n)) for n in failing}
+    texts, removed = {}, {}
+    for rel in files:
+        text = (repo.root / rel).read_text()
+        skipped = {_test_name(n) for n, o in repo.tests.items()
+                   if o == "skipped" and n.split("::")[0] == rel}  # fmt: skip
+        if skipped & {name for f, name in failing_names if f == rel}:
+            return f"skips: a failing test has skipped instances before mutation ({rel})"
+        if skipped:
+            trimmed = trim_skipped(text, skipped)
+            if trimmed is None:
+                return f"skips: {rel} skips tests that cannot be cut out of it"
+            text, removed[rel] = trimmed, sorted("::".join(n) for n in skipped)
+        texts[rel] = text
+    return texts, removed
+
+
 def family_split(family: str, config: MineConfig) -> str:
     if config.split != "auto":
         return config.split
@@ -519,11 +588,12 @@ def write_task(repo: Repo, cand: Candidate, buggy: str, failing: list[str], out:
     _copy_repo(repo.root, folder / "repo")
     shutil.rmtree(folder / "repo" / TOOLS, ignore_errors=True)
     (folder / "repo" / cand.module).write_text(buggy)
-    hidden_files = sorted({n.split("::")[0] for n in failing})
-    for rel in hidden_files:
+    hidden, removed = hidden_texts(repo, failing)  # try_candidate checked it gives some
+    hidden_files = sorted(hidden)
+    for rel, text in hidden.items():
         dst = folder / "hidden_tests" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(repo.root / rel, dst)
+        dst.write_text(text)
     (folder / "reference.patch").write_text(_patch(cand.module, buggy, original))
     reqs: str | list[str] = list(repo.env.requirements)
     if reqs:
@@ -535,7 +605,8 @@ def write_task(repo: Repo, cand: Candidate, buggy: str, failing: list[str], out:
                         source="mined", extra={
         "repository": repo.name, "module": cand.module, "function": cand.function,
         "mutation": f"{cand.operator}#{cand.index} line {cand.lineno}",
-        "failing_tests": failing, "src_layout": repo.src_layout, "upstream": upstream,
+        "failing_tests": failing, "hidden_tests_removed": removed,
+        "src_layout": repo.src_layout, "upstream": upstream,
         "mine_seed": config.seed})  # fmt: skip
     task = Task(id=task_id, instruction=_instruction(failing, command), metadata=meta,
                 root=folder.resolve(), test_command=tuple(command),
@@ -592,10 +663,9 @@ def try_candidate(repo: Repo, cand: Candidate, work: Path, sandbox: SandboxConfi
                      if o == "failed" and repo.tests.get(n) == "passed")  # fmt: skip
     if not failing:
         return None, [], "survives: every covering test still passes"
-    hidden = {n.split("::")[0] for n in failing}
-    skipped = [n for n, o in repo.tests.items() if o == "skipped" and n.split("::")[0] in hidden]
-    if skipped:  # the verifier takes a skipped hidden test for a forged verdict
-        return None, [], f"skips: a hidden test file skips tests before mutation ({skipped[0]})"
+    hidden = hidden_texts(repo, failing)
+    if isinstance(hidden, str):
+        return None, [], hidden
     return buggy, failing, ""
 
 

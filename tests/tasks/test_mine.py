@@ -128,6 +128,10 @@ BAD_REPOS = {
                     "tests/test_core.py": "from lib.core import add\n\n"
                                           "def test_add():\n    assert add(1, 1) == 2\n"},
                    "missing dependency: No module named 'yaml'"),
+    "brokenconftest": ({"lib/__init__.py": "", "lib/core.py": GOOD_MODULE,
+                        "conftest.py": "raise RuntimeError('boom')\n",
+                        "tests/test_core.py": "def test_ok():\n    pass\n"},
+                       "pytest ended with exit code 4 before mutation"),
     "harness_name": ({"pluggy/__init__.py": GOOD_MODULE, "tests/test_p.py": "def test_p(): pass\n"},
                      "collide with the test harness"),
 }  # fmt: skip
@@ -221,3 +225,36 @@ def test_the_same_seed_mines_the_same_bytes(tmp_path, sandbox):
         p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file()
     )
     assert all(filecmp.cmp(outs[0] / f, outs[1] / f, shallow=False) for f in files)
+
+
+def test_skipped_tests_are_cut_out_of_the_hidden_copy():
+    from components.tasks.mine import trim_skipped
+
+    text = textwrap.dedent("""\
+        import pytest
+
+
+        def test_a():
+            assert 1
+
+
+        @pytest.mark.skipif(True, reason="old python")
+        @pytest.mark.parametrize("x", [1, 2])
+        def test_b(x):
+            assert x
+
+
+        class TestC:
+            def test_keep(self):
+                assert 1
+
+            @pytest.mark.xfail
+            def test_gone(self):
+                assert 0
+        """)
+    trimmed = trim_skipped(text, {("test_b",), ("TestC", "test_gone")})
+    assert "test_b" not in trimmed and "test_gone" not in trimmed and "skipif" not in trimmed
+    assert "def test_a" in trimmed and "def test_keep" in trimmed
+    compile(trimmed, "t.py", "exec")
+    assert trim_skipped(text, {("test_missing",)}) is None  # made elsewhere: cannot cut
+    assert trim_skipped(text, {("TestC", "test_keep"), ("TestC", "test_gone")}) is None  # empty
