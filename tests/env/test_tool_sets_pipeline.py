@@ -30,9 +30,8 @@ def tiny_preset_of(shipped: str, tool_set: str) -> dict:
     own = yaml.safe_load((ROOT / "configs" / shipped).read_text())
     preset["name"] = f"tiny-{tool_set}"
     preset["pipeline"]["expert_policy"] = own["pipeline"]["expert_policy"]
-    # The set is forced here, so this test checks the set's path whatever the shipped file
-    # says (cpu-demo.yaml states it once the lead adds `tool_set: fix_search`).
-    preset["env"] = {**own.get("env", {}), "tool_set": tool_set}
+    assert own["env"].get("tool_set", "free_form") == tool_set, shipped
+    preset["env"] = dict(own["env"])
     preset["rollout"].pop("constrain_fix_ids", None)
     if "constrain_fix_ids" in own.get("rollout", {}):
         preset["rollout"]["constrain_fix_ids"] = own["rollout"]["constrain_fix_ids"]
