@@ -115,10 +115,17 @@ def load_preset(path: str | Path) -> Preset:
 
 
 def validate_preset(preset: Preset) -> None:
-    """Build every typed section once (raises PresetError on the first bad key)."""
+    """Build every typed section once (raises PresetError on the first bad key), then
+    check what sections must agree on: the expert's tool set is the environment's."""
     for name in SECTIONS:
         if name in preset.sections:
             preset.section(name)
+    from components.env.scripted import check_expert_tool_set
+
+    try:
+        check_expert_tool_set(preset.section("pipeline").expert_policy, preset.section("env"))
+    except ValueError as e:
+        raise PresetError(f"{preset.path}: {e}") from e
 
 
 def stage_config(preset_path: str | Path, name: str, **overrides):

@@ -39,3 +39,25 @@ def test_config_hash_changes_with_content(tmp_path):
     a.write_text("sft: {max_steps: 10}\n")
     b.write_text("sft: {max_steps: 11}\n")
     assert load_preset(a).config_hash() != load_preset(b).config_hash()
+
+
+def test_expert_must_act_through_the_environments_tool_set(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: {expert_policy: oracle-fixes}\nenv: {tool_set: free_form}\n")
+    with pytest.raises(PresetError, match="expert_policy 'oracle-fixes' acts through the "
+                       "fix_search tools but env.tool_set is 'free_form'"):  # fmt: skip
+        validate_preset(load_preset(bad))
+    bad.write_text("pipeline: {expert_policy: oracle-fixes}\nenv: {tool_set: fix_search}\n")
+    validate_preset(load_preset(bad))
+
+
+def test_a_scripted_policy_is_evaluated_in_its_own_tool_set():
+    from components.env.config import EnvConfig
+    from components.env.scripted import POLICY_TOOL_SETS, SCRIPTED_POLICIES, env_for_policy
+    from components.env.tool_specs import TOOL_SETS
+
+    assert env_for_policy("oracle", EnvConfig(tool_set="fix_search")).tool_set == "free_form"
+    assert env_for_policy("prior-fixes", EnvConfig()).tool_set == "fix_search"
+    assert env_for_policy("noop", EnvConfig(tool_set="fix_search")).tool_set == "fix_search"
+    assert set(POLICY_TOOL_SETS) == set(SCRIPTED_POLICIES)  # every policy is placed
+    assert set(POLICY_TOOL_SETS.values()) <= {None, *TOOL_SETS}

@@ -23,7 +23,7 @@ def tiny_preset(launcher: dict) -> dict:
                             intermediate_size=64, vocab_size=512, tokenizer_stdlib_bytes=20000)  # fmt: skip
     preset["sft"].update(max_steps=2, batch_size=2, max_seq_len=512, warmup_steps=0)
     preset["rollout"].update(max_new_tokens=16, max_episode_tokens=1024)
-    preset["env"] = {"max_steps": 2}
+    preset["env"] = {**preset["env"], "max_steps": 2}
     preset["grpo"].update(iterations=1, tasks_per_iteration=1, group_size=2)
     preset["launcher"] = launcher
     return preset

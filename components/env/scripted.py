@@ -19,6 +19,7 @@ from components.env.baseline import (
     kind_listing_shares,
     kind_success_rates,
 )
+from components.env.config import EnvConfig
 from components.env.policies import NoopPolicy, OraclePolicy
 from components.tasks.task import Task
 from components.typed_config import doc
@@ -35,6 +36,37 @@ SCRIPTED_POLICIES: dict[str, str] = {
     "prior-fixes": "searches kinds in order of how often each was the fix on the train split",
 }
 NEEDS_STATISTICS = ("random-kinds", "prior-fixes")
+# The tool set (components/env/tool_sets.py) each one acts through; None: any set (noop
+# only finishes). In another set its calls would be invalid, never executed.
+POLICY_TOOL_SETS: dict[str, str | None] = {
+    "oracle": "free_form",
+    "oracle-fixes": "fix_search",
+    "noop": None,
+    "scripted-baseline": "free_form",
+    "random-fixes": "fix_search",
+    "listing-order": "fix_search",
+    "random-kinds": "fix_search",
+    "prior-fixes": "fix_search",
+}
+
+
+def env_for_policy(name: str, env: EnvConfig) -> EnvConfig:
+    """`env` with the tool set scripted policy `name` acts through (evaluating a scripted
+    policy plays it in its own set; expert data for training must already match, see
+    check_expert_tool_set)."""
+    wanted = POLICY_TOOL_SETS.get(name)
+    return env if wanted is None else env.with_tool_set(wanted)
+
+
+def check_expert_tool_set(name: str, env: EnvConfig) -> None:
+    """Expert transcripts must use the tools the trained policy will have: ValueError when
+    scripted policy `name` acts through another set than `env.tool_set`."""
+    wanted = POLICY_TOOL_SETS.get(name)
+    if wanted is not None and wanted != env.tool_set:
+        raise ValueError(
+            f"expert_policy {name!r} acts through the {wanted} tools but env.tool_set is "
+            f"{env.tool_set!r}: the policy would be trained on tools it never gets"
+        )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult
 from components.env.evaluate import EvalConfig, evaluate_policy
 from components.env.sandbox import SandboxConfig
-from components.env.scripted import FixStatistics, make_policy
+from components.env.scripted import FixStatistics, env_for_policy, make_policy
 from components.rollout.config import RolloutConfig
 from components.tasks.task import Task
 
@@ -82,6 +82,7 @@ def run_policy(
         for r in results if on_result else ():
             on_result(r)
         return results
+    env = env_for_policy(policy, env)  # a scripted policy plays in its own tool set
     factory = scripted_factory(policy, env, seed, statistics)
     return evaluate_policy(tasks, factory, env, sandbox, EvalConfig(workers=workers, seed=seed),
                            on_result=on_result)  # fmt: skip

@@ -619,6 +619,18 @@ class SafetyReport:
         return "\n".join(lines)
 
 
+def attack_env(attack: Attack, task: Task, env: EnvConfig) -> EnvConfig:
+    """`env`, in the first tool set (the configured one first) that has every tool the
+    attack uses: an attack made of another set's tools would only be invalid calls."""
+    from components.env.tool_specs import TOOL_SETS
+
+    used = {a.tool for a in attack.plan(task)}
+    for name in (env.tool_set, *TOOL_SETS):
+        if used <= set(TOOL_SETS[name].tools):
+            return env.with_tool_set(name)
+    return env
+
+
 def run_safety_suite(
     tasks: list[Task],
     env: EnvConfig,
@@ -645,7 +657,7 @@ def run_safety_suite(
 
     def one(job: tuple[Attack, Task]) -> AttackOutcome:
         attack, task = job
-        r = run_episode(task, AttackPolicy(attack), env, sandbox)
+        r = run_episode(task, AttackPolicy(attack), attack_env(attack, task, env), sandbox)
         return AttackOutcome(
             attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
             task_id=task.id, status=r.status, success=r.success, reward=r.reward,

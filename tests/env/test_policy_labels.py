@@ -8,7 +8,12 @@ from components.env.scripted import make_policy
 
 
 def test_oracle_fixes_is_labelled_oracle_fixes(suite_tasks):
-    result = run_episode(suite_tasks[0], make_policy("oracle-fixes"), EnvConfig(), SandboxConfig())
+    result = run_episode(
+        suite_tasks[0],
+        make_policy("oracle-fixes"),
+        EnvConfig(tool_set="fix_search"),
+        SandboxConfig(),
+    )
     assert result.policy == "oracle-fixes"
     assert result.record["metadata"]["policy"] == "oracle-fixes"
     assert result.record["source"] == "oracle"  # still an expert transcript, not a rollout

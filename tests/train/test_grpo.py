@@ -273,7 +273,8 @@ def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, mon
                  "loss_type": "dr_grpo", "turn_credit": True, "ppo_epochs": 2,
                  "leave_one_out": True, "learning_rate": 0.0001, "seed": 7},
         "rollout": {"max_new_tokens": 6, "temperature": 0.7, "workers": 1},
-        "env": {"max_steps": 1, "max_changed_files": 3, "weights": {"failed_fix_try": -0.07}},
+        "env": {"max_steps": 1, "max_changed_files": 3, "tool_set": "fix_search",
+                "weights": {"failed_fix_try": -0.07}},
         "sandbox": {"wall_time_s": 45.0, "memory_mb": 1536},
     })  # fmt: skip
     seen: dict = {}
