@@ -153,7 +153,7 @@ def prediction(runs: dict[str, list[dict]]) -> list[str]:
         "inference and training on their own GPUs: sync = S + U, async = max(S, U). "
         "S = 0.8, U = 0.2 gives 1.25x; the rest is won by sizing the inference pool so that "
         "S ~ U (2x at S = U), the regime verl's async mode reports (2.35-2.67x with partial "
-        "rollouts on top). The sync itself adds to U: a LoRA adapter (r = 16 on a 7B: ~40 MB) "
+        "rollouts on top). The sync itself adds to U: a LoRA adapter (r = 16 on a 7B: ~80 MB) "
         "loads in well under a second; full 7B weights in bf16 (14 GB) from a shared volume "
         "take seconds to tens of seconds (docs/scale-out.md).",
     ]
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     from components.tasks.task import load_tasks
 
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[1]  # other work on the machine competes for the cores
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.max_steps} steps x {args.max_new_tokens} tokens, policy "
                 f"{args.layers}x{args.hidden}, ppo_epochs {args.ppo_epochs}, {args.threads} "
                 f"torch thread(s) each for trainer and server, {args.repeats} repeats, "
-                f"{os.cpu_count()} cores")  # fmt: skip
+                f"{os.cpu_count()} cores, 5-min load average {load_before:.1f} before and "
+                f"{os.getloadavg()[1]:.1f} after")  # fmt: skip
     text = "\n".join([f"# Sync vs async GRPO through `agentrl serve` ({settings})", "",
                       *lines, "", *prediction(runs), ""])  # fmt: skip
     print(text)

@@ -88,6 +88,7 @@ class ServedPolicies:
                 self._load_checked(internal, path)
             except Exception as exc:  # noqa: BLE001 - any failure leaves the old versions
                 self._drop(internal)
+                self._unwrap_if_empty()
                 raise VersionError(400, f"loading adapter '{name}' failed: {exc}") from exc
             old = self.adapters.get(name)
             self.adapters[name] = (internal, str(path))
@@ -120,8 +121,13 @@ class ServedPolicies:
         with self.lock:
             internal, _ = self.adapters.pop(name)
             self._drop(internal)
-            if not self.adapters:  # back to the plain model: LoRA layers gone, base unchanged
-                self.model = self.model.unload()
+            self._unwrap_if_empty()
+
+    def _unwrap_if_empty(self) -> None:
+        """With no adapter left, back to the plain model (LoRA layers gone, base unchanged):
+        a later full-weight reload compares it with a plain checkpoint."""
+        if not self.adapters and hasattr(self.model, "peft_config"):
+            self.model = self.model.unload()
 
     def reload_weights(self, path: str, version: str | None) -> str:
         """Replace the base weights with the checkpoint at `path`, served as `version` (or

@@ -123,12 +123,18 @@ def test_sync_retries_until_the_version_appears(adapters, lora_server, tmp_path)
     PolicySync(lora_server, "lora").unload("late-v1")
 
 
-def test_full_weight_reload_is_atomic_and_renames(policy, checkpoint, tmp_path):
+def test_full_weight_reload_is_atomic_and_renames(policy, adapters, checkpoint, tmp_path):
     """update_weights_from_disk: the new weights serve under their version name (the old
-    name is a 404), equal to in-process; a broken snapshot leaves the old weights serving."""
+    name is a 404), equal to in-process; a broken snapshot leaves the old weights serving,
+    and so does a broken adapter loaded first (the server is back to the plain model)."""
     from safetensors.torch import load_file, save_file
 
     model, tokenizer = policy
+    partial = tmp_path / "partial-adapter"
+    shutil.copytree(adapters[1][1], partial)
+    state = load_file(partial / "adapter_model.safetensors")
+    state.pop(sorted(state)[-1])
+    save_file(state, partial / "adapter_model.safetensors")
     ids = prompt_ids(tokenizer, PROMPT)
     new = perturbed(model, seed=7, scale=0.2)
     new.save_pretrained(tmp_path / "v1")
@@ -140,6 +146,8 @@ def test_full_weight_reload_is_atomic_and_renames(policy, checkpoint, tmp_path):
 
     with running_server(checkpoint) as url:
         sync = PolicySync(url, "full", retries=0)
+        with pytest.raises(PolicySyncError, match="missing"):
+            PolicySync(url, "lora", retries=0).sync("bad-v0", partial)
         old = greedy(url, "policy", ids)
         assert_same(old, local_greedy(model, tokenizer, ids))
         with pytest.raises(PolicySyncError, match="missing"):
