@@ -238,7 +238,8 @@ def write_preset(args: argparse.Namespace, path: Path) -> Path:
                       "num_layers": args.layers,
                       "intermediate_size": args.hidden_size * 11 // 4}  # fmt: skip
     # Scripted searches and models get the same episode budget (list + max_steps - 1 tries).
-    data["env"] = {**data.get("env", {}), "max_steps": args.max_steps}
+    # The models and the fix searches act through the fix_search tool set (the CPU demo's).
+    data["env"] = {**data.get("env", {}), "max_steps": args.max_steps, "tool_set": "fix_search"}
     data["rollout"] = {**data.get("rollout", {}), "max_new_tokens": args.max_new_tokens,
                        "max_episode_tokens": args.max_episode_tokens,
                        "temperature": args.grpo_temperature,
@@ -371,6 +372,8 @@ def greedy_checkpoint(tasks: list[Task], policy_dir: str, preset: Path) -> list[
 def baseline_runs(tasks: list[Task], args, seeds: list[int], method: str = BASELINE):
     """A scripted policy through the same path, once per seed."""
     env, sandbox, rollout, _ = sections(args.preset_file)
+    if method == BASELINE:  # one edit_file: the free-form tools
+        env = env.with_tool_set("free_form")
     out: list[EpisodeResult] = []
     for seed in seeds:
         out += run_policy(tasks, method, rollout=rollout, env=env, sandbox=sandbox,
