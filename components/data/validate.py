@@ -53,7 +53,13 @@ from components.data.writers import (
     recover_file,
     write_atomic,
 )
-from components.env.tool_specs import TOOL_NAMES, TOOL_SPECS, argument_errors
+from components.env.tool_specs import (
+    DEFAULT_TOOL_SET,
+    TOOL_NAMES,
+    TOOL_SETS,
+    TOOL_SPECS,
+    argument_errors,
+)
 
 
 class ValidationFailed(RuntimeError):
@@ -131,6 +137,33 @@ def argument_problems(steps) -> list[str | None]:
             errors = argument_errors(action, parsed)
             cache[key] = "; ".join(errors) if errors else None
         out.append(cache[key])
+    return out
+
+
+def tool_set_problems(steps) -> list[str | None]:
+    """None, or why a step does not fit its trajectory's tool set: the set the first event
+    names (`"tool_set"`, the free-form set when none) must exist, and every known tool
+    called must be one of its tools. SFT renders the set's prompt, which lists only its
+    tools: a record calling another set's tool would teach calls the prompt never offers."""
+    firsts = steps["step"].to_numpy() == 0
+    declared: dict[int, object] = {}
+    for row, extra in zip(steps["traj_row"].to_numpy()[firsts], _pylist(steps["extra"][firsts]),
+                          strict=True):  # fmt: skip
+        try:
+            declared[int(row)] = (json.loads(extra) if extra else {}).get("tool_set")
+        except (ValueError, AttributeError):
+            declared[int(row)] = None
+    out: list[str | None] = []
+    rows, actions = steps["traj_row"].to_numpy(), _pylist(steps["action"])
+    for row, step, action in zip(rows, steps["step"].to_numpy(), actions, strict=True):
+        name = declared.get(int(row)) or DEFAULT_TOOL_SET
+        if name not in TOOL_SETS:
+            out.append(f"unknown tool set {name!r} (known: {', '.join(TOOL_SETS)})" if step == 0
+                       else None)  # fmt: skip
+        elif action in TOOL_NAMES and action not in TOOL_SETS[name].tools:
+            out.append(f"tool {action!r} is not in the trajectory's tool set {name!r}")
+        else:
+            out.append(None)
     return out
 
 
@@ -404,6 +437,13 @@ def _step_checks(gxe, cfg: ValidationConfig) -> list[Check]:
             lambda r: f"unknown tool {r['action']!r} (known: {', '.join(TOOL_NAMES)})",
         ),
         Check(
+            "tool_set",
+            "steps",
+            gxe.ExpectColumnValuesToBeNull(column="tool_set_problem"),
+            lambda r: f"trajectory[{r['step']}].{'action' if r['step'] else 'tool_set'}",
+            lambda r: r["tool_set_problem"],
+        ),
+        Check(
             "tool_arguments",
             "steps",
             gxe.ExpectColumnValuesToBeNull(column="argument_problem"),
@@ -597,6 +637,7 @@ def _prepare(cfg: ValidationConfig, traj_tbl, traj, steps) -> tuple[dict, dict[s
     steps["traj_row"] = np.repeat(np.arange(len(traj)), traj["num_steps"].to_numpy())
     steps["order_status"] = order_status(steps)
     steps["argument_problem"] = argument_problems(steps)
+    steps["tool_set_problem"] = tool_set_problems(steps)
     traj["reward_terms_min"], traj["reward_terms_max"] = reward_term_bounds(traj)
     first = reward_problems(traj_tbl)
     traj["value_field"], traj["value_problem"] = value_problems(traj, TRAJECTORY_VALUES, first)

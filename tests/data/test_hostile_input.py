@@ -347,3 +347,39 @@ def test_a_file_that_breaks_mid_read_keeps_what_was_read(tmp_path, monkeypatch):
         in (_reasons(result)[0])
     )
     _reconciles(result)
+
+
+def test_a_trajectory_must_call_only_its_tool_sets_tools(tmp_path):
+    """The first event names the tool set the policy's prompt listed (issue 23): a call
+    outside it, an unknown set, or fix-search calls with no set named are quarantined."""
+
+    def with_set(record_id: str, tool_set: str | None, action: str, arguments: dict) -> dict:
+        rec = good(record_id)
+        if tool_set is not None:
+            rec["trajectory"][0]["tool_set"] = tool_set
+        rec["trajectory"][1] = {"role": "assistant", "action": action, "arguments": arguments}
+        return rec
+
+    src = _lines(
+        tmp_path / "in.jsonl",
+        with_set("free-ok", None, "read_file", {"path": "core.py"}),
+        with_set("fix-ok", "fix_search", "list_fixes", {}),
+        with_set("fix-edit", "fix_search", "edit_file", {"path": "a.py", "old": "a", "new": "b"}),
+        with_set("unnamed-fix", None, "list_fixes", {}),
+        with_set("no-such-set", "telepathy", "read_file", {"path": "core.py"}),
+    )
+    _ingest(tmp_path, src)
+    report = _validate(tmp_path)
+    assert report["counts"] == {"ingested": 5, "valid": 2, "quarantined": 3}
+    reasons = {e["record"]: e["reasons"] for e in read_quarantine(tmp_path / "validated")}
+    assert reasons["fix-edit"] == [
+        "record fix-edit field trajectory[1].action: tool 'edit_file' is not in the "
+        "trajectory's tool set 'fix_search'"
+    ]
+    assert (
+        "tool 'list_fixes' is not in the trajectory's tool set 'free_form'"
+        in (reasons["unnamed-fix"][0])
+    )
+    assert reasons["no-such-set"][0].startswith(
+        "record no-such-set field trajectory[0].tool_set: unknown tool set 'telepathy'"
+    )
