@@ -258,3 +258,43 @@ def test_cli_stops_with_one_line_when_no_server_takes_the_policy(checkpoint, sui
     message = str(info.value.code)
     assert message.startswith("agentrl train grpo: policy sync failed") and "\n" not in message
     assert "in 2 tries" in message
+
+
+@pytest.mark.slow  # two torchrun ranks (gloo) of the real command line: ~1 min
+def test_two_ranks_sample_on_the_server_through_rank_zero(checkpoint, server, suite, tmp_path):
+    """Under torchrun only rank 0 samples and syncs; both ranks train on its episodes and
+    the run ends like a one-process run of the same preset (same episodes, same metrics)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.serve.served import REPO
+
+    root, _ = suite
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({
+        "grpo": {"iterations": 2, "group_size": 2, "tasks_per_iteration": 2,
+                 "learning_rate": 0.0001, "async_rollouts": True, "max_staleness": 1,
+                 "micro_batch_size": 1},
+        "rollout": {"backend": "openai", "base_url": server, "max_new_tokens": 8,
+                    "workers": 1, "sync_retries": 0},
+        "env": {"max_steps": 1},
+    }))  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_USE_CPU": "1"}
+    outs = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"ranks{ranks}"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={ranks}", "-m", "components.cli", "train", "grpo",
+                   "--preset", str(preset), "--policy", str(checkpoint), "--tasks", str(root),
+                   "--out", str(out)]  # fmt: skip
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        outs[ranks] = json.loads((out / "result.json").read_text())["last"]
+    assert outs[2]["policy_lag"] == 1 and outs[2]["episodes"] == 4
+    for key in ("episodes", "mean_reward", "generated_tokens", "update_tokens", "policy_lag"):
+        assert outs[1][key] == outs[2][key], key
