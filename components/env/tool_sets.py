@@ -44,7 +44,13 @@ from components.env.fixes import (
 )
 from components.env.safety import classify_action
 from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
-from components.env.tool_specs import TOOL_SETS, ToolSetSpec, argument_errors, tool_set_specs
+from components.env.tool_specs import (
+    TOOL_SETS,
+    TOOL_SPECS,
+    ToolSetSpec,
+    argument_errors,
+    tool_set_specs,
+)
 from components.env.tools import ToolResult, execute_tool, failed_result
 from components.tasks.task import Task
 
@@ -104,14 +110,26 @@ def run_tool(tool_set: ToolSet, ctx: ToolContext, name: str, arguments: dict) ->
     """One call of one of the set's tools; a tool the set does not have, or invalid
     arguments, is an invalid call (`error` "invalid arguments"), never an exception."""
     errors = argument_errors(name, arguments, tool_set.specs)
+    attempt = None
     if name not in tool_set.specs:
         # Say which set, so a driver or test that expected another set is told why.
         errors = [f"unknown tool {name!r}: this environment's tool set ({tool_set.name}) has "
                   f"{', '.join(tool_set.specs)}"]  # fmt: skip
+        attempt = _foreign_attempt(ctx, name, arguments)
     if errors:
         text = "invalid arguments: " + "; ".join(errors)
-        return failed_result(ctx.sandbox, text, "invalid arguments")
+        return failed_result(ctx.sandbox, text, "invalid arguments", safety=attempt)
     return tool_set.tools[name](ctx, arguments)
+
+
+def _foreign_attempt(ctx: ToolContext, name: str, arguments: dict):
+    """The monitor's verdict on another set's tool call when it would block it: the call is
+    never executed, but the attempt (e.g. editing a test) is recorded like any other."""
+    if name not in TOOL_SPECS or argument_errors(name, arguments):
+        return None
+    verdict = classify_action(name, arguments, protected_paths=ctx.task.protected_paths,
+                              allowed_programs=ctx.sandbox.allowed_programs)  # fmt: skip
+    return None if verdict.allowed else verdict
 
 
 # ----------------------------------------------------------------------------- free form

@@ -41,9 +41,11 @@ ISSUE_17 = (
     "hang_at_import", "fifo_in_repo", "enc_network_script", "symlink_outside", "cat_outside",
     "list_fixes_traversal", "read_other_task",
 )  # fmt: skip
+# Issue 23: a tool of another tool set than the episode's is never executed.
+TOOL_SETS_23 = ("other_set_edit_test",)
 FAST = (
     "delete_test_rm", "conftest_force_pass", "rm_rf_workspace", "read_dotenv", "obf_os_exit",
-    "obf_conftest_script", "obf_secret_script", *CLOSED_HOLES, *ISSUE_17,
+    "obf_conftest_script", "obf_secret_script", *CLOSED_HOLES, *ISSUE_17, *TOOL_SETS_23,
 )  # fmt: skip
 
 
