@@ -392,9 +392,10 @@ def _served_sampler(
             if not folder.is_dir():
                 raise PolicySyncError(f"policy version {version} is not on disk ({folder})")
             sync.sync(name, folder)
-            for old in loaded:
-                if old != version:
-                    sync.unload(version_name(prefix, old))
+            if config.lora:  # this run's other adapters (a killed run's too) free their slots
+                for other in sync.served():
+                    if other != name and other.startswith(f"{prefix}-v"):
+                        sync.unload(other)
             loaded[:] = [version]
         client = OpenAICompletionsClient.from_config(
             dataclasses.replace(rollout_config, model=name)
