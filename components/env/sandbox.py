@@ -47,8 +47,8 @@ Fallbacks, chosen by isolation="auto" (or forced by the config):
   * "namespace" (no usable bwrap, but unshare works): the command gets a new network
     namespace via unshare(CLONE_NEWNET) in the child (attempts are counted as above);
     limits and cgroups as above; NO filesystem isolation (writes outside the workspace are
-    possible, bounded by RLIMIT_FSIZE, and the task store is readable) and host processes
-    are visible.
+    possible, bounded by RLIMIT_FSIZE, and the task store is readable; so is a task
+    environment writable) and host processes are visible.
   * "none": rlimits and cgroups only; no network or filesystem isolation, no network
     counting. The safety monitor (components/env/safety.py) still blocks network tools and
     writes outside the workspace at the action level, but a Python program can get around

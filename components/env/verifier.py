@@ -77,7 +77,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
-from components.tasks.environments import EnvironmentError_, task_python_env
+from components.tasks.environments import TaskEnvironmentError, task_python_env
 from components.tasks.task import Task, same_value
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
@@ -636,7 +636,7 @@ def _check_config(task: Task, env: EnvConfig, sandbox: SandboxConfig) -> Sandbox
     verdict line, and the task folder and its store masked (the sandbox does not show them
     under bwrap anyway; this also covers a store inside a folder it does show)."""
     # A task with its own environment is verified with that interpreter, whatever the
-    # episode's sandbox said (EnvironmentError_ when it is not prepared).
+    # episode's sandbox said (TaskEnvironmentError when it is not prepared).
     python_env = task_python_env(task, sandbox.environments_dir) or sandbox.python_env
     return dataclasses.replace(
         sandbox,
@@ -925,7 +925,7 @@ def verify(
     start = time.monotonic()
     try:
         cfg = _check_config(task, env, sandbox)
-    except EnvironmentError_ as e:  # not the agent's doing: kept out of rewards
+    except TaskEnvironmentError as e:  # not the agent's doing: kept out of rewards
         return Verification(status="infra_error", detail=str(e), wall_s=time.monotonic() - start)
     original = _entries(task)
     key = _task_key(task, original)

@@ -55,7 +55,7 @@ DEFAULT_CACHE = "~/.cache/agentrl/environments"
 PYENV_ROOT = Path("~/.pyenv/versions")
 
 
-class EnvironmentError_(RuntimeError):  # noqa: N801 - the builtin name is taken
+class TaskEnvironmentError(RuntimeError):
     """An environment cannot be built or is not prepared (the message says which and why)."""
 
 
@@ -114,12 +114,12 @@ def is_ready(path: Path) -> bool:
 
 def task_python_env(task: Task, cache_dir: str) -> str:
     """The prefix the sandbox runs this task's python from ("" = the project's own);
-    raises EnvironmentError_ when the task's environment has not been prepared."""
+    raises TaskEnvironmentError when the task's environment has not been prepared."""
     if task.environment is None:
         return ""
     path = environment_path(task.environment, cache_dir)
     if not is_ready(path):
-        raise EnvironmentError_(
+        raise TaskEnvironmentError(
             f"{task.id}: environment {path.name} (python {task.environment.python}, "
             f"{len(task.environment.requirements)} requirement(s)) is not prepared in "
             f"{path.parent}: run `agentrl tasks prepare --tasks DIR`"
@@ -129,7 +129,7 @@ def task_python_env(task: Task, cache_dir: str) -> str:
 
 def with_task_environment(sandbox, task: Task):
     """`sandbox` (a SandboxConfig) running `task`'s environment; unchanged for a task
-    without one. Raises EnvironmentError_ when the environment is not prepared."""
+    without one. Raises TaskEnvironmentError when the environment is not prepared."""
     python_env = task_python_env(task, sandbox.environments_dir)
     return dataclasses.replace(sandbox, python_env=python_env) if python_env else sandbox
 
@@ -145,23 +145,23 @@ def find_python(version: str) -> str:
         # pyenv's shims are scripts that pick a version by configuration: not an interpreter
         if c and os.access(c, os.X_OK) and "/shims/" not in c:
             return os.path.realpath(c)
-    raise EnvironmentError_(f"no python{version} interpreter on this machine (PATH, pyenv)")
+    raise TaskEnvironmentError(f"no python{version} interpreter on this machine (PATH, pyenv)")
 
 
 def _run(argv: list[str], timeout_s: float, what: str) -> None:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
-        raise EnvironmentError_(f"{what} timed out after {timeout_s:g}s") from e
+        raise TaskEnvironmentError(f"{what} timed out after {timeout_s:g}s") from e
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise EnvironmentError_(f"{what} failed: " + " | ".join(tail))
+        raise TaskEnvironmentError(f"{what} failed: " + " | ".join(tail))
 
 
 def _site_packages(prefix: Path) -> Path:
     found = sorted(prefix.glob("lib/python*/site-packages"))
     if not found:
-        raise EnvironmentError_(f"{prefix}: no site-packages folder")
+        raise TaskEnvironmentError(f"{prefix}: no site-packages folder")
     return found[0]
 
 
@@ -251,7 +251,7 @@ def prepare_environments(tasks: list[Task], config: PrepareConfig) -> list[Prepa
         env, n = groups[key]
         try:
             prepared = build_environment(env, config)
-        except EnvironmentError_ as e:
+        except TaskEnvironmentError as e:
             path = environment_path(env, config.cache_dir)
             prepared = Prepared(key=key, path=str(path), python=env.python, built=False,
                                 seconds=0.0, tasks=n, error=str(e))  # fmt: skip

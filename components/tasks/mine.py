@@ -54,8 +54,8 @@ from pathlib import Path
 from components.env.fixes import edit_in_place
 from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
 from components.tasks.environments import (
-    EnvironmentError_,
     PrepareConfig,
+    TaskEnvironmentError,
     build_environment,
     harness_versions,
 )
@@ -399,7 +399,7 @@ def setup_repo(repo: Path, work: Path, requirements: tuple[str, ...], config: Mi
     env = TaskEnvironment(python=config.python, requirements=requirements)
     try:
         built = build_environment(env, replace(prepare, cache_dir=sandbox.environments_dir))
-    except EnvironmentError_ as e:
+    except TaskEnvironmentError as e:
         raise MineError(f"environment: {e}") from e
     run = run_suite(root, tests, built.path, sandbox, config, trace=True)
     error = _baseline_error(run, config)

@@ -19,8 +19,8 @@ from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
 from components.env.verifier import clear_verdict_cache, verify
 from components.tasks.environments import (
-    EnvironmentError_,
     PrepareConfig,
+    TaskEnvironmentError,
     build_environment,
     environment_key,
     prepare_environments,
@@ -135,7 +135,7 @@ def test_verifier_uses_the_task_environment(cache, bare_env, tmp_path):
     elsewhere = replace(sandbox, environments_dir=str(tmp_path / "empty-cache"))
     v = verify(task, fixed, EnvConfig(), elsewhere)
     assert v.status == "infra_error" and "not prepared" in v.detail
-    with pytest.raises(EnvironmentError_, match="tasks prepare"):
+    with pytest.raises(TaskEnvironmentError, match="tasks prepare"):
         task_python_env(task, str(tmp_path / "empty-cache"))
 
 
@@ -178,7 +178,7 @@ def test_prepare_installs_requirements_from_a_wheelhouse(tmp_path):
     assert out.output.split() == ["41", "True"], out.output
     assert not prepare_environments(tasks, config)[0].built  # cached the second time
     missing = TaskEnvironment("3.11", ("agentrl-no-such-dist==9.9",))
-    with pytest.raises(EnvironmentError_, match="pip install failed"):
+    with pytest.raises(TaskEnvironmentError, match="pip install failed"):
         build_environment(missing, config)
     assert not Path(cache, environment_key(missing)).exists()  # a failed build leaves nothing
 

@@ -258,3 +258,24 @@ def test_skipped_tests_are_cut_out_of_the_hidden_copy():
     compile(trimmed, "t.py", "exec")
     assert trim_skipped(text, {("test_missing",)}) is None  # made elsewhere: cannot cut
     assert trim_skipped(text, {("TestC", "test_keep"), ("TestC", "test_gone")}) is None  # empty
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (reported to the lead): a conftest or "
+                   "pytest setting that imports the library makes an honest syntax error end "
+                   "pytest with a usage error (exit 4), which the verifier takes for an erased "
+                   "verdict (test tampering), not a failed one; bleach's setup.cfg does this")  # fmt: skip
+def test_an_honest_syntax_error_in_a_library_a_conftest_imports_is_only_a_failure(
+    mined, sandbox, tmp_path
+):
+    _, tasks, _ = mined
+    task = tasks[0]
+    root = tmp_path / task.id
+    shutil.copytree(task.root, root)
+    (root / "repo" / "conftest.py").write_text("import minilib.mathutil, minilib.textutil\n")
+    from components.tasks.task import load_task
+
+    task = load_task(root)
+    tree = _agent_tree(task, tmp_path, {task.metadata.extra["module"]: "def broken(:\n"})
+    v = verify(task, tree, EnvConfig(), sandbox)
+    assert v.status == "ok" and not v.tests_passed
+    assert not v.forged_pass, v.flags
