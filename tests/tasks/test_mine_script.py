@@ -49,7 +49,7 @@ def test_a_real_library_from_pypi_end_to_end(tmp_path, monkeypatch):
     if not _pypi_reachable():
         pytest.skip("PyPI is not reachable")
     script = _script()
-    monkeypatch.setattr(script, "LIBRARIES", (("inflection", "0.5.1", "3.11", "auto"),))
+    monkeypatch.setattr(script, "LIBRARIES", (("inflection", "0.5.1", "3.11", "auto", ()),))
     results = tmp_path / "mine.md"
     code = script.main(["--max-candidates", "3", "--max-tasks", "2", "--results", str(results)])
     row = json.loads(results.with_suffix(".json").read_text())["libraries"][0]
