@@ -28,6 +28,7 @@ from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.sandbox import SandboxConfig, Workspace
 from components.env.tool_sets import ToolContext, run_tool, tool_set
 from components.env.verifier import Verification, changed_files, verify
+from components.tasks.environments import TaskEnvironmentError, with_task_environment
 from components.tasks.task import Task
 
 
@@ -151,9 +152,14 @@ class EpisodeEnv:
         self.task, self.env, self.policy_name = task, env, policy_name
         # The task folder holds the hidden tests and the reference fix: agent commands must
         # not be able to read them by absolute path (the verifier runs from its own copy).
-        self.sandbox = dataclasses.replace(
-            sandbox, hide_paths=(*sandbox.hide_paths, str(task.root))
-        )
+        hidden = dataclasses.replace(sandbox, hide_paths=(*sandbox.hide_paths, str(task.root)))
+        # A task with its own environment (task.json "environment", `agentrl tasks prepare`)
+        # runs the agent's commands with that interpreter; the verifier picks it itself.
+        unprepared = ""
+        try:
+            self.sandbox = with_task_environment(hidden, task)
+        except TaskEnvironmentError as e:  # not the agent's doing: an infra failure
+            self.sandbox, unprepared = hidden, f"task environment: {e}"
         self.verify_sandbox = sandbox
         self.episode_id = episode_id or f"{policy_name}-{task.id}"
         self.max_wall_s = max_wall_s
@@ -173,6 +179,8 @@ class EpisodeEnv:
         self.end_reason = ""
         self.infra_detail = ""  # set by abort(): the result is an unverified infra failure
         self.started = time.monotonic()
+        if unprepared:
+            self.abort(unprepared)
 
     def stop(self, reason: str) -> None:
         """End the episode: no more steps. `reason` is one of END_REASONS; an episode that

@@ -215,3 +215,23 @@ def test_with_task_environment_sets_only_tasks_that_have_one(cache, bare_env, tm
     plain = load_task(_task(tmp_path / "b", None, "x = 1\n"))
     assert with_task_environment(sandbox, with_env) == replace(sandbox, python_env=bare_env)
     assert with_task_environment(sandbox, plain) is sandbox  # today's behaviour exactly
+
+
+def test_an_episode_runs_the_agents_commands_with_the_task_environment(cache, bare_env, tmp_path):
+    from components.env.episode import Action, EpisodeEnv
+
+    task = load_task(_task(tmp_path / "t", {"python": "3.11"}, "x = 1\n"))
+    sandbox = SandboxConfig(environments_dir=cache)
+    env = EpisodeEnv(task, EnvConfig(), sandbox, policy_name="probe")
+    try:
+        event = env.step(
+            Action("run_command", {"cmd": "python -c 'import sys; print(sys.prefix)'"})
+        )
+        assert event["observation"].splitlines()[0] == bare_env, event
+    finally:
+        env.workspace.cleanup()
+    # Not prepared: the episode is an infrastructure failure, never the agent's fault.
+    elsewhere = replace(sandbox, environments_dir=str(tmp_path / "empty-cache"))
+    env = EpisodeEnv(task, EnvConfig(), elsewhere, policy_name="probe")
+    result = env.finish()
+    assert result.status != "ok" and "not prepared" in result.infra_detail, result.infra_detail
