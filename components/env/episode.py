@@ -333,6 +333,7 @@ class EpisodeEnv:
                 "split": self.task.metadata.split,
                 "family": self.task.metadata.family,
                 "bug_class": self.task.metadata.bug_class,
+                "task_source": self.task.metadata.source,  # generated, benchmark, mined
                 "end_reason": end_reason,
                 "status": status,
                 "success": success,

@@ -153,6 +153,7 @@ def episode_metrics(
         "split": result.split,
         "family": meta.get("family") or (task.metadata.family if task else None),
         "bug_class": meta.get("bug_class") or (task.metadata.bug_class if task else None),
+        "task_source": meta.get("task_source") or (task.metadata.source if task else None),
         "ok": ok,
         "success": result.success,
         "reward": result.reward,
@@ -313,9 +314,9 @@ def aggregate(
     tasks: Mapping[str, Task] | None = None,
     oracle_steps: Mapping[str, int] | None = None,
 ) -> dict:
-    """All metrics overall, per split, per family and per bug class; regression vs the
-    champion (None without one). `tasks` enables patch metrics; `oracle_steps` step
-    efficiency."""
+    """All metrics overall, per split, per family, per bug class and per task source;
+    regression vs the champion (None without one). `tasks` enables patch metrics;
+    `oracle_steps` step efficiency."""
     tasks, oracle_steps = tasks or {}, oracle_steps or {}
     rows = [episode_metrics(r, tasks.get(r.task_id), oracle_steps.get(r.task_id)) for r in results]
     out = {
@@ -324,6 +325,8 @@ def aggregate(
         "by_split": _group(rows, "split"),
         "by_family": _group(rows, "family"),
         "by_bug_class": _group(rows, "bug_class"),
+        # Where the tasks came from (the generator, an imported benchmark, a mined repo).
+        "by_source": _group(rows, "task_source"),
         "regression": None,
     }
     if champion_results is not None:

@@ -196,6 +196,8 @@ def write_report(
     md += ["## Cost", "", *_cost_table({**overall, **splits}), ""]
     md += ["## Success by family", "", "![success by family](success_by_family.png)", "",
            *_group_table(aggregate["by_family"], champion["by_family"] if champion else None, "family"), ""]  # fmt: skip
+    md += ["## Success by task source", "",
+           *_group_table(aggregate["by_source"], champion.get("by_source") if champion else None, "task source"), ""]  # fmt: skip
     md += ["## Success by bug class", "",
            *_group_table(aggregate["by_bug_class"], champion["by_bug_class"] if champion else None, "bug class"), ""]  # fmt: skip
     md += ["## Reward terms", "", "![reward terms](reward_terms.png)", "",

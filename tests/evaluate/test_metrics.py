@@ -219,3 +219,18 @@ def test_patch_size_counts_script_written_files_and_needs_a_stored_diff(tmp_path
     agg = aggregate([old], tasks={task.id: task})
     assert agg["overall"]["patch_minimality"] is None
     assert agg["overall"]["unrelated_change_rate"] == 1.0
+
+
+def test_success_by_task_source():
+    """Generated, imported and mined tasks are reported apart (the record's task_source)."""
+
+    def sourced(task_id, source, success):
+        r = result(task_id, success=success, reward=1.0 if success else 0.0, steps=1,
+                   tool_calls=1, events=[*call("finish")])  # fmt: skip
+        r.record["metadata"]["task_source"] = source
+        return r
+
+    agg = aggregate([sourced("g1", "builtin", True), sourced("g2", "builtin", False),
+                     sourced("q1", "quixbugs", False), sourced("m1", "mined", True)])  # fmt: skip
+    rates = {k: v["success_rate"] for k, v in agg["by_source"].items()}
+    assert rates == {"builtin": 0.5, "mined": 1.0, "quixbugs": 0.0}

@@ -38,6 +38,8 @@ def test_cli_evaluate_then_compare_with_champion(tmp_path):
     assert rc == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["candidate"]["overall"]["success_rate"] == 1.0
+    assert metrics["candidate"]["by_source"]["builtin"]["success_rate"] == 1.0
+    assert "## Success by task source" in (out / "report.md").read_text()
     assert metrics["candidate"]["overall"]["patch_minimality"] == 1.0
     assert metrics["candidate"]["regression"]["improved_tasks"] == ["val-0001"]
     assert (out / "trajectories.jsonl").read_text().count("\n") == 1
