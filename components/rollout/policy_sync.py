@@ -45,6 +45,11 @@ def version_name(prefix: str, version: int) -> str:
     return f"{prefix}-v{version}"
 
 
+def version_dir(output_dir: str | Path, version: int) -> Path:
+    """Where a training run writes policy version `version` for the server to load."""
+    return Path(output_dir) / "versions" / f"v{version:06d}"
+
+
 def version_number(name: str) -> int | None:
     """The version in a `version_name`, or None for a name that is not one (in-process
     sampling records "")."""

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from components.rollout.policy_sync import version_dir
 from components.train.parallel import barrier
 
 
@@ -152,11 +153,6 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
 
 # ---------------------------------------------------------------------------------------
 # Policy versions for an inference server (served sampling: grpo.py, rollout/policy_sync.py)
-
-
-def version_dir(output_dir: str | Path, version: int) -> Path:
-    """Where policy version `version` (the weights after that many updates) is written."""
-    return Path(output_dir) / "versions" / f"v{version:06d}"
 
 
 def save_version(stepper, output_dir: str | Path, version: int) -> Path:

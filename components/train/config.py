@@ -415,7 +415,7 @@ class GRPOConfig:
     async_rollouts: bool = field(
         default=False,
         metadata=doc(
-            "sample the next iterations in a background thread through the inference server "
+            "sample the next iterations in a rollout process through the inference server "
             "(rollout.backend openai) while this one updates (train/async_rollouts.py)"
         ),
     )

@@ -47,7 +47,7 @@ save_version: the LoRA adapters, or the full weights) and the server is made to 
 by name before it samples (rollout/policy_sync.py): LoRA through vLLM's
 /v1/load_lora_adapter, full weights through /update_weights_from_disk. The episodes keep
 the server's token ids and log-probs as sampled, and each records the version that
-sampled it. With `async_rollouts` the next iterations are sampled in a background thread
+sampled it. With `async_rollouts` the next iterations are sampled in a rollout process
 while this one updates, each at most `max_staleness` versions behind
 (train/async_rollouts.py); 0 reproduces the synchronous run exactly, and resume stays
 exact (the versions a resumed run still samples with are kept on disk).
@@ -79,17 +79,16 @@ from components.policy.lora import reference_or_base
 from components.rollout.completion import GenerateFn
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout, sample_episodes
-from components.rollout.policy_sync import PolicySync, PolicySyncError, version_name, version_number
+from components.rollout.policy_sync import PolicySyncError, version_number
 from components.seeding import derive_seed
 from components.tasks.task import Task
-from components.train.async_rollouts import BackgroundRollouts, InlineRollouts
+from components.train.async_rollouts import BackgroundRollouts, InlineRollouts, ServedSampler
 from components.train.checkpoints import (
     prune_versions,
     read_metrics,
     restore,
     save_checkpoint,
     save_version,
-    version_dir,
     write_metrics,
 )
 from components.train.config import GRPOConfig
@@ -361,7 +360,7 @@ def _rollout_source(
             env_config, sandbox_config, generate_fn,
         ))  # fmt: skip
     sample = _served_sampler(tokenizer, tasks_of, config, rollout_config, env_config,
-                             sandbox_config, output_dir, fingerprint)  # fmt: skip
+                             sandbox_config, output_dir, fingerprint, done)  # fmt: skip
     if not config.async_rollouts:
         return InlineRollouts(sample)
     return BackgroundRollouts(sample, done + 1, config.iterations, config.max_staleness, done)
@@ -370,43 +369,16 @@ def _rollout_source(
 def _served_sampler(
     tokenizer, tasks_of, config: GRPOConfig, rollout_config: RolloutConfig,
     env_config: EnvConfig, sandbox_config: SandboxConfig, output_dir: Path, fingerprint: str,
-):  # fmt: skip
-    """sample(iteration, version): make the server serve policy version `version` (LoRA:
-    load the adapter named by version, unload the older ones; full: reload the weights),
-    then sample the iteration's episodes under that name."""
-    from components.rollout.openai_backend import OpenAICompletionsClient
-
-    sync = PolicySync(
-        rollout_config.base_url, "lora" if config.lora else "full",
-        retries=rollout_config.sync_retries, timeout_s=rollout_config.sync_timeout_s,
-        sync_url=rollout_config.sync_url,
+    done: int,
+) -> ServedSampler:  # fmt: skip
+    """The sampler of iterations done+1.. on the server (async_rollouts.ServedSampler)."""
+    return ServedSampler(
+        tasks={i: tasks_of(i) for i in range(done + 1, config.iterations + 1)},
+        tokenizer=copy.deepcopy(tokenizer), rollout_config=rollout_config,
+        env_config=env_config, sandbox_config=sandbox_config, output_dir=output_dir,
+        prefix=f"{rollout_config.model}-{fingerprint[:8]}", lora=config.lora is not None,
+        seed=config.seed,
     )  # fmt: skip
-    prefix = f"{rollout_config.model}-{fingerprint[:8]}"
-    loaded: list[int] = []
-    tokenizer = copy.deepcopy(tokenizer)  # its own copy: this may run in the rollout thread
-
-    def sample(iteration: int, version: int) -> list[Rollout]:
-        name = version_name(prefix, version)
-        if loaded != [version]:
-            folder = version_dir(output_dir, version)
-            if not folder.is_dir():
-                raise PolicySyncError(f"policy version {version} is not on disk ({folder})")
-            sync.sync(name, folder)
-            if config.lora:  # this run's other adapters (a killed run's too) free their slots
-                for other in sync.served():
-                    if other != name and other.startswith(f"{prefix}-v"):
-                        sync.unload(other)
-            loaded[:] = [version]
-        client = OpenAICompletionsClient.from_config(
-            dataclasses.replace(rollout_config, model=name)
-        )
-        sampling = dataclasses.replace(
-            rollout_config, seed=derive_seed(config.seed, "sample", iteration)
-        )
-        return sample_episodes(tasks_of(iteration), client, tokenizer, sampling, env_config,
-                               sandbox_config, policy_name="grpo")  # fmt: skip
-
-    return sample
 
 
 def _sample(

@@ -140,7 +140,6 @@ def test_a_failed_sync_stops_the_run_with_one_line(checkpoint, server, suite, tm
         return folder
 
     monkeypatch.setattr(grpo, "save_version", broken)
-    monkeypatch.setattr(grpo, "PolicySync", lambda *a, **k: PolicySync(*a, **k, backoff_s=0.05))
     with pytest.raises(PolicySyncError) as info:
         run(checkpoint, server, tasks, tmp_path, 1, sync_retries=2, async_rollouts=True)
     message = str(info.value)
