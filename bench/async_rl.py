@@ -4,7 +4,7 @@ Both modes train the same tiny policy on the same tasks with the same settings, 
 on `agentrl serve` (loopback, its own process, like vLLM on its own GPUs) with a policy
 sync after every update (full weights: /update_weights_from_disk). Synchronous: sample,
 update, sync, strictly alternating. Asynchronous (async_rollouts, max_staleness 1): the
-next iteration is sampled in a background thread while this one updates. The modes run
+next iteration is sampled in a rollout process while this one updates. The modes run
 interleaved, `--repeats` times each (the first mode alternates), so drift in the
 machine's load hits both; the table gives mean ± std over the repeats and the ratio.
 
