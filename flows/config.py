@@ -35,6 +35,13 @@ class PipelineConfig:
     sample_tasks: int = field(
         default=8, metadata=doc("train tasks sampled for rs / dpo (rollout.samples_per_task each)")
     )
+    mined_tasks: str = field(
+        default="",
+        metadata=doc(
+            "folder of mined (or imported) task folders mixed into the generated suite, each "
+            "keeping its own split (`agentrl tasks mine`); their environments are prepared first"
+        ),
+    )
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.algorithms if a not in ALGORITHMS]

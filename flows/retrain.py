@@ -30,6 +30,8 @@ DATA_REPORT = "reports/data_validation/report.json"
 # key, so editing a section reruns exactly the stages that read it.
 STAGE_SECTIONS = {
     "generate": ("tasks",),
+    "prepare": ("sandbox",),
+    "mined": ("env", "sandbox"),
     "gate": ("env", "sandbox"),
     "expert": ("env", "sandbox", "rollout", "evaluate"),
     "ingest": ("data",),
@@ -107,13 +109,22 @@ def _policy_dir(result: dict) -> str:
 
 
 def data_stages(run: Run, pipe) -> tuple[dict, dict, dict]:
-    """tasks -> gate -> expert trajectories -> ingest -> validate -> snapshot:
+    """tasks (+ mined tasks) -> gate -> expert trajectories -> ingest -> validate -> snapshot:
     (the task suite's result, the validation report, the data version)."""
     w = run.workdir
     suite = run.stage("generate", ["tasks", "generate", "--out", w / "tasks", "--overwrite"],
                       w / "tasks" / "suite.json")  # fmt: skip
+    before_gate = (suite,)
+    if pipe.mined_tasks:  # built environments first: the import gates the tasks with them
+        prepared = run.stage("prepare", ["tasks", "prepare", "--tasks", pipe.mined_tasks,
+                             "--report", w / "prepare.json"], w / "prepare.json",
+                             depends_on=(suite,))  # fmt: skip
+        before_gate = (run.stage("mined", ["tasks", "import", pipe.mined_tasks, "--out",
+                                 w / "tasks" / "mined", "--overwrite", "--report",
+                                 w / "mined.json"], w / "mined.json",
+                                 depends_on=(prepared,)),)  # fmt: skip
     gate = run.stage("gate", ["tasks", "check", "--tasks", w / "tasks", "--report",
-                     w / "gate.json"], w / "gate.json", depends_on=(suite,))  # fmt: skip
+                     w / "gate.json"], w / "gate.json", depends_on=before_gate)  # fmt: skip
     expert = run.stage("expert", ["env", "eval", "--tasks", w / "tasks", "--split",
                        pipe.train_split, "--policy", pipe.expert_policy, "--out",
                        w / "expert" / "results.json", "--trajectories-out",

@@ -96,6 +96,8 @@ def _import_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, help="destination; one folder per task id")
     p.add_argument("--workers", type=int, default=2, help="parallel checks")
     p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the destination folder (default: keep it, skip tasks there)")  # fmt: skip
     return p
 
 
@@ -129,6 +131,8 @@ def main_import(
             if not src.is_dir():
                 return 1  # nothing converted; the errors are printed
         tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs)
+        if args.overwrite and args.out.is_dir():
+            shutil.rmtree(args.out)
         copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
     if args.report is not None:
         data = {"conversion_errors": converted, "load_errors": errors, **gate.to_dict()}
