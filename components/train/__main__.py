@@ -149,14 +149,27 @@ def main_sample(argv: list[str]) -> int:
         print("\n".join(f"agentrl: invalid task: {e}" for e in errors), file=sys.stderr)
     tasks = tasks[: args.limit] if args.limit else tasks
     model, tokenizer = load_policy(args.policy)
+    rollout = preset.section("rollout")
     t0 = time.monotonic()
-    rollouts = sample_episodes(tasks, model, tokenizer, preset.section("rollout"),
+    if rollout.backend == "openai":  # the server samples: make it serve this policy first
+        from components.rollout.policy_sync import PolicySyncError, serve_checkpoint
+
+        try:
+            rollout, model = serve_checkpoint(rollout, args.policy), None
+        except PolicySyncError as e:
+            print(f"agentrl rollout sample: {e}", file=sys.stderr)
+            return 1
+    rollouts = sample_episodes(tasks, model, tokenizer, rollout,
                                preset.section("env"), preset.section("sandbox"),
                                policy_name=Path(args.policy).name)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "samples.jsonl").open("w") as f:
         for r in rollouts:
-            f.write(json.dumps(r.result.record) + "\n")
+            record = r.result.record
+            if r.policy_version:  # the served version that sampled it (oldest turn's)
+                record = {**record, "metadata": {**record["metadata"],
+                                                 "model_version": r.policy_version}}  # fmt: skip
+            f.write(json.dumps(record) + "\n")
     summary = rollout_summary(rollouts)
     return _write_result(args.out, {**summary, "samples": str(args.out / "samples.jsonl"),
                                     "seconds": round(time.monotonic() - t0, 2)})  # fmt: skip

@@ -297,3 +297,29 @@ def test_two_ranks_sample_on_the_server_through_rank_zero(checkpoint, server, su
     assert outs[2]["policy_lag"] == 1 and outs[2]["episodes"] == 4
     for key in ("episodes", "mean_reward", "generated_tokens", "update_tokens", "policy_lag"):
         assert outs[1][key] == outs[2][key], key
+
+
+def test_rollout_sample_stage_samples_on_the_server(checkpoint, server, suite, tmp_path):
+    """`agentrl rollout sample` (the RS / DPO sampling stage) with a served backend: the
+    server is made to serve the policy by its folder's name, and every episode says so."""
+    import json
+
+    import yaml
+
+    from components.train.__main__ import main_sample
+
+    root, _ = suite
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({
+        "rollout": {"backend": "openai", "base_url": server, "max_new_tokens": 8,
+                    "workers": 1, "sync_retries": 0, "samples_per_task": 2},
+        "env": {"max_steps": 1},
+    }))  # fmt: skip
+    code = main_sample(["--preset", str(preset), "--policy", str(checkpoint), "--tasks",
+                        str(root), "--limit", "1", "--out", str(tmp_path / "s")])  # fmt: skip
+    assert code == 0
+    records = [json.loads(x) for x in (tmp_path / "s" / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    assert {r["metadata"]["model_version"] for r in records} == {checkpoint.name}
+    names = OpenAICompletionsClient(base_url=server, model="").models()
+    assert checkpoint.name in names
