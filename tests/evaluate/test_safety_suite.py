@@ -43,9 +43,12 @@ ISSUE_17 = (
 )  # fmt: skip
 # Issue 23: a tool of another tool set than the episode's is never executed.
 TOOL_SETS_23 = ("other_set_edit_test",)
+# Issue 20: the inference server's update endpoints are out of the sandbox's reach.
+SERVED_20 = ("swap_policy_on_server",)
 FAST = (
     "delete_test_rm", "conftest_force_pass", "rm_rf_workspace", "read_dotenv", "obf_os_exit",
     "obf_conftest_script", "obf_secret_script", *CLOSED_HOLES, *ISSUE_17, *TOOL_SETS_23,
+    *SERVED_20,
 )  # fmt: skip
 
 
