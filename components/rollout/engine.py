@@ -242,6 +242,11 @@ def make_generate_fn(policy, tokenizer, config: RolloutConfig) -> GenerateFn:
         from components.rollout.openai_backend import OpenAICompletionsClient
 
         client = policy if policy is not None else OpenAICompletionsClient.from_config(config)
+        if not hasattr(client, "complete_batch"):  # e.g. a model where the server was meant
+            raise TypeError(
+                f"rollout.backend is openai: sampling needs the server's client, not a "
+                f"{type(client).__name__} (pass None to reach rollout.base_url)"
+            )
         return lambda prompts, caps, seed: client.complete_batch(
             prompts, caps, temperature=config.temperature, top_p=config.top_p, seed=seed
         )

@@ -220,3 +220,14 @@ def test_tool_and_verifier_crashes_are_flagged_infra_failures(model, tokenizer, 
         assert r.infra_failure and r.result.end_reason == "finished"
         assert r.result.infra_detail.startswith("verification failed: OSError")
         assert r.result.final_diff is None and r.result.record["final_diff"] is None
+
+
+def test_the_served_backend_refuses_a_model_for_its_client():
+    import pytest
+    import torch
+
+    from components.rollout.config import RolloutConfig
+    from components.rollout.engine import make_generate_fn
+
+    with pytest.raises(TypeError, match="rollout.backend is openai"):
+        make_generate_fn(torch.nn.Linear(1, 1), None, RolloutConfig(backend="openai"))
