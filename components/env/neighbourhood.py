@@ -42,6 +42,7 @@ Without test output both bonus terms are 0 and the order is the prior's.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import warnings
 from collections import Counter
@@ -81,6 +82,10 @@ PRIORS: dict[str, float] = {
 # Localisation outweighs the priors (which span 0.3 .. 3.0): in a module of many functions,
 # every candidate of a function the failing tests call outranks those of the others, and
 # the lines their tracebacks name come first within it.
+# Edits scored per listing, at most: a module the agent wrote (run_command can) with
+# thousands of names in one function would otherwise cost names x reads edits (millions)
+# in the environment's process. Real modules have a few thousand (textwrap.py: 2,191).
+MAX_EDITS = 50_000
 TRACEBACK_WEIGHT = 3.0
 FUNCTION_WEIGHT = 3.0
 
@@ -638,7 +643,7 @@ def neighbourhood(
     scope = _Scope(tree)
     original = ast.unparse(tree) + "\n"
     scored = []
-    for order, edit in enumerate(_edits(scope)):
+    for order, edit in enumerate(itertools.islice(_edits(scope), MAX_EDITS)):
         prior = PRIORS[edit.prior] if isinstance(edit.prior, str) else edit.prior
         line = _line(edit.node)
         fn = scope.function.get(id(edit.node), edit.node)

@@ -3,6 +3,7 @@ of a hand-written slip of its kind, edits are distinct and parse, the score rank
 the failing tests' tracebacks name first, and listed ids map back to their candidates."""
 
 import ast
+import itertools
 
 import pytest
 
@@ -139,3 +140,19 @@ def test_a_blamed_function_outranks_the_others():
     in_other = [i for i, line in enumerate(lines) if line >= 15]
     assert in_other == list(range(len(in_other)))  # every candidate of `other` first
     assert neighbourhood(module)[0].lineno < 15  # without the output, the priors decide
+
+
+def test_a_module_with_thousands_of_names_costs_a_bounded_enumeration():
+    """Attack: the agent writes (run_command) a module whose one function binds and reads
+    hundreds of names, so names x reads is ~10^5 edits; list_fixes must stay cheap."""
+    import time
+
+    from components.env import neighbourhood as nb
+
+    body = "".join(f"    v{i} = v{i - 1} + 1\n" for i in range(1, 400))
+    module = "def f(v0):\n" + body + "    return v399\n"
+    started = time.monotonic()
+    listed = nb.neighbourhood(module, limit=64)
+    assert len(listed) == 64 and time.monotonic() - started < 60
+    edits = nb._edits(nb._Scope(ast.parse(module)))
+    assert len(list(itertools.islice(edits, nb.MAX_EDITS + 1))) > nb.MAX_EDITS  # it was cut
