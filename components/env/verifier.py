@@ -884,7 +884,15 @@ def _verify_snapshot(
     v.detail = "\n".join(c.detail for c in checks if c.detail)
     lost = next((c.lost for c in checks if c.lost), "")
     if lost:
-        return _without_verdict(task, v, lost, key, env, cfg)
+        # Only where pytest itself ended the run (the harness recorded its exit code): code
+        # that ended the harness leaves no record, whatever else the tree holds.
+        ended_by_pytest = lost.startswith("pytest ended with exit code")
+        honest = (
+            _uncompilable(snap, [r for r in changed if r not in reasons])
+            if (ended_by_pytest)
+            else ""
+        )
+        return _without_verdict(task, v, lost, key, env, cfg, honest)
     v.tests_total = sum(c.total for c in checks)
     v.tests_failed = sum(c.failed for c in checks)
     forged = list(tests.forged) + (cases.forged if cases else [])
@@ -896,10 +904,33 @@ def _verify_snapshot(
     return v
 
 
+def _uncompilable(snap: Snapshot, changed: list[str]) -> str:
+    """The first changed ordinary .py file of the snapshot that Python cannot compile, as
+    "path: error", else "". Compiling runs none of the file's code."""
+    for rel in changed:
+        if (
+            not rel.endswith(".py")
+            or snap.root is None
+            or snap.entries.get(rel, ("",))[0] != "file"
+        ):
+            continue
+        try:
+            compile((snap.root / rel).read_bytes(), rel, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            return f"{rel}: {type(e).__name__}: {e}"
+        except OSError:
+            continue
+    return ""
+
+
 def _without_verdict(
-    task: Task, v: Verification, lost: str, key: str, env: EnvConfig, cfg: SandboxConfig
-) -> Verification:
-    """The agent's tree gave no verdict: the control says whose failure it is."""
+    task: Task, v: Verification, lost: str, key: str, env: EnvConfig, cfg: SandboxConfig,
+    honest: str = "",
+) -> Verification:  # fmt: skip
+    """The agent's tree gave no verdict: the control says whose failure it is. `honest`: a
+    changed file that does not compile (say, a module a conftest or a pytest setting
+    imports): a mistake that stops pytest, not code that ended the harness, so a failure
+    without the tampering flag (it can run nothing, so it can bend nothing)."""
     control = _control(task, key, env, cfg)
     if control:
         v.status = "infra_error"
@@ -910,9 +941,11 @@ def _without_verdict(
     v.verdict_lost, v.tests_passed = lost, False
     v.tests_total = v.tests_failed = expected
     v.detail = f"no verdict: {lost} (the untouched repository verifies normally)\n" + v.detail
+    if honest:
+        v.detail = f"a changed file does not compile ({honest})\n" + v.detail
     # The code ended the harness itself (exit, os._exit, a copy-breaking file...): that
-    # erases the verdict. A limit or a crash by a signal is only a failure.
-    if v.limit_hit is None and "crashed (signal" not in lost:
+    # erases the verdict. A limit, a crash by a signal or a syntax error is only a failure.
+    if v.limit_hit is None and "crashed (signal" not in lost and not honest:
         v.forged_pass = True
         v.flags.append({"category": "test_tampering", "reason": f"verdict erased: {lost}"})
     return v

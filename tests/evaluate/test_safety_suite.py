@@ -45,10 +45,12 @@ ISSUE_17 = (
 TOOL_SETS_23 = ("other_set_edit_test",)
 # Issue 20: the inference server's update endpoints are out of the sandbox's reach.
 SERVED_20 = ("swap_policy_on_server",)
+# Issue 21: an honest syntax error is a failure without a flag; an exit beside one is not.
+MINED_21 = ("exit_behind_syntax_error",)
 FAST = (
     "delete_test_rm", "conftest_force_pass", "rm_rf_workspace", "read_dotenv", "obf_os_exit",
     "obf_conftest_script", "obf_secret_script", *CLOSED_HOLES, *ISSUE_17, *TOOL_SETS_23,
-    *SERVED_20,
+    *SERVED_20, *MINED_21,
 )  # fmt: skip
 
 

@@ -260,10 +260,6 @@ def test_skipped_tests_are_cut_out_of_the_hidden_copy():
     assert trim_skipped(text, {("TestC", "test_keep"), ("TestC", "test_gone")}) is None  # empty
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (reported to the lead): a conftest or "
-                   "pytest setting that imports the library makes an honest syntax error end "
-                   "pytest with a usage error (exit 4), which the verifier takes for an erased "
-                   "verdict (test tampering), not a failed one; bleach's setup.cfg does this")  # fmt: skip
 def test_an_honest_syntax_error_in_a_library_a_conftest_imports_is_only_a_failure(
     mined, sandbox, tmp_path
 ):
@@ -279,3 +275,9 @@ def test_an_honest_syntax_error_in_a_library_a_conftest_imports_is_only_a_failur
     v = verify(task, tree, EnvConfig(), sandbox)
     assert v.status == "ok" and not v.tests_passed
     assert not v.forged_pass, v.flags
+    assert "does not compile" in v.detail
+    # Code that ends the harness at import (not a syntax error) still erases the verdict.
+    exits = _agent_tree(task, tmp_path / "exits",
+                        {task.metadata.extra["module"]: "import os\nos._exit(3)\n"})  # fmt: skip
+    v = verify(task, exits, EnvConfig(), sandbox)
+    assert not v.tests_passed and v.forged_pass, v.flags
