@@ -203,7 +203,8 @@ def _list_fixes(ctx: ToolContext, arguments: dict) -> ToolResult:
         return _fix_error(ctx, f"error: no module to fix (candidates: {', '.join(sources)})")
     try:
         text = ctx.workspace.resolve(module).read_text()
-        candidates = candidate_fixes(text, ctx.env.max_fixes)
+        # Ranked with the failing tests' tracebacks (every frame of every failing test).
+        candidates = candidate_fixes(text, ctx.env.max_fixes, tests.command.output, module)
     except (OSError, PathEscapeError, SyntaxError, ValueError) as e:
         return _fix_error(ctx, f"error: cannot list fixes of {module}: {e}")
     ctx.state.listing = FixListing(module, text, candidates, [])
