@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="work folder (default: a temporary one)")
     p.add_argument("--secret-policy", choices=["redact", "reject"], default="redact")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--results", default=None,
+                   help="also write the table here (e.g. bench/results/data-throughput-DATE.md)")  # fmt: skip
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         res = run(args.n, Path(args.out or tmp), args.secret_policy)
@@ -163,7 +166,28 @@ def main(argv: list[str] | None = None) -> int:
             f"ingest + validate {res['ingest_plus_validate_s']} s"
         )
     print(json.dumps(res, indent=2))
+    if args.results:
+        Path(args.results).write_text(results_table(res, args.n))
     return 0
+
+
+def results_table(res: dict, n: int) -> str:
+    """The run as a markdown table, for bench/results/."""
+    cores = os.cpu_count()
+    return (
+        f"# bench/data_throughput.py --n {n} ({cores} cores)\n\n"
+        "| step | seconds | trajectories/s |\n|---|---|---|\n"
+        f"| ingest, one process | {res['ingest_one_process_s']} | "
+        f"{round(n / res['ingest_one_process_s'], 1)} |\n"
+        f"| ingest, {res['ingest_workers']} workers | {res['ingest_s']} | "
+        f"{res['ingest_traj_per_s']} |\n"
+        f"| validate (Great Expectations {res['great_expectations_share']:.0%}) | "
+        f"{res['validate_s']} | {res['validate_traj_per_s']} |\n"
+        f"| **ingest + validate** | **{res['ingest_plus_validate_s']}** | |\n\n"
+        f"Ingest with workers vs one process: {res['ingest_speedup_vs_one_process']}x "
+        "(same bytes published). Locks and atomic publishing included.\n"
+        f"Validation timings: {json.dumps(res['validate_timings_s'])}\n"
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -283,7 +284,7 @@ def _adapt_lines(job: tuple) -> list[tuple]:
 
 
 def _worker_init() -> None:
-    # A killed ingest must not leave workers behind (their parent is the forkserver).
+    # A killed ingest must not leave workers behind.
     try:
         import ctypes
         import signal
@@ -298,7 +299,10 @@ def _adapted_records(handle, f: InputFile, cfg: IngestConfig) -> Iterator[tuple]
     checked by cfg.workers processes in chunks, in order: the same rows, byte for byte, as
     one process gives (tested), in about half the time on two cores."""
     big = os.fstat(handle.fileno()).st_size >= cfg.parallel_min_bytes
-    lines = json_lines(handle, f.label, cfg.max_record_bytes) if big and cfg.workers > 1 else None
+    # Workers are forked (a forkserver's re-imports cost more than they save here), which
+    # is only safe while this process runs one thread: otherwise all is read here.
+    parallel = big and cfg.workers > 1 and threading.active_count() == 1
+    lines = json_lines(handle, f.label, cfg.max_record_bytes) if parallel else None
     if lines is None:
         for raw in read_records(handle, f.label, cfg.max_record_bytes, cfg.max_depth):
             yield _adapted(raw, cfg.format, cfg.default_source, f.label)
@@ -315,8 +319,7 @@ def _adapted_records(handle, f: InputFile, cfg: IngestConfig) -> Iterator[tuple]
          read[i : i + step])
         for i in range(0, len(read), step)
     )  # fmt: skip
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["components.data.ingest"])
+    ctx = multiprocessing.get_context("fork")
     with ctx.Pool(min(cfg.workers, os.cpu_count() or 1), initializer=_worker_init) as pool:
         for chunk in pool.imap(_adapt_lines, jobs):
             yield from chunk

@@ -50,3 +50,14 @@ def test_benchmark_runs_on_a_tiny_input(tmp_path):
     assert res["counts"]["valid"] + res["counts"]["quarantined"] == 40
     assert 0 < res["great_expectations_share"] <= 1
     assert res["ingest_one_process_s"] > 0 and res["ingest_workers"] >= 1
+
+
+def test_benchmark_writes_its_table(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "data_throughput", REPO / "bench" / "data_throughput.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "table.md"
+    assert bench.main(["--n", "30", "--out", str(tmp_path / "w"), "--results", str(out)]) == 0
+    assert "| **ingest + validate** |" in out.read_text()
