@@ -11,7 +11,10 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tasks", "generate"): ("components.tasks.__main__:main_generate", "generate a task suite"),
     ("tasks", "check"): ("components.env.__main__:main_tasks_check", "gate tasks (sandboxed)"),
     ("tasks", "import"): ("components.env.__main__:main_tasks_import", "load, gate, copy tasks"),
-    ("tasks", "prepare"): ("components.tasks.__main__:main_prepare", "build task environments once"),
+    ("tasks", "prepare"): (
+        "components.tasks.__main__:main_prepare",
+        "build task environments once",
+    ),
     ("tasks", "mine"): ("components.tasks.__main__:main_mine", "mine tasks from a repository"),
     ("env", "eval"): ("components.evaluate.__main__:main_env_eval", "run a policy over tasks"),
     ("env", "isolation"): ("components.env.__main__:main_isolation", "show sandbox protections"),
