@@ -155,11 +155,14 @@ class FixSearchState:
     listing: FixListing | None = None  # what the last list_fixes showed
 
 
-def _run_tests(ctx: ToolContext) -> ToolResult:
+def _run_tests(ctx: ToolContext, every_failure: bool = False) -> ToolResult:
     """The task's test command; pytest gets a per-test timeout, since a candidate fix can
-    turn a loop infinite and a hang would otherwise cost the sandbox's whole wall limit."""
+    turn a loop infinite and a hang would otherwise cost the sandbox's whole wall limit.
+    `every_failure`: without -x, so the listing is ranked on every failing test's traceback."""
     argv = list(ctx.task.test_command)
     if "pytest" in argv:
+        if every_failure:
+            argv = [a for a in argv if a not in ("-x", "--exitfirst")]
         argv.append(f"--timeout={ctx.env.fix_test_timeout_s:g}")
     result = _plain("run_command", ctx, {"cmd": shlex.join(argv)})
     return dataclasses.replace(result, ran_tests=result.command is not None)
@@ -189,7 +192,7 @@ def _fix_error(ctx: ToolContext, text: str) -> ToolResult:
 
 def _list_fixes(ctx: ToolContext, arguments: dict) -> ToolResult:
     """Run the tests, blame a module (or take `path`), list its one-edit candidate fixes."""
-    tests = _run_tests(ctx)
+    tests = _run_tests(ctx, every_failure=True)
     if tests.command is None:
         return tests
     root = ctx.workspace.root

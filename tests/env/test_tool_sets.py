@@ -134,3 +134,18 @@ def test_with_tool_set_drops_what_only_the_old_set_read():
     assert (free.weights.wasted_fix_try, free.weights.invalid_call) == (-0.1, -0.2)
     assert free.with_tool_set("fix_search").tool_set == "fix_search"
     assert searching.with_tool_set("fix_search") is searching
+
+
+def test_list_fixes_sees_every_failing_test(suite_tasks):
+    """The listing is ranked on every failing test's traceback, so its test run does not
+    stop at the first failure (the task's own command may say -x)."""
+    most = 0
+    for task in suite_tasks[:4]:
+        env = EpisodeEnv(task, EnvConfig(tool_set="fix_search"), SandboxConfig(),
+                         policy_name="probe")  # fmt: skip
+        try:
+            event = env.step(Action("list_fixes", {}))
+        finally:
+            env.workspace.cleanup()
+        most = max(most, event["observation"].count("FAILED tests/"))
+    assert most >= 2, "list_fixes stopped at the first failing test"
