@@ -24,10 +24,11 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(
-    checkpoint: Path, *flags: str, name: str = "policy", host: str = "127.0.0.1", port: int = 0
+    checkpoint: Path, *flags: str, name: str = "policy", host: str = "127.0.0.1", port: int = 0,
+    runtime_updates: bool = True,
 ):  # fmt: skip
-    """Yield the base URL (…/v1) of `python -m components.serve` on `checkpoint`, with
-    runtime updates on; stopped (and waited for) on exit."""
+    """Yield the base URL (…/v1) of `python -m components.serve` on `checkpoint` (runtime
+    updates on unless asked); stopped (and waited for) on exit."""
     import httpx
 
     port = port or free_port()
@@ -35,7 +36,7 @@ def running_server(
     proc = subprocess.Popen(
         [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
          str(port), "--host", host, "--threads", "1", "--name", name,
-         "--allow-runtime-updates", *flags],
+         *(["--allow-runtime-updates"] if runtime_updates else []), *flags],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
