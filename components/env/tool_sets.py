@@ -127,9 +127,14 @@ def _foreign_attempt(ctx: ToolContext, name: str, arguments: dict):
     never executed, but the attempt (e.g. editing a test) is recorded like any other."""
     if name not in TOOL_SPECS or argument_errors(name, arguments):
         return None
-    verdict = classify_action(name, arguments, protected_paths=ctx.task.protected_paths,
-                              allowed_programs=ctx.sandbox.allowed_programs)  # fmt: skip
+    verdict = _monitor(ctx, name, arguments)
     return None if verdict.allowed else verdict
+
+
+def _monitor(ctx: ToolContext, name: str, arguments: dict):
+    """The safety monitor's verdict on one call in this episode (nothing is run)."""
+    return classify_action(name, arguments, protected_paths=ctx.task.protected_paths,
+                           allowed_programs=ctx.sandbox.allowed_programs)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- free form
@@ -173,10 +178,7 @@ def _monitored(tool: Tool, name: str) -> Tool:
     judged like an edit's) before they run; their test runs go through run_command."""
 
     def run(ctx: ToolContext, arguments: dict) -> ToolResult:
-        verdict = classify_action(
-            name, arguments, protected_paths=ctx.task.protected_paths,
-            allowed_programs=ctx.sandbox.allowed_programs,
-        )  # fmt: skip
+        verdict = _monitor(ctx, name, arguments)
         if not verdict.allowed:
             text = f"blocked by safety monitor: {verdict.category}: {verdict.reason}"
             return failed_result(ctx.sandbox, text, f"blocked: {verdict.category}",
