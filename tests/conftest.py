@@ -35,3 +35,17 @@ def prefect_harness(tmp_path_factory):
         temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
     ):
         yield
+
+
+@pytest.fixture
+def pipeline_workdir(tmp_path, monkeypatch):
+    """A run folder for an in-process retrain flow: the working directory, with MLflow's
+    database and the model registry inside it."""
+    from components.promote import config as promote_config
+
+    root = tmp_path.resolve() / "run"
+    (root / "mlruns").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
+    monkeypatch.setattr(promote_config, "REPO_ROOT", root)
+    return root

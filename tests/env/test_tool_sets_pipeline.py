@@ -39,15 +39,8 @@ def tiny_preset_of(shipped: str, tool_set: str) -> dict:
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    from components.promote import config as promote_config
-
-    root = tmp_path.resolve() / "run"
-    (root / "mlruns").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
-    monkeypatch.setattr(promote_config, "REPO_ROOT", root)
-    return root
+def workdir(pipeline_workdir):
+    return pipeline_workdir
 
 
 def _records(path: Path) -> list[dict]:

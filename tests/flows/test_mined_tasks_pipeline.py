@@ -17,21 +17,10 @@ from tests.env.test_tool_sets_pipeline import tiny_preset_of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    from components.promote import config as promote_config
-
-    root = tmp_path.resolve() / "run"
-    (root / "mlruns").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
-    monkeypatch.setattr(promote_config, "REPO_ROOT", root)
-    return root
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_mined_tasks_run_through_the_pipeline(workdir, prefect_harness):
+def test_mined_tasks_run_through_the_pipeline(pipeline_workdir, prefect_harness):
+    workdir = pipeline_workdir
     from flows.retrain import retrain
 
     mined = workdir / "mined"

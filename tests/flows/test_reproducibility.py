@@ -16,18 +16,11 @@ from tests.tiny_pipeline import tiny_preset
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    from components.promote import config as promote_config
-
-    root = tmp_path.resolve() / "run"
-    (root / "mlruns").mkdir(parents=True)
+def workdir(pipeline_workdir):
     preset = tiny_preset({"mode": "in-process"})
     preset["name"] = "tiny-reproduce"
-    (root / "preset.yaml").write_text(yaml.safe_dump(preset))
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
-    monkeypatch.setattr(promote_config, "REPO_ROOT", root)
-    return root
+    (pipeline_workdir / "preset.yaml").write_text(yaml.safe_dump(preset))
+    return pipeline_workdir
 
 
 def burn_cpus(n: int = 2) -> list[subprocess.Popen]:
