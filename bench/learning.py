@@ -62,7 +62,15 @@ from components.evaluate.episodes import evaluate_model, run_policy  # noqa: E40
 from components.preset import load_preset  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
-METHODS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
+IN_PROCESS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
+# GRPO sampling on `agentrl serve` (issue 20), synchronous and asynchronous at staleness 1,
+# the same settings otherwise: the server does not apply the try_fix constraint, so these
+# two are compared with each other (both unconstrained in training, constrained in eval).
+SERVED_GRPO = {
+    "sft+grpo-served": {"async_rollouts": False},
+    "sft+grpo-async": {"async_rollouts": True, "max_staleness": 1},
+}
+METHODS = (*IN_PROCESS, *SERVED_GRPO)
 BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
 PRIOR_FIXES = "prior-fixes"  # scripted search ordered by kind statistics of the train split
@@ -195,8 +203,8 @@ def _evaluation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument(
         "--methods",
-        default=",".join((BASELINE, PRIOR_FIXES, RANDOM_FIXES, RANDOM_KINDS, *METHODS)),
-        help="subset, comma separated (baselines included)",
+        default=",".join((BASELINE, PRIOR_FIXES, RANDOM_FIXES, RANDOM_KINDS, *IN_PROCESS)),
+        help=f"subset, comma separated (baselines included); on request: {', '.join(SERVED_GRPO)}",
     )
     p.add_argument("--splits", default=",".join(SPLITS), help="splits evaluated")
     p.add_argument(
@@ -349,7 +357,45 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
                                                     "reward/wasted_fix_try", "kl",
                                                     "generated_tokens", "sample_seconds",
                                                     "update_seconds")}  # fmt: skip
+    for method in SERVED_GRPO:
+        if method in wanted:
+            policies[method], notes[method] = clock.run(
+                method.removeprefix("sft+"), served_grpo, work, preset, sft["policy_dir"], method
+            )
     return policies, notes
+
+
+def served_grpo(work: Path, preset: Path, sft_policy: str, method: str) -> tuple[str, dict]:
+    """GRPO from the SFT policy sampling on `agentrl serve` (loopback, its own process, as
+    bench/async_rl.py starts it), synced after every update; (policy folder, curves)."""
+    import importlib.util
+
+    from components.train.__main__ import main_grpo
+
+    spec = importlib.util.spec_from_file_location(
+        "async_rl", Path(__file__).with_name("async_rl.py")
+    )
+    async_rl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(async_rl)
+    out = work / method.replace("+", "-")
+    data = yaml.safe_load(preset.read_text())
+    proc, url = async_rl.start_server(Path(sft_policy), threads=1)
+    try:
+        data["rollout"] = {**data["rollout"], "backend": "openai", "base_url": url,
+                           "constrain_fix_ids": False}  # fmt: skip
+        data["grpo"] = {**data["grpo"], **SERVED_GRPO[method]}
+        served = work / f"preset-{method.replace('+', '-')}.yaml"
+        served.write_text(yaml.safe_dump(data, sort_keys=False))
+        result = _stage(main_grpo, ["--preset", served, "--policy", sft_policy, "--tasks",
+                                    work / "tasks", "--split", "train", "--out", out,
+                                    "--no-resume"], out)  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    curves = result.get("curves", {})
+    keys = ("success_rate", "mean_reward", "policy_lag", "sample_seconds", "update_seconds",
+            "iteration_seconds")  # fmt: skip
+    return result["policy_dir"], {k: curves.get(k) for k in keys}
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -436,6 +482,9 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
     wanted = args.methods.split(",")
     for split in args.splits.split(","):
         if split == "quixbugs":
+            if not args.quixbugs.is_dir():  # a folder converted during a long run, not there
+                print(f"{args.quixbugs}: no such folder; the quixbugs split is the fixtures")
+                args.quixbugs = QUIXBUGS
             tasks, errors = load_tasks(args.quixbugs)
         else:
             tasks, errors = load_tasks(work / "tasks", split=split)
@@ -499,6 +548,9 @@ TRAIN_ROUTE = {
     "sft+rs": ["expert", "init", "sft", "sample", "rs"],
     "sft+dpo": ["expert", "init", "sft", "sample", "dpo"],
     "sft+grpo": ["expert", "init", "sft", "grpo"],
+    # the server's CPU is counted: it is reaped inside the stage
+    "sft+grpo-served": ["expert", "init", "sft", "grpo-served"],
+    "sft+grpo-async": ["expert", "init", "sft", "grpo-async"],
 }
 
 

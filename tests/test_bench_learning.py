@@ -62,3 +62,21 @@ def test_best_learned_is_chosen_on_val_and_compared_per_split_with_the_searches(
     assert "-16.7 pts" in lines[("quixbugs", "prior-fixes")]  # 2/6 - 3/6
     assert ("quixbugs", "random-fixes") not in lines  # not evaluated there
     assert learning.comparisons([rows[-1]]) == "(no learned method evaluated on val)"
+
+
+def test_learning_bench_runs_on_a_tiny_budget(tmp_path):
+    """The whole bench at a tiny budget, so it cannot rot: a scripted search, SFT and GRPO
+    sampling asynchronously on `agentrl serve` (issue 20's comparison), evaluated."""
+    out = tmp_path / "run"
+    tiny = ["--n-tasks", "12", "--expert-limit", "3", "--sft-steps", "2", "--hidden-size", "32",
+            "--layers", "1", "--grpo-iterations", "1", "--grpo-tasks", "1", "--grpo-group", "2",
+            "--max-steps", "2", "--max-new-tokens", "24", "--eval-limit", "1", "--k", "1",
+            "--passk-limit", "1", "--splits", "val"]  # fmt: skip
+    methods = "prior-fixes,sft,sft+grpo-async"
+    assert learning.main(["--out", str(out), "--methods", methods, *tiny]) == 0
+    report = (out / "results.md").read_text()
+    for method in methods.split(","):
+        assert f"| {method} | val | 1 |" in report
+    result = learning.json.loads((out / "results.json").read_text())
+    assert (Path(result["policies"]["sft+grpo-async"]) / "config.json").exists()
+    assert "best learned method" in report
