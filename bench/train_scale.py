@@ -39,15 +39,22 @@ def _rss_gib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
-def _torchrun(nproc: int, args: list[str], port: int) -> dict:
-    out = Path(args[args.index("--out") + 1])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_USE_CPU": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(port), __file__, *args]  # fmt: skip
+def _run_worker(command: list[str], env: dict[str, str], out: Path) -> dict:
+    """A worker process's JSON result; its stderr's tail in the error when it fails."""
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"bench worker failed:\n{done.stderr[-3000:]}")
     return json.loads(out.read_text())
+
+
+def _torchrun(nproc: int, args: list[str]) -> dict:
+    out = Path(args[args.index("--out") + 1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_USE_CPU": "1", "PYTHONPATH": str(REPO)}
+    # --standalone: torchrun picks a free port, so two runs at once on a shared machine
+    # (another bench, a test) do not collide on a fixed one.
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(nproc), __file__, *args]  # fmt: skip
+    return _run_worker(command, env, out)
 
 
 def distributed_rows(policy_dir: Path, rollouts, pairs, steps: int, root: Path) -> list[str]:
@@ -56,12 +63,12 @@ def distributed_rows(policy_dir: Path, rollouts, pairs, steps: int, root: Path) 
     data.write_bytes(pickle.dumps({"rollouts": rollouts, "pairs": pairs}))
     lines = ["| update | 1 process tokens/s | 2 processes tokens/s | 2 / 1 | tokens per run |",
              "|---|---|---|---|---|"]  # fmt: skip
-    for k, stage in enumerate(("grpo", "dpo")):
+    for stage in ("grpo", "dpo"):
         rates = []
         for nproc in (1, 2):
             args = ["--update", stage, "--policy", str(policy_dir), "--data", str(data),
                     "--steps", str(steps), "--out", str(root / f"{stage}-{nproc}.json")]  # fmt: skip
-            got = _torchrun(nproc, args, 29710 + 2 * k + nproc)
+            got = _torchrun(nproc, args)
             rates.append((got["tokens"], got["tokens"] / got["seconds"]))
         lines.append(f"| {stage.upper()} ({steps} steps) | {rates[0][1]:,.0f} | "
                      f"{rates[1][1]:,.0f} | {rates[1][1] / rates[0][1]:.2f} | "
@@ -80,9 +87,7 @@ def lora_rows(tokenizer_dir: Path, records_file: Path, policy: dict, max_seq_len
                 "--records", str(records_file), "--policy-json", json.dumps(policy),
                 "--steps", str(steps), "--out", str(out), "--root", str(root / kind),
                 "--max-seq-len", str(max_seq_len)]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        subprocess.run(args, env=env, check=True, capture_output=True)
-        got = json.loads(out.read_text())
+        got = _run_worker(args, {**os.environ, "PYTHONPATH": str(REPO)}, out)
         # fp32: 4 bytes per weight; 4 (gradient) + 8 (AdamW moments) per trainable one.
         state = (4 * got["total_parameters"] + 12 * got["trainable_parameters"]) / 2**30
         lines.append(f"| {kind} | {got['trainable_parameters']:,} | {got['total_parameters']:,} "
