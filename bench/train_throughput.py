@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import datetime
 import random
 import sys
 import tempfile
@@ -221,6 +222,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", nargs="*", default=[], choices=ROWS, help="these rows only")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
+                   help="folder the table is written to (train-throughput-run-<date>.md)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -271,14 +274,19 @@ def main(argv: list[str] | None = None) -> int:
             notes += bench_lora(tokenizer, records, args, root)
 
     params = sum(t.numel() for t in model.parameters())
-    print(f"\nmodel: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch threads; "
-          f"{len(rollouts)} rollouts ({args.tasks} tasks x {args.k}), {len(records)} oracle "
-          f"transcripts, {len(pairs)} DPO pairs\n")  # fmt: skip
+    text = [f"model: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch "
+            f"threads; {len(rollouts)} rollouts ({args.tasks} tasks x {args.k}), "
+            f"{len(records)} oracle transcripts, {len(pairs)} DPO pairs", ""]  # fmt: skip
     if lines:
-        print("| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |")
-        print("|---|---|---|---|---|")
-        print("\n".join(lines))
-    print("\n".join(notes))
+        text += ["| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |",
+                 "|---|---|---|---|---|", *lines]  # fmt: skip
+    text += notes
+    print("\n" + "\n".join(text))
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = args.out / f"train-throughput-run-{datetime.date.today().isoformat()}.md"
+    command = " ".join(["bench/train_throughput.py", *(argv if argv is not None else sys.argv[1:])])
+    table.write_text(f"<!-- {command} -->\n" + "\n".join(text) + "\n")
+    print(f"\nwritten: {table}")
     return 0
 
 
