@@ -120,6 +120,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="work folder (default runs/bench-learning/<time>)")
     p.add_argument("--preset", default="configs/cpu-demo.yaml", help="base preset")
     p.add_argument("--quick", action="store_true", help="smoke run: every budget tiny")
+    p.add_argument(
+        "--reuse-training",
+        type=Path,
+        help="evaluate only: the tasks, preset, trained policies and training times of an "
+        "earlier run's work folder (its training.json); the budget flags are then ignored",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-tasks", type=int, default=600, help="suite size (60/20/20 split)")
     p.add_argument("--expert-limit", type=int, default=0, help="oracle episodes (0 = all train)")
@@ -689,18 +695,32 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{work}: not empty; one work folder per run")
     work.mkdir(parents=True, exist_ok=True)
     (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
-    preset = write_preset(args, work / "preset.yaml")
     clock = Clock()
     started = time.monotonic()
+    if args.reuse_training:  # its tasks, preset, policies and training clock; evaluate only
+        old: Path = args.reuse_training
+        trained = json.loads((old / "training.json").read_text())
+        preset = work / "preset.yaml"
+        preset.write_text((old / "preset.yaml").read_text())
+        (work / "tasks").symlink_to((old / "tasks").resolve())
+        clock.cpu.update(trained["cpu"])
+        clock.wall.update(trained["wall"])
+    else:
+        from components.tasks.generate import generate_suite
 
-    from components.tasks.generate import generate_suite
-
-    clock.run("tasks", generate_suite, work / "tasks", args.n_tasks, args.seed)
+        preset = write_preset(args, work / "preset.yaml")
+        clock.run("tasks", generate_suite, work / "tasks", args.n_tasks, args.seed)
     train, _ = load_tasks(work / "tasks", split="train")
     # The statistics searches (prior-fixes, random-kinds) learn from the train split only.
     args.statistics = clock.run("kind rates", fix_statistics, train)
     args.preset_file = preset
-    policies, notes = train_all(args, work, preset, clock)
+    if args.reuse_training:
+        policies, notes = trained["policies"], trained["notes"]
+    else:
+        policies, notes = train_all(args, work, preset, clock)
+        (work / "training.json").write_text(json.dumps(
+            {"policies": policies, "notes": notes, "cpu": clock.cpu, "wall": clock.wall},
+            indent=2, default=str))  # fmt: skip
     rows, diagnostics = evaluate_all(args, work, policies, clock)
     stats = args.statistics
     notes["kind_rates"] = {k: round(v, 4) for k, v in stats.kind_success_rates.items()}

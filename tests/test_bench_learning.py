@@ -80,3 +80,12 @@ def test_learning_bench_runs_on_a_tiny_budget(tmp_path):
     result = learning.json.loads((out / "results.json").read_text())
     assert (Path(result["policies"]["sft+grpo-async"]) / "config.json").exists()
     assert "best learned method" in report
+    # Evaluate the same policies again (say, on a split converted later) without training.
+    again = tmp_path / "again"
+    argv = ["--out", str(again), "--reuse-training", str(out), "--methods", "prior-fixes,sft",
+            "--splits", "quixbugs", "--eval-limit", "1", "--k", "1", "--passk-limit", "1"]  # fmt: skip
+    assert learning.main(argv) == 0
+    report = (again / "results.md").read_text()
+    assert "| sft | quixbugs | 1 |" in report and "sft+grpo-async" not in report
+    sft_row = next(line for line in report.splitlines() if line.startswith("| sft | quixbugs"))
+    assert float(sft_row.split(" | ")[7]) > 0  # the earlier run's training CPU, carried over
