@@ -28,7 +28,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,18 +47,25 @@ LISTINGS = ("operators", "grammar", "grammar localised")
 
 
 def test_output(task: Task, timeout_s: float = 60.0) -> str:
-    """The visible tests' output on the buggy repository (a temporary copy)."""
+    """The visible tests' output on the buggy repository (a temporary copy), run in the
+    sandbox as list_fixes runs them: imported benchmark code never runs on the host."""
+    import dataclasses
+
+    from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
+
     with tempfile.TemporaryDirectory(prefix="fix-coverage-") as tmp:
         repo = Path(tmp) / "repo"
         shutil.copytree(task.repo_dir, repo)
-        argv = [sys.executable if a == "python" else a for a in task.test_command]
-        argv += ["-p", "no:cacheprovider", "--timeout=2"] if "pytest" in argv else []
+        argv = list(task.test_command)
+        if "pytest" in argv:  # as list_fixes runs them: every failure, a per-test timeout
+            argv = [a for a in argv if a not in ("-x", "--exitfirst")]
+            argv += ["-p", "no:cacheprovider", "--timeout=2"]
+        limits = dataclasses.replace(SandboxConfig(), wall_time_s=timeout_s,
+                                     cpu_time_s=int(timeout_s) + 1)  # fmt: skip
         try:
-            done = subprocess.run(argv, cwd=repo, capture_output=True, text=True,
-                                  timeout=timeout_s)  # fmt: skip
-        except subprocess.TimeoutExpired:
+            return run_sandboxed(argv, repo, limits).output
+        except SandboxError:
             return ""
-        return done.stdout + done.stderr
 
 
 def measure_task(task: Task, limit: int, localise: bool) -> dict | None:

@@ -27,3 +27,19 @@ def test_fix_coverage_smoke(tmp_path):
         assert 0 <= s["coverage"] <= 1 and s["size_p90"] <= 64
     quix = {s["listing"]: s["covered"] for s in summary if s["suite"].startswith("QuixBugs")}
     assert quix["grammar"] >= quix["operators"]
+
+
+def test_localisation_output_comes_from_the_sandboxed_tests():
+    """The localised listing reads the visible tests' output on the buggy code, run in the
+    sandbox (imported benchmark code never runs on the host)."""
+    import importlib.util
+
+    from components.tasks.task import load_tasks
+
+    spec = importlib.util.spec_from_file_location("fix_coverage", ROOT / "bench/fix_coverage.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tasks, _ = load_tasks(ROOT / "tests/fixtures/external_quixbugs")
+    gcd = next(t for t in tasks if "gcd" in t.id)
+    output = bench.test_output(gcd)
+    assert "failed" in output and "gcd" in output
