@@ -43,7 +43,9 @@ from components.tasks.mutations import normalize  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-LISTINGS = ("operators", "grammar", "grammar localised")
+# "grammar, uncut": the whole one-edit neighbourhood (no limit): is a fix missed by the
+# neighbourhood itself or by the cut at --limit?
+LISTINGS = ("operators", "grammar", "grammar localised", "grammar, uncut")
 
 
 def test_output(task: Task, timeout_s: float = 60.0) -> str:
@@ -83,7 +85,8 @@ def measure_task(task: Task, limit: int, localise: bool) -> dict | None:
         if localise:
             output = test_output(task)
             listings["grammar localised"] = candidate_fixes(before, limit, output, path)
-        full = len(neighbourhood(before))
+        listings["grammar, uncut"] = neighbourhood(before)
+        full = len(listings["grammar, uncut"])
     except SyntaxError:
         return None
     row: dict = {"task": task.id, "bug_class": task.metadata.bug_class, "full": full}
