@@ -333,8 +333,10 @@ def _parent(scope: _Scope, node: ast.AST) -> ast.AST | None:
 
 
 def _bound_positions(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice | ast.Tuple):
-        return [node.slice]
+    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
+        # d[i, j]: each part of a multi-dimensional index is an index position of its own
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return [e for e in parts if not isinstance(e, ast.Slice | ast.Starred)]
     if isinstance(node, ast.Slice):
         return [e for e in (node.lower, node.upper) if e is not None]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":

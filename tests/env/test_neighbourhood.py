@@ -60,6 +60,13 @@ def test_each_kind_reaches_the_fix_of_a_slip_of_its_kind(right, slip, kind):
     assert _reaches(CORRECT.replace(right, slip, 1)) == kind
 
 
+def test_each_part_of_a_multi_dimensional_index_is_a_bound():
+    fixed = "def f(dp, i, j):\n    return dp[i - 1, j - 1] + 1\n"
+    assert _reaches("def f(dp, i, j):\n    return dp[i - 1, j] + 1\n", fixed) == "bound"
+    fixed = "def g(grid, r, c):\n    return grid[r, c + 1]\n"
+    assert _reaches("def g(grid, r, c):\n    return grid[r, c]\n", fixed) == "bound"
+
+
 def test_missing_returns_are_added_with_a_bound_name_or_a_returned_literal():
     fixed = "def count(xs):\n    n = 0\n    for x in xs:\n        n += x\n    return n\n"
     assert _reaches("def count(xs):\n    n = 0\n    for x in xs:\n        n += x\n", fixed) == "ret"
