@@ -5,18 +5,21 @@ in one run, on the generated suite (per split) and on the converted QuixBugs tas
 
 Per (suite, listing): coverage = share of tasks (one-file reference patch) whose reference
 fix is a listed candidate, with a 95% Wilson interval; listing size p50 / p90; the median
-rank of the fix where listed; for the grammar neighbourhood, the uncut size too. The cut is
-`--limit` (EnvConfig.max_fixes, 64 by default). "localised" runs each task's visible tests
-once (its own test command, in a temporary copy of the repository, not sandboxed: use it on
-trusted task folders only) and passes their output, as list_fixes can, so the score's
-traceback and blamed-function terms count.
+rank of the fix where listed; for the grammar neighbourhood, the uncut size too. "Listed"
+means a candidate's canonical text equals the reference's: a different edit that fixes the
+bug as well (`1 + f(x)` -> `0 + f(x)` for `f(x)`) does not count, so this is a lower bound
+on the fixes a listing holds. The cut is `--limit` (EnvConfig.max_fixes, 64 by default);
+"grammar, uncut" is the whole neighbourhood. "localised" runs each task's visible tests once
+in the sandbox (its own test command without -x, in a temporary copy of the repository) and
+passes their output, as list_fixes does, so the score's traceback and blamed-function terms
+count.
 
     .venv/bin/python bench/fix_coverage.py                      # 200 generated + QuixBugs
     .venv/bin/python bench/fix_coverage.py --n-tasks 600 --quixbugs DIR
 
-QuixBugs here is what the repository holds: the converted task folders under
+QuixBugs by default is what the repository holds: the converted task folders under
 tests/fixtures/external_quixbugs (6 real programs); pass `--quixbugs` a folder of all 40
-converted ones (`agentrl tasks import --from quixbugs`) to measure those.
+converted ones (`agentrl tasks import --from quixbugs CHECKOUT --out DIR`) to measure those.
 
 Writes OUT/fix-coverage.md and .json (default bench/results/fix-coverage-<date>.*); prints
 the table.
