@@ -34,6 +34,9 @@ Metrics per (method, split), over the first `--eval-limit` tasks of the split:
     .venv/bin/python bench/learning.py --quick          # smoke run, a few minutes
     .venv/bin/python bench/learning.py                  # the default CPU budget (~85 min)
     .venv/bin/python bench/learning.py [--sft-steps 300 --eval-limit 100 --k 4 ...]
+    .venv/bin/python bench/learning.py --reuse-training WORK --splits quixbugs --quixbugs DIR
+        # evaluate an earlier run's policies again; add sft+grpo-served,sft+grpo-async to
+        # --methods to train GRPO on `agentrl serve` (sync vs async at staleness 1) first
 
 Writes OUT/results.md (the table), OUT/results.json, OUT/diagnostics.json and
 OUT/success.png; prints the table.
@@ -123,8 +126,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--reuse-training",
         type=Path,
-        help="evaluate only: the tasks, preset, trained policies and training times of an "
-        "earlier run's work folder (its training.json); the budget flags are then ignored",
+        help="the tasks, preset, trained policies and training times of an earlier run's work "
+        "folder (its training.json), evaluated again; GRPO-on-a-server variants it lacks are "
+        "trained from its SFT policy with this run's --grpo-* budget; other budgets ignored",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-tasks", type=int, default=600, help="suite size (60/20/20 split)")
@@ -700,8 +704,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse_training:  # its tasks, preset, policies and training clock; evaluate only
         old: Path = args.reuse_training
         trained = json.loads((old / "training.json").read_text())
+        # Its preset, but this run's GRPO budget: GRPO variants it did not train are trained
+        # here from its SFT policy.
         preset = work / "preset.yaml"
-        preset.write_text((old / "preset.yaml").read_text())
+        data = yaml.safe_load((old / "preset.yaml").read_text())
+        data["grpo"] = yaml.safe_load(write_preset(args, work / "own.yaml").read_text())["grpo"]
+        preset.write_text(yaml.safe_dump(data, sort_keys=False))
         (work / "tasks").symlink_to((old / "tasks").resolve())
         clock.cpu.update(trained["cpu"])
         clock.wall.update(trained["wall"])
@@ -716,6 +724,11 @@ def main(argv: list[str] | None = None) -> int:
     args.preset_file = preset
     if args.reuse_training:
         policies, notes = trained["policies"], trained["notes"]
+        for method in [m for m in SERVED_GRPO if m in args.methods.split(",")]:
+            if method not in policies:
+                policies[method], notes[method] = clock.run(
+                    method.removeprefix("sft+"), served_grpo, work, preset, policies["sft"], method
+                )
     else:
         policies, notes = train_all(args, work, preset, clock)
         (work / "training.json").write_text(json.dumps(
