@@ -731,9 +731,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
     else:
         policies, notes = train_all(args, work, preset, clock)
-        (work / "training.json").write_text(json.dumps(
-            {"policies": policies, "notes": notes, "cpu": clock.cpu, "wall": clock.wall},
-            indent=2, default=str))  # fmt: skip
+    (work / "training.json").write_text(json.dumps(
+        {"policies": policies, "notes": notes, "cpu": clock.cpu, "wall": clock.wall,
+         "settings": trained.get("settings", {}) if args.reuse_training else
+         {k: v for k, v in vars(args).items() if k not in ("statistics", "preset_file")}},
+        indent=2, default=str))  # fmt: skip
     rows, diagnostics = evaluate_all(args, work, policies, clock)
     stats = args.statistics
     notes["kind_rates"] = {k: round(v, 4) for k, v in stats.kind_success_rates.items()}
@@ -748,6 +750,12 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in vars(args).items()
         if k not in ("out", "preset", "statistics", "preset_file")
     )
+    if args.reuse_training:  # what trained the policies, as that run was set
+        trained_by = ", ".join(f"{k}={v}" for k, v in trained.get("settings", {}).items()
+                               if k not in ("out", "preset", "statistics", "preset_file"))  # fmt: skip
+        settings += f"\n\ntraining reused from {args.reuse_training}, whose settings were: "
+        settings += trained_by or "(not recorded)"
+        settings += "; the GRPO-on-a-server methods trained here with this run's --grpo-* flags"
     report = (f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
               f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "
               f"(baseline: k seeds). CPU = time.process_time() of this process (all torch and "
