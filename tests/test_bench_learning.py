@@ -86,6 +86,7 @@ def test_learning_bench_runs_on_a_tiny_budget(tmp_path):
             "--splits", "quixbugs", "--eval-limit", "1", "--k", "1", "--passk-limit", "1"]  # fmt: skip
     assert learning.main(argv) == 0
     report = (again / "results.md").read_text()
-    assert "| sft | quixbugs | 1 |" in report and "sft+grpo-async" not in report
+    assert "| sft | quixbugs | 1 |" in report and "| sft+grpo-async |" not in report
+    assert "training reused from" in report and "sft_steps=2" in report  # what trained them
     sft_row = next(line for line in report.splitlines() if line.startswith("| sft | quixbugs"))
     assert float(sft_row.split(" | ")[7]) > 0  # the earlier run's training CPU, carried over
