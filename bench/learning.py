@@ -688,19 +688,11 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    work: Path = args.out
-    if work.exists() and any(work.iterdir()):
-        raise SystemExit(f"{work}: not empty; one work folder per run")
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
-    clock = Clock()
-    started = time.monotonic()
+def train_or_reuse(args, work: Path, clock: Clock) -> tuple[Path, dict, dict, dict]:
+    """(preset, policy folder per method, training notes, the reused training.json or {}):
+    train every method, or take an earlier run's (--reuse-training) and train only the
+    served GRPO variants it lacks; training.json records what trained them either way."""
+    trained: dict = {}
     if args.reuse_training:  # its tasks, preset, policies and training clock; evaluate only
         old: Path = args.reuse_training
         trained = json.loads((old / "training.json").read_text())
@@ -736,6 +728,35 @@ def main(argv: list[str] | None = None) -> int:
          "settings": trained.get("settings", {}) if args.reuse_training else
          {k: v for k, v in vars(args).items() if k not in ("statistics", "preset_file")}},
         indent=2, default=str))  # fmt: skip
+    return preset, policies, notes, trained
+
+
+def settings_line(args, trained: dict) -> str:
+    skip = ("out", "preset", "statistics", "preset_file")
+    settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k not in skip)
+    if args.reuse_training:  # what trained the policies, as that run was set
+        trained_by = ", ".join(f"{k}={v}" for k, v in trained.get("settings", {}).items()
+                               if k not in skip)  # fmt: skip
+        settings += f"\n\ntraining reused from {args.reuse_training}, whose settings were: "
+        settings += trained_by or "(not recorded)"
+        settings += "; the GRPO-on-a-server methods trained here with this run's --grpo-* flags"
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    work: Path = args.out
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"{work}: not empty; one work folder per run")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
+    clock = Clock()
+    started = time.monotonic()
+    preset, policies, notes, trained = train_or_reuse(args, work, clock)
     rows, diagnostics = evaluate_all(args, work, policies, clock)
     stats = args.statistics
     notes["kind_rates"] = {k: round(v, 4) for k, v in stats.kind_success_rates.items()}
@@ -745,17 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     md = table(rows, clock) + "\n\n" + comparisons(rows)
     stages = stage_table(clock)
     wall = time.monotonic() - started
-    settings = ", ".join(
-        f"{k}={v}"
-        for k, v in vars(args).items()
-        if k not in ("out", "preset", "statistics", "preset_file")
-    )
-    if args.reuse_training:  # what trained the policies, as that run was set
-        trained_by = ", ".join(f"{k}={v}" for k, v in trained.get("settings", {}).items()
-                               if k not in ("out", "preset", "statistics", "preset_file"))  # fmt: skip
-        settings += f"\n\ntraining reused from {args.reuse_training}, whose settings were: "
-        settings += trained_by or "(not recorded)"
-        settings += "; the GRPO-on-a-server methods trained here with this run's --grpo-* flags"
+    settings = settings_line(args, trained)
     report = (f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
               f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "
               f"(baseline: k seeds). CPU = time.process_time() of this process (all torch and "
