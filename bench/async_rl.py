@@ -19,7 +19,6 @@ for a GPU cluster where generation dominates.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import subprocess
@@ -30,6 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.report import write_table  # noqa: E402
 
 MODES = {"sync": {}, "async (max_staleness 1)": {"async_rollouts": True, "max_staleness": 1}}
 
@@ -202,11 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{os.getloadavg()[1]:.1f} after")  # fmt: skip
     text = "\n".join([f"# Sync vs async GRPO through `agentrl serve` ({settings})", "",
                       *lines, "", *prediction(runs), ""])  # fmt: skip
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"async-rl-{datetime.date.today().isoformat()}.md"
-    path.write_text(text)
-    print(f"written to {path}")
+    write_table(text, args.out, "async-rl")
     return 0
 
 

@@ -378,18 +378,12 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
 def served_grpo(work: Path, preset: Path, sft_policy: str, method: str) -> tuple[str, dict]:
     """GRPO from the SFT policy sampling on `agentrl serve` (loopback, its own process, as
     bench/async_rl.py starts it), synced after every update; (policy folder, curves)."""
-    import importlib.util
-
+    from bench.async_rl import start_server
     from components.train.__main__ import main_grpo
 
-    spec = importlib.util.spec_from_file_location(
-        "async_rl", Path(__file__).with_name("async_rl.py")
-    )
-    async_rl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(async_rl)
     out = work / method.replace("+", "-")
     data = yaml.safe_load(preset.read_text())
-    proc, url = async_rl.start_server(Path(sft_policy), threads=1)
+    proc, url = start_server(Path(sft_policy), threads=1)
     try:
         data["rollout"] = {**data["rollout"], "backend": "openai", "base_url": url,
                            "constrain_fix_ids": False}  # fmt: skip

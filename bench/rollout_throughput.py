@@ -17,7 +17,6 @@ bench/results/rollout-throughput-<date>.md: generated tokens per second of
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.report import write_table  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.sandbox import SandboxConfig  # noqa: E402
 from components.policy.chat import IM_END  # noqa: E402
@@ -148,11 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"5-min load average {load_before:.1f} before and {os.getloadavg()[1]:.1f} after")  # fmt: skip
     text = "\n".join([f"# Rollout engine vs bare model.generate ({settings})", "",
                       *table(m), ""])  # fmt: skip
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"rollout-throughput-{datetime.date.today().isoformat()}.md"
-    path.write_text(text)
-    print(f"written to {path}")
+    write_table(text, args.out, "rollout-throughput")
     return 0
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import datetime
 import random
 import sys
 import tempfile
@@ -41,6 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import write_table  # noqa: E402
 from bench.rollout_throughput import bare_generate  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
@@ -281,12 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         text += ["| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |",
                  "|---|---|---|---|---|", *lines]  # fmt: skip
     text += notes
-    print("\n" + "\n".join(text))
-    args.out.mkdir(parents=True, exist_ok=True)
-    table = args.out / f"train-throughput-run-{datetime.date.today().isoformat()}.md"
     command = " ".join(["bench/train_throughput.py", *(argv if argv is not None else sys.argv[1:])])
-    table.write_text(f"<!-- {command} -->\n" + "\n".join(text) + "\n")
-    print(f"\nwritten: {table}")
+    write_table(f"<!-- {command} -->\n" + "\n".join(text) + "\n", args.out, "train-throughput-run")
     return 0
 
 
