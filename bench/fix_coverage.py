@@ -56,15 +56,15 @@ def test_output(task: Task, timeout_s: float = 60.0) -> str:
     sandbox as list_fixes runs them: imported benchmark code never runs on the host."""
     import dataclasses
 
+    from components.env.config import EnvConfig
     from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
+    from components.env.tool_sets import fix_test_argv
 
     with tempfile.TemporaryDirectory(prefix="fix-coverage-") as tmp:
         repo = Path(tmp) / "repo"
         shutil.copytree(task.repo_dir, repo)
-        argv = list(task.test_command)
-        if "pytest" in argv:  # as list_fixes runs them: every failure, a per-test timeout
-            argv = [a for a in argv if a not in ("-x", "--exitfirst")]
-            argv += ["-p", "no:cacheprovider", "--timeout=2"]
+        # as list_fixes runs them: every failure, a per-test timeout
+        argv = fix_test_argv(task.test_command, EnvConfig().fix_test_timeout_s, every_failure=True)
         limits = dataclasses.replace(SandboxConfig(), wall_time_s=timeout_s,
                                      cpu_time_s=int(timeout_s) + 1)  # fmt: skip
         try:

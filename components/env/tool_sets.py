@@ -160,15 +160,21 @@ class FixSearchState:
     listing: FixListing | None = None  # what the last list_fixes showed
 
 
-def _run_tests(ctx: ToolContext, every_failure: bool = False) -> ToolResult:
-    """The task's test command; pytest gets a per-test timeout, since a candidate fix can
-    turn a loop infinite and a hang would otherwise cost the sandbox's whole wall limit.
-    `every_failure`: without -x, so the listing is ranked on every failing test's traceback."""
-    argv = list(ctx.task.test_command)
+def fix_test_argv(test_command, timeout_s: float, every_failure: bool = False) -> list[str]:
+    """The task's test command as the fix tools run it: pytest gets a per-test timeout, since
+    a candidate fix can turn a loop infinite and a hang would otherwise cost the sandbox's
+    whole wall limit; `every_failure`: without -x, so a listing is ranked on every failing
+    test's traceback (list_fixes, bench/fix_coverage.py)."""
+    argv = list(test_command)
     if "pytest" in argv:
         if every_failure:
             argv = [a for a in argv if a not in ("-x", "--exitfirst")]
-        argv.append(f"--timeout={ctx.env.fix_test_timeout_s:g}")
+        argv.append(f"--timeout={timeout_s:g}")
+    return argv
+
+
+def _run_tests(ctx: ToolContext, every_failure: bool = False) -> ToolResult:
+    argv = fix_test_argv(ctx.task.test_command, ctx.env.fix_test_timeout_s, every_failure)
     result = _plain("run_command", ctx, {"cmd": shlex.join(argv)})
     return dataclasses.replace(result, ran_tests=result.command is not None)
 
