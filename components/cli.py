@@ -23,6 +23,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("data", "snapshot"): ("components.data.__main__:main_snapshot", "DVC add + push data/"),
     ("data", "versions"): ("components.data.__main__:main_versions", "list data versions"),
     ("data", "rollback"): ("components.data.__main__:main_rollback", "restore a data version"),
+    ("data", "repair"): ("components.data.__main__:main_repair", "rebuild a damaged data.dvc"),
     ("policy", "init"): ("components.train.__main__:main_policy_init", "build the tiny policy"),
     ("policy", "merge"): ("components.train.__main__:main_policy_merge", "fold LoRA into base"),
     ("train", "sft"): ("components.train.__main__:main_sft", "supervised fine-tuning"),

@@ -7,6 +7,7 @@
     agentrl data snapshot [--message TEXT] [--init-only]
     agentrl data versions [--json]
     agentrl data rollback VERSION [--snapshot-first]
+    agentrl data repair
 
 Every command takes --preset FILE and reads its `data` section (sub-sections ingest /
 validate / versioning, components/data/config.py; no preset or no section: the defaults);
@@ -207,7 +208,7 @@ def main_versions(argv: list[str] | None = None) -> int:
     p = _parser("versions", "List dataset versions (newest last).", repo_root=True)
     p.add_argument("--json", action="store_true", help="print the log entries as JSON lines")
     args = p.parse_args(argv)
-    from components.data.versioning import pending, read_log
+    from components.data.versioning import VersioningError, check_dvc_file, pending, read_log
 
     cfg = _versioning(args)
     entries = read_log(cfg)
@@ -216,22 +217,50 @@ def main_versions(argv: list[str] | None = None) -> int:
     if args.json:
         for e in entries:
             print(json.dumps({k: v for k, v in e.items() if k not in ("files", "dvc_file")}))
-        return 0
-    print(f"{'version':<34} {'date':<21} {'files':>5} {'valid':>7} {'quarantined':>11}  sources")
+    else:
+        _print_versions(entries)
+    try:
+        check_dvc_file(cfg)  # the listing comes from the log; say when data.dvc is damaged
+    except VersioningError as e:
+        return _error(e)
+    return 0
+
+
+def version_counts(entry: dict) -> dict[str, int]:
+    """Records of a version: valid and quarantined as the most processed stage of each
+    dataset says (a validated dataset counts once, not again as the ingested dataset it was
+    made from), and `unvalidated`: the valid records of ingested datasets no validated one
+    was made from. Log entries older than the content hashes count as they did (validated
+    datasets, else ingested)."""
+    stages = [d for d in entry["datasets"].values() if d.get("counts")]
+    validated = [d for d in stages if d.get("stage") == "validate"]
+    if any("content_hash" not in d for d in stages):
+        final, pending = (validated or stages), []
+    else:
+        consumed = {d["input_content_hash"] for d in validated}
+        final = validated
+        pending = [d for d in stages if d not in validated and d["content_hash"] not in consumed]
+    return {
+        "valid": sum(d["counts"].get("valid", 0) for d in final),
+        "quarantined": sum(d["counts"].get("quarantined", 0) for d in [*final, *pending]),
+        "unvalidated": sum(d["counts"].get("valid", 0) for d in pending),
+    }
+
+
+def _print_versions(entries: list[dict]) -> None:
+    print(
+        f"{'version':<34} {'date':<21} {'files':>5} {'valid':>7} {'quarantined':>11} "
+        f"{'unvalidated':>11}  sources"
+    )
     for e in entries:
-        # Count the most processed dataset once (validated, else ingested), not both.
-        stages = [d for d in e["datasets"].values() if d.get("counts")]
-        final = [d for d in stages if d.get("stage") == "validate"] or stages
-        counts = [d["counts"] for d in final]
-        valid = sum(c.get("valid", 0) for c in counts)
-        quarantined = sum(c.get("quarantined", 0) for c in counts)
+        c = version_counts(e)
         srcs = ", ".join(e["sources"][:3]) + (
             f" (+{len(e['sources']) - 3})" if len(e["sources"]) > 3 else ""
         )
         print(
-            f"{e['version']:<34} {e['created_at']:<21} {e['nfiles']:>5} {valid:>7} {quarantined:>11}  {srcs}"
+            f"{e['version']:<34} {e['created_at']:<21} {e['nfiles']:>5} {c['valid']:>7} "
+            f"{c['quarantined']:>11} {c['unvalidated']:>11}  {srcs}"
         )
-    return 0
 
 
 def main_rollback(argv: list[str] | None = None) -> int:
@@ -257,12 +286,30 @@ def main_rollback(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main_repair(argv: list[str] | None = None) -> int:
+    p = _parser(
+        "repair",
+        "Rebuild a damaged data.dvc from the version log when data/ matches a version.",
+        repo_root=True,
+    )
+    args = p.parse_args(argv)
+    from components.data.versioning import repair
+
+    try:
+        result = repair(_versioning(args))
+    except _expected_errors() as e:
+        return _error(e)
+    print(json.dumps(result))
+    return 0
+
+
 COMMANDS = {
     "ingest": main_ingest,
     "validate": main_validate,
     "snapshot": main_snapshot,
     "versions": main_versions,
     "rollback": main_rollback,
+    "repair": main_repair,
 }
 
 

@@ -87,7 +87,13 @@ def _iso(ts: Any, field: str) -> str | None:
             raise AdapterError(
                 field, f"timestamp {ts!r} is not a time in seconds since 1970 ({e}{hint})"
             ) from e
-    return ts if isinstance(ts, str) else None
+    if ts is None or isinstance(ts, str):
+        return ts
+    # true/false, a list...: not a time (a bool is an int to Python, never a timestamp here)
+    raise AdapterError(
+        field,
+        f"timestamp must be seconds since 1970 or an ISO 8601 string, got {type(ts).__name__}",
+    )
 
 
 # ---------------------------------------------------------------- rollout / mission

@@ -21,10 +21,10 @@ exclusively, and publishes the output whole (writers.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -50,7 +50,6 @@ from components.data.writers import (
     locked,
     publish_dir,
     recover_dir,
-    recover_file,
     write_atomic,
 )
 from components.env.tool_specs import (
@@ -503,9 +502,6 @@ def run_suites(checks: list[Check], frames: dict, report_dir: Path) -> tuple[dic
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     report_dir.mkdir(parents=True, exist_ok=True)
-    # Docs describe this run only: old results would be re-rendered on every build.
-    for old in ("gx/uncommitted/validations", "gx/uncommitted/data_docs"):
-        shutil.rmtree(report_dir / old, ignore_errors=True)
     context = gx.get_context(mode="file", project_root_dir=str(report_dir))
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     failing: dict[str, list[int]] = {}
@@ -557,20 +553,32 @@ def validate_dataset(cfg: ValidationConfig) -> dict:
     """Validate cfg.in_dir into cfg.out_dir; returns the report (also written as JSON).
 
     The report's `passed` is False when quarantined / ingested > cfg.max_failure_rate.
-    Holds a shared lock on the input and an exclusive one on the output (writers.py) and
-    publishes the output whole. Raises DatasetError for a dataset of zero records (the
-    gate fails on empty input) or a damaged one, LockTimeout when another writer holds a
-    folder for longer than cfg.lock_timeout_s.
+    Holds a shared lock on the input and exclusive ones on the output and the report folder
+    (writers.py) and publishes both whole: a run that fails (a full disk) leaves the old
+    ones as they were and nothing half-written. Raises DatasetError for a dataset of zero
+    records (the gate fails on empty input), a damaged one, or a folder it could not write
+    (named), LockTimeout when another writer holds a folder for longer than
+    cfg.lock_timeout_s.
     """
-    in_dir, out_dir = Path(cfg.in_dir), Path(cfg.out_dir)
-    locks = [Lock(out_dir)]
+    in_dir, out_dir, report_dir = Path(cfg.in_dir), Path(cfg.out_dir), Path(cfg.report_dir)
+    locks = [Lock(out_dir), Lock(report_dir)]
     if in_dir.resolve() != out_dir.resolve():
         locks.append(Lock(in_dir, exclusive=False))
     with locked(locks, cfg.lock_timeout_s):
         recover_dir(out_dir)
-        recover_file(Path(cfg.report_dir) / "report.json")
+        recover_dir(report_dir)
         check_target(out_dir, overwrite=True)
         return _validate(cfg)
+
+
+@contextlib.contextmanager
+def _writing_to(target: Path):
+    """A file-system error while writing `target` names it (an OSError from deep inside GX
+    or pyarrow often names no path, or a hidden staging one)."""
+    try:
+        yield
+    except OSError as e:
+        raise DatasetError(f"could not write {target}: {e.strerror or e}") from e
 
 
 def _validate(cfg: ValidationConfig) -> dict:
@@ -591,41 +599,48 @@ def _validate(cfg: ValidationConfig) -> dict:
     eval_ids, warnings = eval_task_ids(cfg)
     timings["prepare_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()  # GX's share includes importing it and building the suites
-    checks = build_checks(cfg, eval_ids)
-    gx_traj = traj.drop(columns=["_first_seen"])
-    failing, docs = run_suites(checks, {"trajectories": gx_traj, "steps": steps}, report_dir)
-    timings["great_expectations_s"] = time.perf_counter() - t
+    # The report folder (GX's context, data docs, report.json) is built aside and published
+    # whole after the dataset, so it describes this run only.
+    with _writing_to(report_dir), publish_dir(report_dir) as staged:
+        t = time.perf_counter()  # GX's share includes importing it and building the suites
+        checks = build_checks(cfg, eval_ids)
+        gx_traj = traj.drop(columns=["_first_seen"])
+        failing, docs = run_suites(checks, {"trajectories": gx_traj, "steps": steps}, staged)
+        timings["great_expectations_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    reasons, by_check = _row_reasons(checks, failing, traj, steps)
-    bad = np.zeros(len(traj), dtype=bool)
-    bad[list(reasons)] = True
-    counts, per_source = _write_validated(
-        cfg, manifest_in, (traj_tbl, step_tbl, traj, steps), redacted, bad, reasons,
-        {"redactions": redactions, "by_check": by_check},
-    )  # fmt: skip
-    timings["write_s"] = time.perf_counter() - t
-    timings["total_s"] = time.perf_counter() - t0
-    rate = _failure_rate(counts)
-    report = {
-        "passed": rate <= cfg.max_failure_rate,
-        "failure_rate": rate,
-        "max_failure_rate": cfg.max_failure_rate,
-        "counts": counts,
-        "sources": per_source,
-        "quarantined_by_check": by_check,
-        "secret_policy": cfg.secret_policy,
-        "redactions": redactions,
-        "eval_task_ids": len(eval_ids),
-        "warnings": warnings,
-        "expectations": [_expectation_summary(c, failing) for c in checks],
-        "timings_s": {k: round(v, 4) for k, v in timings.items()},
-        "data_docs": docs,
-        "dataset": str(Path(cfg.out_dir)),
-        "quarantine": str(Path(cfg.out_dir) / QUARANTINE),
-    }
-    write_atomic(report_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+        t = time.perf_counter()
+        reasons, by_check = _row_reasons(checks, failing, traj, steps)
+        bad = np.zeros(len(traj), dtype=bool)
+        bad[list(reasons)] = True
+        with _writing_to(Path(cfg.out_dir)):
+            counts, per_source = _write_validated(
+                cfg, manifest_in, (traj_tbl, step_tbl, traj, steps), redacted, bad, reasons,
+                {"redactions": redactions, "by_check": by_check},
+            )  # fmt: skip
+        timings["write_s"] = time.perf_counter() - t
+        timings["total_s"] = time.perf_counter() - t0
+        rate = _failure_rate(counts)
+        report = {
+            "passed": rate <= cfg.max_failure_rate,
+            "failure_rate": rate,
+            "max_failure_rate": cfg.max_failure_rate,
+            "counts": counts,
+            "sources": per_source,
+            "quarantined_by_check": by_check,
+            "secret_policy": cfg.secret_policy,
+            "redactions": redactions,
+            "eval_task_ids": len(eval_ids),
+            "warnings": warnings,
+            "expectations": [_expectation_summary(c, failing) for c in checks],
+            "timings_s": {k: round(v, 4) for k, v in timings.items()},
+            # Where the docs will be once the folder is published.
+            "data_docs": str(report_dir / Path(docs).relative_to(staged.resolve()))
+            if docs
+            else None,
+            "dataset": str(Path(cfg.out_dir)),
+            "quarantine": str(Path(cfg.out_dir) / QUARANTINE),
+        }
+        write_atomic(staged / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
 
 

@@ -26,10 +26,16 @@ never taken or restored halfway through a write. Rollback cannot lose data:
   missing ones from the remote, before touching data/ (none missing anywhere: it refuses);
 - it builds the version in a hidden sibling folder from the cache, checking every md5,
   swaps it in with two renames and writes data.dvc only after that;
+- what no version can hold (entries DVC ignores: named like bookkeeping, or not regular
+  files) is linked into the rebuilt folder: the only files a rollback drops are the lock
+  files it holds itself;
 - a journal beside data/ is written before the swap and removed after: a rollback killed
   midway is completed (data/ already holds the version) or undone (the old data/ is put
   back) by the next snapshot or rollback. A killed snapshot is undone the same way
   (data.dvc and the version log restored; data/ itself is never written by a snapshot).
+A damaged data.dvc is reported by every command (`versions` too) and `repair` rebuilds it
+from the log when data/ holds a version byte for byte. An object of the remote whose md5 is
+not its name is reported as corrupted, not as missing, and left where it is.
 """
 
 from __future__ import annotations
@@ -207,6 +213,9 @@ def hash_tree(data: Path) -> dict[str, str]:
     return tree
 
 
+REPAIR_HINT = "`agentrl data repair` rebuilds it from the version log when data/ matches a version"
+
+
 def read_dvc_file(path: Path) -> dict:
     """The single `outs` entry of data.dvc (md5, size, nfiles, ...)."""
     import yaml
@@ -214,12 +223,29 @@ def read_dvc_file(path: Path) -> dict:
     if not path.is_file():
         raise VersioningError(f"{path} does not exist: run `agentrl data snapshot` first")
     try:
-        outs = (yaml.safe_load(path.read_text()) or {}).get("outs") or []
-    except (yaml.YAMLError, AttributeError) as e:
-        raise VersioningError(f"{path} is damaged ({type(e).__name__})") from e
-    if len(outs) != 1 or not str(outs[0].get("md5", "")).endswith(".dir"):
-        raise VersioningError(f"{path}: expected one directory output, got {outs!r}")
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise VersioningError(f"{path} is damaged ({type(e).__name__}): {REPAIR_HINT}") from e
+    outs = doc.get("outs") if isinstance(doc, dict) else None
+    if not (
+        isinstance(outs, list)
+        and len(outs) == 1
+        and isinstance(outs[0], dict)
+        and str(outs[0].get("md5", "")).endswith(".dir")
+    ):
+        raise VersioningError(
+            f"{path} is damaged (expected one directory output, got {str(outs)[:80]!r}): "
+            f"{REPAIR_HINT}"
+        )
     return outs[0]
+
+
+def check_dvc_file(cfg: VersioningConfig) -> None:
+    """Raise VersioningError when data.dvc exists but is damaged (absent is fine: no
+    snapshot yet)."""
+    dvc_file = _paths(cfg)[2]
+    if dvc_file.is_file():
+        read_dvc_file(dvc_file)
 
 
 def current_version(cfg: VersioningConfig) -> str:
@@ -235,7 +261,13 @@ def _dataset_summaries(data: Path) -> tuple[dict[str, dict], list[str]]:
         if any(is_bookkeeping(part) for part in Path(rel).parts):
             continue
         m = json.loads(manifest.read_text())
-        summaries[rel] = {"stage": m.get("stage"), "counts": m.get("counts", {})}
+        summaries[rel] = {
+            "stage": m.get("stage"),
+            "counts": m.get("counts", {}),
+            "content_hash": m.get("content_hash"),
+            # A validated dataset names the ingested one it was made from.
+            "input_content_hash": (m.get("validation") or {}).get("input_content_hash"),
+        }
         sources.update(m.get("sources", {}))
     return summaries, sorted(sources)
 
@@ -279,13 +311,13 @@ def _writing(cfg: VersioningConfig):
         done = recover(cfg)
         for line in done:
             logging.getLogger(__name__).warning("recovered: %s", line)
-        yield done
+        yield done, {lock.path for lock in locks}
 
 
 def finish_interrupted(cfg: VersioningConfig) -> list[str]:
     """Complete or undo a snapshot or rollback that was killed midway (what every snapshot
     and rollback does first); returns what was done."""
-    with _writing(cfg) as done:
+    with _writing(cfg) as (done, _):
         return done
 
 
@@ -390,6 +422,31 @@ def _recover_snapshot(cfg: VersioningConfig, journal: dict) -> str:
     return "undid an interrupted snapshot (data.dvc and the version log restored)"
 
 
+def repair(cfg: VersioningConfig) -> dict:
+    """Rebuild a damaged or missing data.dvc from the version log: the newest version whose
+    files data/ holds byte for byte. Refuses (writing nothing) when data/ matches none."""
+    with _writing(cfg):
+        _, data, dvc_file, log = _paths(cfg)
+        try:
+            current = read_dvc_file(dvc_file)["md5"].removesuffix(".dir")
+        except VersioningError:
+            current = None
+        entries = read_log(cfg)
+        for entry in reversed(entries):
+            if not verify(data, entry["files"]):
+                break
+        else:
+            raise VersioningError(
+                f"{data} matches no version in {log.name} ({len(entries)} versions); nothing "
+                f"was written: move {dvc_file.name} aside and run `agentrl data snapshot` to "
+                "version what data/ holds"
+            )
+        if current == entry["version"]:
+            return {"version": current, "repaired": False}
+        write_atomic(dvc_file, entry["dvc_file"])
+        return {"version": entry["version"], "repaired": True}
+
+
 def pending(cfg: VersioningConfig) -> str | None:
     """What an interrupted snapshot/rollback left for the next one to finish, or None."""
     path = _journal(cfg)
@@ -410,6 +467,7 @@ def _snapshot(cfg: VersioningConfig, message: str) -> dict:
     root, data, dvc_file, log = _paths(cfg)
     if not data.is_dir() or not hash_tree(data):
         raise VersioningError(f"{data} is missing or empty: nothing to snapshot")
+    check_dvc_file(cfg)  # DVC would fail on it with a parser trace
     init_dvc(cfg)
     journal = {
         "op": "snapshot",
@@ -505,22 +563,50 @@ def _fetch(repo, cfg: VersioningConfig, entry: dict) -> bool:
     if not missing:
         return False
     remote = repo.cloud.get_remote_odb(cfg.remote_name, "rollback")
-    present = set(remote.oids_exist(missing))
-    absent = [oid for oid in missing if oid not in present]
+    # DVC's existence check of a local remote deletes an object whose hash is wrong, and
+    # trusts a read-only one unhashed: hash them here first, so a corrupted object is named
+    # as such and left in place for whoever investigates.
+    corrupted = [
+        oid for oid in missing if cfg.s3 is None and _damaged(remote.oid_to_path(oid), oid)
+    ]
+    present = set(remote.oids_exist([oid for oid in missing if oid not in corrupted]))
+    absent = [oid for oid in missing if oid not in present and oid not in corrupted]
+    problems = []
+    if corrupted:
+        problems.append(
+            f"{len(corrupted)} of its objects are corrupted in remote {cfg.remote_name!r} (their "
+            f"md5 is not their name: {_names(needed, corrupted)}) and not in the local cache"
+        )
     if absent:
-        names = ", ".join(needed[oid] for oid in absent[:5]) + (", ..." if len(absent) > 5 else "")
+        problems.append(
+            f"{len(absent)} of its objects are in neither the local cache nor remote "
+            f"{cfg.remote_name!r} ({_names(needed, absent)})"
+        )
+    if problems:
         raise VersioningError(
-            f"cannot roll back to {entry['version']}: {len(absent)} of its objects are in neither "
-            f"the local cache nor remote {cfg.remote_name!r} ({names}); data/ was not touched"
+            f"cannot roll back to {entry['version']}: {'; '.join(problems)}; data/ was not touched"
         )
     repo.cloud.pull([HashInfo("md5", oid) for oid in missing], remote=cfg.remote_name)
-    still = [needed[oid] for oid in missing if not cache.exists(oid)]
+    still = [oid for oid in missing if not cache.exists(oid)]
     if still:
         raise VersioningError(
             f"could not fetch {len(still)} objects of {entry['version']} from remote "
-            f"{cfg.remote_name!r} ({', '.join(still[:5])}); data/ was not touched"
+            f"{cfg.remote_name!r} ({_names(needed, still)}): the remote holds them, so they are "
+            "corrupted there or the transfer failed; data/ was not touched"
         )
     return True
+
+
+def _damaged(path: str, oid: str) -> bool:
+    """A file at `path` whose md5 is not `oid` (a missing file is not damaged)."""
+    try:
+        return file_md5(Path(path)) != oid.removesuffix(".dir")
+    except FileNotFoundError:
+        return False
+
+
+def _names(needed: dict[str, str], oids: list[str]) -> str:
+    return ", ".join(needed[oid] for oid in oids[:5]) + (", ..." if len(oids) > 5 else "")
 
 
 def _build(repo, entry: dict, folder: Path) -> None:
@@ -546,7 +632,7 @@ def rollback(cfg: VersioningConfig, version: str, snapshot_first: bool = False) 
     """Restore data/ to `version` (see the module doc for what makes it safe); returns what
     was done. Changes in data/ that no snapshot holds are refused, or snapshotted first
     when `snapshot_first`."""
-    with _writing(cfg):
+    with _writing(cfg) as (_, ours):
         entry = find_version(cfg, version)
         root, data, dvc_file, _ = _paths(cfg)
         changes = unsnapshotted_changes(cfg)
@@ -565,6 +651,7 @@ def rollback(cfg: VersioningConfig, version: str, snapshot_first: bool = False) 
             pulled = _fetch(repo, cfg, entry)
             try:
                 _build(repo, entry, tmp)
+                kept = _carry_over(data, tmp, ours)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -577,4 +664,59 @@ def rollback(cfg: VersioningConfig, version: str, snapshot_first: bool = False) 
             write_atomic(dvc_file, entry["dvc_file"])
             if old.is_dir():
                 shutil.rmtree(old)
-    return {"version": entry["version"], "verified_files": len(entry["files"]), "pulled": pulled}
+    return {
+        "version": entry["version"],
+        "verified_files": len(entry["files"]),
+        "pulled": pulled,
+        "kept": kept,
+    }
+
+
+def _carry_over(data: Path, new: Path, ours: set[Path]) -> list[str]:
+    """Link into `new` every entry of data/ that no version can hold (named like
+    bookkeeping, or not a regular file: DVC ignores them) except the lock files this
+    rollback holds: the only things it writes inside data/. Versioned files are checked
+    by unsnapshotted_changes; these would otherwise go with the old data/. Linked, not
+    moved, so a rollback killed before the swap loses nothing either. Returns their paths
+    relative to data/."""
+    kept: list[str] = []
+    if not data.is_dir():
+        return kept
+
+    def walk(folder: Path) -> None:
+        for p in sorted(folder.iterdir()):
+            if p in ours:
+                continue
+            if not is_bookkeeping(p.name) and not p.is_symlink() and p.is_dir():
+                walk(p)
+            elif is_bookkeeping(p.name) or not p.is_file():
+                rel = p.relative_to(data)
+                (new / rel).parent.mkdir(parents=True, exist_ok=True)
+                if p.is_dir() and not p.is_symlink():
+                    shutil.copytree(p, new / rel, symlinks=True, copy_function=_link)
+                else:
+                    _link(p, new / rel)
+                kept.append(rel.as_posix())
+
+    walk(data)
+    return kept
+
+
+def _link(src, dst) -> None:
+    """A hard link of src at dst (a symlink stays a symlink; a FIFO or socket is made anew)."""
+    src, dst = Path(src), Path(dst)
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    elif src.is_file():
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    else:
+        import stat
+
+        mode = src.lstat().st_mode
+        if stat.S_ISFIFO(mode):
+            os.mkfifo(dst, stat.S_IMODE(mode))
+        else:
+            raise VersioningError(f"{src} is neither a file, folder, link nor FIFO: move it away")

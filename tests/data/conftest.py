@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import copy
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from components.data.config import IngestConfig, VersioningConfig
+from components.data.ingest import ingest
+from components.data.versioning import snapshot
+from tests.data.trees import file_tree
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
@@ -45,3 +51,20 @@ def fixtures_dir() -> Path:
 def make_record():
     """good(record_id, **changes): a valid canonical record (see GOOD)."""
     return good
+
+
+@pytest.fixture
+def versions(tmp_path):
+    """A git repo with two data versions, v1 (all fixtures) and v2 (mission only, current)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    cfg = VersioningConfig(repo_root=str(root), lock_timeout_s=5)
+    data = root / "data"
+    ingest([str(FIXTURES)], IngestConfig(out_dir=str(data / "ingested")))
+    v1 = snapshot(cfg)["version"]
+    tree1 = file_tree(data)
+    ingest([str(FIXTURES / "mission.jsonl")], IngestConfig(out_dir=str(data / "ingested")),
+           overwrite=True)  # fmt: skip
+    v2 = snapshot(cfg)["version"]
+    return {"cfg": cfg, "root": root, "data": data, "v1": v1, "v2": v2, "tree1": tree1}

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from components.data.__main__ import main_rollback, main_versions
-from components.data.config import IngestConfig, VersioningConfig
-from components.data.ingest import ingest
+from components.data.config import VersioningConfig
 from components.data.versioning import (
     VersioningError,
     current_version,
@@ -29,23 +27,6 @@ from tests.data.trees import file_tree  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:dvc")
-
-
-@pytest.fixture
-def versions(tmp_path):
-    """A git repo with two data versions, v1 (all fixtures) and v2 (mission only, current)."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    cfg = VersioningConfig(repo_root=str(root), lock_timeout_s=5)
-    data = root / "data"
-    ingest([str(FIXTURES)], IngestConfig(out_dir=str(data / "ingested")))
-    v1 = snapshot(cfg)["version"]
-    tree1 = file_tree(data)
-    ingest([str(FIXTURES / "mission.jsonl")], IngestConfig(out_dir=str(data / "ingested")),
-           overwrite=True)  # fmt: skip
-    v2 = snapshot(cfg)["version"]
-    return {"cfg": cfg, "root": root, "data": data, "v1": v1, "v2": v2, "tree1": tree1}
 
 
 def _state(v: dict) -> tuple:

@@ -60,7 +60,7 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     assert [e["version"] for e in read_log(cfg)] == [v1, v2]
 
     result = rollback(cfg, v1[:8])  # a unique prefix is enough
-    assert result == {"version": v1, "verified_files": len(tree1), "pulled": False}
+    assert result == {"version": v1, "verified_files": len(tree1), "pulled": False, "kept": []}
     assert file_tree(data) == tree1  # byte-identical, and notes.txt is gone
     assert (repo / "data.dvc").read_text() == dvc1
     assert current_version(cfg) == v1
