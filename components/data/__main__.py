@@ -1,6 +1,6 @@
 """Command lines of the data stages; components/cli.py mounts them as `agentrl data ...`.
 
-    agentrl data ingest SRC... [--format auto|mission|openai|miniswe|rollout] [--out DIR]
+    agentrl data ingest SRC... [--format auto|mission|openai|miniswe|rollout|atif] [--out DIR]
                         [--overwrite]
     agentrl data validate [--in DIR] [--out DIR] [--report-dir DIR] [--secret-policy P]
                           [--max-failure-rate F] [--eval-tasks DIR] [--eval-task-id ID ...]
@@ -8,6 +8,7 @@
     agentrl data versions [--json]
     agentrl data rollback VERSION [--snapshot-first]
     agentrl data repair
+    agentrl rollout export SRC... --format atif --out DIR
 
 Every command takes --preset FILE and reads its `data` section (sub-sections ingest /
 validate / versioning, components/data/config.py; no preset or no section: the defaults);
@@ -300,6 +301,28 @@ def main_repair(argv: list[str] | None = None) -> int:
     except _expected_errors() as e:
         return _error(e)
     print(json.dumps(result))
+    return 0
+
+
+def main_export(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="agentrl rollout export",
+        description="Write episodes (rollout samples.jsonl, or dataset folders) in another "
+        "format: one ATIF-v1.6 document per episode.",
+    )
+    p.add_argument("sources", nargs="+", metavar="SRC", help="JSONL files or dataset folders")
+    p.add_argument("--format", choices=["atif"], required=True, help="output format")
+    p.add_argument("--out", required=True, help="folder for <episode id>.json files")
+    args = p.parse_args(argv)
+    from pathlib import Path
+
+    from components.data.atif import export_atif
+
+    try:
+        written = export_atif(args.sources, Path(args.out))
+    except _expected_errors() as e:
+        return _error(e)
+    print(json.dumps({"format": args.format, "out_dir": args.out, "episodes": len(written)}))
     return 0
 
 

@@ -12,6 +12,8 @@ Formats
            one ```bash block in the assistant text and the output in the next user message;
            v1.1 uses `tool_calls` to a `bash` tool and `role: tool` outputs. `bash` maps to
            our `run_command`; the final `exit` message is the submit command's output.
+  atif     Harbor's Agent Trajectory Interchange Format (ATIF-v1.x, one document per run):
+           steps with tool calls and their observations, mapped in components/data/atif.py.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def detect_format(obj: Any, file_name: str) -> str | None:
     name = PurePath(file_name).name
     if not isinstance(obj, dict):
         return None
+    if isinstance(obj.get("schema_version"), str) and obj["schema_version"].startswith("ATIF-"):
+        return "atif"
     if "trajectory_format" in obj or name.endswith((".traj.json", ".traj")):
         return "miniswe"
     if "messages" in obj:
@@ -365,6 +369,195 @@ def from_miniswe(obj: dict, *, default_source: str = "", file_name: str = "") ->
     }
 
 
+# ---------------------------------------------------------------- ATIF (components/data/atif.py)
+
+ATIF_SOURCES = ("system", "user", "agent")
+
+
+def _dict(value: Any, field: str, optional: bool = False) -> dict:
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise AdapterError(field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, field: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise AdapterError(field, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def from_atif(obj: dict, *, default_source: str = "") -> dict:
+    """One ATIF document -> a canonical record dict (AdapterError names a bad field)."""
+    version = _str(obj.get("schema_version"), "schema_version")
+    if not version.startswith("ATIF-v1."):
+        raise AdapterError("schema_version", f"unsupported ATIF version {version!r}")
+    agent = _dict(obj.get("agent"), "agent")
+    _str(agent.get("name"), "agent.name")
+    steps = obj.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise AdapterError("steps", "must be a non-empty list of steps")
+    ours = _dict(_dict(obj.get("extra"), "extra", optional=True).get("agentrl"),
+                 "extra.agentrl", optional=True)  # fmt: skip
+    events, system = _events(steps)
+
+    task = ours.get("task")
+    if not isinstance(task, str):
+        task = next((e["content"] for e in events if e["role"] == "user"), "")
+    final = _dict(obj.get("final_metrics"), "final_metrics", optional=True)
+    tokens = [final.get(k) for k in ("total_prompt_tokens", "total_completion_tokens")]
+    stamps = [s.get("timestamp") for s in steps if isinstance(s, dict) and s.get("timestamp")]
+    metadata = {
+        "policy": agent["name"],
+        "model_version": agent.get("model_name"),
+        "created_at": stamps[0] if stamps else None,
+        "num_tool_calls": sum(1 for e in events if e["role"] == "assistant" and e.get("action")),
+        "num_tokens": sum(tokens) if all(isinstance(t, int) for t in tokens) else None,
+        "split": None,
+    }
+    metadata.update(_dict(ours.get("metadata"), "extra.agentrl.metadata", optional=True))
+    source = ours.get("source") or default_source or "atif"
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "id": ours.get("id") or obj.get("session_id") or f"atif-{_short_hash(obj)}",
+        "task_id": ours.get("task_id") or task_id_for_text(task),
+        "source": source,
+        "task": task,
+        "trajectory": events,
+        "reward": ours.get("reward"),
+        "reward_terms": ours.get("reward_terms", {}),
+        "metadata": metadata,
+    }
+    if system is not None:
+        record["system"] = system
+    if ours:
+        record.update(_dict(ours.get("extra"), "extra.agentrl.extra", optional=True))
+    else:
+        # Another producer's run: keep what we do not map, so nothing of it is lost.
+        record["atif"] = {k: v for k, v in obj.items() if k != "steps"}
+    return record
+
+
+def _events(steps: list) -> tuple[list[dict], str | None]:
+    events: list[dict] = []
+    system: str | None = None
+    for i, step in enumerate(steps):
+        field = f"steps[{i}]"
+        step = _dict(step, field)
+        if step.get("step_id") != i + 1 or isinstance(step.get("step_id"), bool):
+            raise AdapterError(f"{field}.step_id", f"expected {i + 1} (sequential from 1), "
+                               f"got {step.get('step_id')!r}")  # fmt: skip
+        source = step.get("source")
+        if source not in ATIF_SOURCES:
+            raise AdapterError(f"{field}.source", f"must be one of {ATIF_SOURCES}, got {source!r}")
+        text = _text(step.get("message"), f"{field}.message")
+        if text is None:
+            raise AdapterError(f"{field}.message", "is required (a string or content parts)")
+        extra = _dict(step.get("extra"), f"{field}.extra", optional=True)
+        ours = _dict(extra.get("agentrl"), f"{field}.extra.agentrl", optional=True)
+        meta = {k: step[k] for k in ("timestamp",) if step.get(k) is not None}
+        meta.update({f"atif_{k}": v for k, v in extra.items() if k != "agentrl"})
+        if source != "agent":
+            for key in ("tool_calls", "metrics", "reasoning_content", "model_name"):
+                if step.get(key) is not None:
+                    raise AdapterError(f"{field}.{key}", f"only an agent step has it, not {source}")
+        if source == "system" and not events and "observation" not in step:
+            system = text if system is None else f"{system}\n{text}"
+        elif source == "agent":
+            events += _agent_events(step, field, text, meta, ours)
+        elif source == "system" and step.get("observation") is not None:
+            for j, result in _results(step, field, set()):
+                events.append(_observation(result, f"{field}.observation.results[{j}]",
+                                           {**meta, **ours.get("environment", {})}))  # fmt: skip
+        else:
+            events.append({"role": "user", "content": text, **meta,
+                           **({"atif_source": "system"} if source == "system" else {}),
+                           **ours.get("user", {})})  # fmt: skip
+    return events, system
+
+
+def _results(step: dict, field: str, call_ids: set[str]) -> list[tuple[int, dict]]:
+    obs = _dict(step.get("observation"), f"{field}.observation")
+    results = obs.get("results")
+    if not isinstance(results, list):
+        raise AdapterError(f"{field}.observation.results", "must be a list")
+    out = []
+    for j, result in enumerate(results):
+        rfield = f"{field}.observation.results[{j}]"
+        result = _dict(result, rfield)
+        cid = _str(result.get("source_call_id"), f"{rfield}.source_call_id", optional=True)
+        if cid is not None and cid not in call_ids:
+            raise AdapterError(f"{rfield}.source_call_id",
+                               f"{cid!r} names no tool call of this step")  # fmt: skip
+        out.append((j, result))
+    return out
+
+
+def _observation(result: dict, field: str, extra: dict) -> dict:
+    content = _text(result.get("content"), f"{field}.content") or ""
+    event = {"role": "environment", "observation": content, "truncated": False}
+    if result.get("source_call_id") is not None:
+        event["tool_call_id"] = result["source_call_id"]
+    event.update(extra)
+    return event
+
+
+def _agent_events(step: dict, field: str, text: str, meta: dict, ours: dict) -> list[dict]:
+    calls = step.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise AdapterError(f"{field}.tool_calls", "must be a list")
+    metrics = _dict(step.get("metrics"), f"{field}.metrics", optional=True)
+    first = dict(meta)
+    for key in ("model_name", "reasoning_content", "reasoning_effort", "llm_call_count"):
+        if step.get(key) is not None:
+            first[f"atif_{key}"] = step[key]
+    ids, logprobs = metrics.get("completion_token_ids"), metrics.get("logprobs")
+    if ids is not None:
+        first["token_ids"] = ids
+        first["logprobs"] = logprobs if logprobs is not None else []
+    rest = {k: v for k, v in metrics.items() if k not in ("completion_token_ids", "logprobs")}
+    if ids is not None and rest.get("completion_tokens") == len(ids):
+        del rest["completion_tokens"]  # what the token ids say already
+    if rest:
+        first["atif_metrics"] = rest
+    first.update(ours.get("assistant", {}))
+    assistant: list[dict] = []
+    call_ids: list[str] = []
+    for j, call in enumerate(calls):
+        cfield = f"{field}.tool_calls[{j}]"
+        call = _dict(call, cfield)
+        cid = _str(call.get("tool_call_id"), f"{cfield}.tool_call_id")
+        name = _str(call.get("function_name"), f"{cfield}.function_name")
+        args = _dict(call.get("arguments"), f"{cfield}.arguments")
+        ev = {"role": "assistant", "action": name, "arguments": args, "tool_call_id": cid}
+        if j == 0:
+            ev = {"role": "assistant", "action": name, "arguments": args, "content": text or None,
+                  **first, "tool_call_id": cid}  # fmt: skip
+        assistant.append(ev)
+        call_ids.append(cid)
+    if not assistant:
+        assistant = [{"role": "assistant", "action": None, "content": text, **first}]
+    results = _results(step, field, set(call_ids)) if step.get("observation") is not None else []
+    env_extra = ours.get("environment", {})
+    by_call = {r["source_call_id"]: (j, r) for j, r in results if r.get("source_call_id")}
+    events: list[dict] = []
+    for ev in assistant:
+        events.append(ev)
+        if ev.get("tool_call_id") in by_call:
+            j, r = by_call[ev["tool_call_id"]]
+            events.append(_observation(r, f"{field}.observation.results[{j}]", env_extra))
+    for j, r in results:  # results of no particular call come after the calls
+        if r.get("source_call_id") is None:
+            events.append(_observation(r, f"{field}.observation.results[{j}]", env_extra))
+    if "tool_call_id" in ours.get("assistant", {}):  # the id was made up by to_atif
+        for ev in events:
+            ev.pop("tool_call_id", None)
+    return events
+
+
 def to_canonical(obj: Any, fmt: str, *, file_name: str, default_source: str = "") -> dict:
     """Reshape one parsed record of format `fmt` into a canonical record dict."""
     if not isinstance(obj, dict):
@@ -377,4 +570,6 @@ def to_canonical(obj: Any, fmt: str, *, file_name: str, default_source: str = ""
         return from_openai(obj, default_source=default_source)
     if fmt == "miniswe":
         return from_miniswe(obj, default_source=default_source, file_name=file_name)
+    if fmt == "atif":
+        return from_atif(obj, default_source=default_source)
     raise AdapterError("<record>", f"unknown format {fmt!r}")

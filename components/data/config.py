@@ -16,7 +16,7 @@ from typing import Literal
 
 from components.typed_config import config_from_dict, doc
 
-FORMATS = ("auto", "mission", "openai", "miniswe", "rollout")
+FORMATS = ("auto", "mission", "openai", "miniswe", "rollout", "atif")
 SECRET_POLICIES = ("redact", "reject")
 
 # A pattern may start with BOUNDARY ("not preceded by a word character"). Detection (GX,
