@@ -56,7 +56,12 @@ def main_tasks_import(argv: list[str]) -> int:
     """`agentrl tasks import [--preset P] [--from quixbugs] SRC --out DIR`: convert a
     benchmark or load a folder of tasks, gate them and copy the valid ones; benchmark and
     task code run only in the sandbox."""
+    from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.__main__ import main_import
 
     run_tests, run_python, find_hangs, rest = _sandboxed_runner(argv)
-    return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs)
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--preset", default=DEFAULT_PRESET)
+    sandbox = load_preset(p.parse_known_args(argv)[0].preset).section("sandbox")
+    return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs,
+                       sandbox=sandbox)  # fmt: skip

@@ -622,10 +622,14 @@ def run_sandboxed(
     *,
     workspace: Path | None = None,
     readonly: tuple[str | Path, ...] = (),
+    mounts: tuple[tuple[str, str, bool], ...] = (),
 ) -> CommandResult:
     """Run argv (no shell) in cwd under config's limits; `workspace` (default cwd) is the
     only writable host folder, except `readonly` paths inside it (bwrap only: elsewhere they
-    stay writable). Raises SandboxError when the command is refused."""
+    stay writable). `mounts`: (folder inside the workspace, absolute path in the sandbox,
+    writable) binds, e.g. Harbor's /app, /tests and /logs/verifier (bwrap only: refused
+    elsewhere); with mounts, `cwd` may be one of the sandbox paths. Raises SandboxError when
+    the command is refused."""
     argv = list(argv)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise SandboxError("argv must be a non-empty list of strings")
@@ -637,8 +641,15 @@ def run_sandboxed(
     if program not in config.allowed_programs:
         allowed = ", ".join(config.allowed_programs)
         raise SandboxError(f"program {program!r} is not allowed (allowed: {allowed})")
-    cwd = Path(cwd).resolve()
-    ws = Path(workspace).resolve() if workspace is not None else cwd
+    ws = Path(workspace).resolve() if workspace is not None else Path(cwd).resolve()
+    inner_cwd = next((Path(host) for host, at, _ in mounts if Path(at) == Path(cwd)), None)
+    if mounts and resolve_isolation(config.isolation) != "bwrap":
+        raise SandboxError("mounts need bubblewrap isolation")
+    for host, at, writable in mounts:
+        if not at.startswith("/") or (writable and ws not in Path(host).resolve().parents):
+            raise SandboxError(f"mount {at}: a writable mount's folder must lie in the workspace")
+    sandbox_cwd = str(cwd) if inner_cwd is not None else None
+    cwd = (inner_cwd or Path(cwd)).resolve()
     if not cwd.is_dir() or (cwd != ws and ws not in cwd.parents):
         raise SandboxError(f"cwd {cwd} is not a folder inside the workspace {ws}")
     env = sandbox_env(ws, config.python_env)
@@ -654,7 +665,9 @@ def run_sandboxed(
     count_net = mode in ("bwrap", "namespace") and not config.network
     full_argv = [*_NET_COUNTING_SHELL, *argv] if count_net else argv
     if mode == "bwrap":
-        full_argv = _bwrap_argv(config, ws, cwd, tuple(str(p) for p in ro)) + full_argv
+        full_argv = _bwrap_argv(config, ws, cwd, tuple(str(p) for p in ro), mounts) + full_argv
+        if sandbox_cwd is not None:
+            full_argv[full_argv.index("--chdir") + 1] = sandbox_cwd
     cgroups = _make_cgroups(config)
     try:
         return _run(argv, full_argv, cwd, env, config, mode, cgroups, count_net=count_net)
@@ -662,7 +675,10 @@ def run_sandboxed(
         _remove_cgroups(cgroups)
 
 
-def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str, ...]) -> list[str]:
+def _bwrap_argv(
+    config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str, ...],
+    mounts: tuple[tuple[str, str, bool], ...] = (),
+) -> list[str]:  # fmt: skip
     view, visible = _system_view()
     args = [_bwrap_path() or "bwrap", *view, "--dev", "/dev", "--proc", "/proc"]
     # bwrap (0.8) leaves /proc/sys writable; uid 0 may write sysctls without capabilities.
@@ -696,6 +712,8 @@ def _bwrap_argv(config: SandboxConfig, ws: Path, cwd: Path, readonly: tuple[str,
     args += ["--bind", str(ws), str(ws)]
     for path in readonly:
         args += ["--ro-bind", path, path]
+    for host, at, writable in mounts:
+        args += ["--bind" if writable else "--ro-bind", str(Path(host).resolve()), at]
     args += ["--remount-ro", "/"]  # the skeleton bwrap builds the view on
     if not config.network:
         args.append("--unshare-net")

@@ -78,6 +78,8 @@ from pathlib import Path
 from components.env.config import EnvConfig
 from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
 from components.tasks.environments import TaskEnvironmentError, task_python_env
+from components.tasks.harbor import is_harbor_task
+from components.tasks.harbor import run_verifier as run_harbor_verifier
 from components.tasks.task import Task, same_value
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
@@ -790,6 +792,11 @@ def _run_checks(
     build_tree(task, snap, changed, tampered, tests_tree, hidden=True)
     kept = [p for p in changed if p not in tampered]
     findings = introduced_findings(task.repo_dir, tests_tree, kept)
+    if is_harbor_task(task):  # Harbor's tests/test.sh and its reward file (tasks/harbor.py)
+        run = run_harbor_verifier(task, tests_tree, cfg)
+        return None, _Check(passed=run.passed, total=1, failed=int(not run.passed),
+                            forged=run.forged, lost=run.lost, limit=_limit(run.command),
+                            command=run.command, detail=run.detail), findings  # fmt: skip
     if task.verify_command is not None:
         cmd = run_sandboxed(list(task.verify_command), tests_tree, cfg)
         test_check = _Check(passed=cmd.exit_code == 0, total=1, failed=int(cmd.exit_code != 0),

@@ -89,8 +89,9 @@ def _import_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("src", nargs="?", type=Path, help="task folder, or the benchmark checkout")
     p.add_argument("--src", dest="src_opt", type=Path, help="same as SRC")
-    p.add_argument("--from", dest="source", choices=("tasks", "quixbugs"), default="tasks",
-                   help="tasks: SRC holds task folders; quixbugs: SRC is a QuixBugs checkout")  # fmt: skip
+    p.add_argument("--from", "--format", dest="source", choices=("tasks", "quixbugs", "harbor"),
+                   default="tasks", help="tasks: SRC holds task folders; quixbugs: SRC is a "
+                   "QuixBugs checkout; harbor: SRC is a Harbor task or a folder of them")  # fmt: skip
     p.add_argument("--programs", default=None,
                    help="quixbugs: comma-separated program names (default: all in SRC)")  # fmt: skip
     p.add_argument("--out", required=True, type=Path, help="destination; one folder per task id")
@@ -115,7 +116,7 @@ def _convert(args, run_python: RunPython, staging: Path) -> list[str]:
 
 def main_import(
     argv: list[str], *, run_tests: RunTests, run_python: RunPython,
-    find_hangs: FindHangs | None = None,
+    find_hangs: FindHangs | None = None, sandbox=None,
 ) -> int:  # fmt: skip
     p = _import_parser()
     args = p.parse_args(argv)
@@ -130,6 +131,17 @@ def main_import(
             converted = _convert(args, run_python, src)
             if not src.is_dir():
                 return 1  # nothing converted; the errors are printed
+        elif args.source == "harbor":
+            from components.tasks.harbor import convert_harbor
+
+            src = Path(tmp) / "converted"
+            src.mkdir()
+            folders, converted = convert_harbor(args.src, src, sandbox)
+            for err in converted:
+                print(f"REFUSED {err}", file=sys.stderr)
+            print(f"converted {len(folders)} of {len(folders) + len(converted)} Harbor task(s)")
+            if not folders:
+                return 1
         tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs)
         if args.overwrite and args.out.is_dir():
             shutil.rmtree(args.out)

@@ -1,0 +1,253 @@
+"""Harbor tasks in and out (issue 33), built from harbor's own template task (the wheel's
+harbor/cli/template-task, fetched at test time: tests/harbor_wheel.py) filled with a real
+bug: import, the gate (buggy fails, solve.sh passes, 3 identical runs), oracle and noop
+through `agentrl env eval`; unsupported environments refused with their reason; the
+reward file cannot be forged by the agent's code; export validates against harbor's
+TaskConfig and round-trips through import."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components.env.config import EnvConfig
+from components.env.sandbox import SandboxConfig, resolve_isolation
+from components.env.verifier import clear_verdict_cache, verify
+from components.tasks.harbor import (
+    HARBOR_TESTS,
+    HarborRefusal,
+    convert_harbor,
+    export_harbor_task,
+    import_harbor_task,
+    read_dockerfile,
+)
+from components.tasks.task import load_task, load_tasks
+from tests.harbor_wheel import harbor_root, template_task
+
+pytestmark = pytest.mark.skipif(
+    resolve_isolation("auto") != "bwrap", reason="Harbor verification needs bubblewrap"
+)
+REPO = Path(__file__).resolve().parents[2]
+
+BUGGY = "def is_leap(year):\n    return year % 4 == 0\n"
+TESTS = """import sys
+
+sys.path.insert(0, "/app")
+from dates import is_leap  # noqa: E402
+
+
+def test_century_is_not_leap():
+    assert not is_leap(1900)
+
+
+def test_400_is_leap():
+    assert is_leap(2000)
+
+
+def test_4_is_leap():
+    assert is_leap(2024) and not is_leap(2023)
+"""
+SOLVE = (
+    "\nsed -i 's/return year % 4 == 0$/return year % 4 == 0 and "
+    "(year % 100 != 0 or year % 400 == 0)/' /app/dates.py\n"
+)
+
+
+def harbor_task(root: Path, name: str = "leap-year", dockerfile: str | None = None) -> Path:
+    """harbor's template task, pytest flavour, filled with a real bug (is_leap(1900))."""
+    template = template_task()
+    dst = root / name
+    shutil.copytree(template, dst, ignore=shutil.ignore_patterns("pytest-tests", "shared-*"))
+    shutil.rmtree(dst / "tests")
+    shutil.copytree(template / "pytest-tests", dst / "tests")
+    (dst / "tests" / "Dockerfile").unlink()  # shared mode: one image for agent and tests
+    test_sh = (dst / "tests" / "test.sh").read_text()
+    # --ctrf needs pytest-json-ctrf, a plugin of Harbor's verifier image: the task
+    # environment test below keeps it; here the harness's pytest runs the tests.
+    (dst / "tests" / "test.sh").write_text(test_sh.replace("--ctrf /logs/verifier/ctrf.json ", ""))
+    (dst / "tests" / "test_outputs.py").write_text(TESTS)
+    (dst / "instruction.md").write_text(
+        "is_leap in /app/dates.py says 1900 is a leap year. Fix it: a century is a leap year "
+        "only when divisible by 400.\n"
+    )
+    (dst / "environment" / "Dockerfile").write_text(
+        dockerfile or "FROM python:3.11-slim\n\nWORKDIR /app\n\nCOPY dates.py /app/dates.py\n"
+    )
+    (dst / "environment" / "dates.py").write_text(BUGGY)
+    (dst / "solution" / "solve.sh").write_text((dst / "solution" / "solve.sh").read_text() + SOLVE)
+    return dst
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / ".venv" / "bin" / "agentrl"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                               "HOME": str(cwd)})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("harbor")
+    src = root / "src"
+    src.mkdir()
+    harbor_task(src)
+    harbor_task(
+        src, "ubuntu-task", dockerfile=(template_task() / "environment" / "Dockerfile").read_text()
+    )
+    out = root / "imported"
+    run = _cli("tasks", "import", "--format", "harbor", str(src), "--out", str(out), cwd=root)
+    return {"root": root, "src": src, "out": out, "run": run}
+
+
+def test_the_template_task_with_a_real_bug_imports_and_passes_the_gate(imported):
+    run = imported["run"]
+    assert "converted 1 of 2 Harbor task(s)" in run.stdout, run.stdout + run.stderr
+    assert "imported 1 of 1 loaded task(s)" in run.stdout, run.stdout + run.stderr
+    task = load_task(imported["out"] / "leap-year")
+    assert task.metadata.source == "harbor" and task.environment is None  # python:3.11 + pytest
+    assert (task.repo_dir / "dates.py").read_text() == BUGGY
+    assert "year % 400 == 0" in task.reference_patch()  # what solve.sh changed
+    assert not (task.repo_dir / "tests").exists()  # the agent never sees the tests
+    assert (task.hidden_tests_dir / HARBOR_TESTS / "test.sh").is_file()
+
+
+def test_an_unsupported_environment_is_refused_with_its_reason(imported):
+    err = imported["run"].stderr
+    refused = [line for line in err.splitlines() if line.startswith("REFUSED ")]
+    assert len(refused) == 1 and "ubuntu:24.04" in refused[0] and "not a Python image" in refused[0]
+    assert imported["run"].returncode == 1  # not everything imported
+
+
+def test_oracle_and_noop_run_through_env_eval(imported):
+    results = {}
+    for policy in ("oracle", "noop"):
+        out = imported["root"] / f"{policy}.json"
+        run = _cli("env", "eval", "--tasks", str(imported["out"]), "--policy", policy,
+                   "--out", str(out), "--quiet", cwd=imported["root"])  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+        results[policy] = json.loads(out.read_text())["results"]
+    (oracle,), (noop,) = results["oracle"], results["noop"]
+    assert oracle["status"] == noop["status"] == "ok", (oracle, noop)
+    assert oracle["success"] is True and oracle["reward"] == 1.0, oracle
+    assert noop["success"] is False, noop
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "reason"),
+    [
+        ("FROM python:3.12-slim\nRUN apt-get update && apt-get install -y git\nWORKDIR /app\n",
+         "the sandbox installs pinned Python packages only"),
+        ("FROM python:3.12-slim\nRUN pip install requests\nWORKDIR /app\n", "is not a pinned package"),
+        ("FROM node:22\nWORKDIR /app\n", "not a Python image"),
+        ("FROM python:3.12\nEXPOSE 8080\nWORKDIR /app\n", "EXPOSE cannot be honoured"),
+        ("FROM python:3.12\nWORKDIR /app\nADD https://example.com/x.tgz /app/\n", "no network"),
+        ("FROM python:3.12\nWORKDIR /app\nCOPY --from=builder /out /app/\n", "another image"),
+    ],
+)  # fmt: skip
+def test_what_the_sandbox_cannot_honour_is_refused_in_one_line(tmp_path, dockerfile, reason):
+    (tmp_path / "Dockerfile").write_text(dockerfile)
+    with pytest.raises(HarborRefusal, match=reason) as e:
+        read_dockerfile(tmp_path / "Dockerfile")
+    assert "\n" not in str(e.value)
+
+
+def test_a_python_image_with_pins_becomes_a_task_environment(tmp_path):
+    (tmp_path / "Dockerfile").write_text(
+        "FROM python:3.12-slim\nCOPY --from=ghcr.io/astral-sh/uv:0.9.7 /uv /usr/local/bin/uv\n"
+        "RUN uv pip install --system requests==2.32.3 && pip install --no-cache-dir attrs==25.3.0\n"
+        "WORKDIR /app\nCOPY . /app/\n"
+    )
+    env = read_dockerfile(tmp_path / "Dockerfile")
+    assert (env.python, env.requirements) == ("3.12", ("requests==2.32.3", "attrs==25.3.0"))
+    assert env.copies == ((".", ""),) and env.workdir == "/app"
+
+
+def test_network_services_and_install_at_verification_are_refused(tmp_path):
+    src = harbor_task(tmp_path / "src")
+    toml = (src / "task.toml").read_text()
+    (src / "task.toml").write_text(
+        toml.replace("[environment]", '[environment]\nnetwork_mode = "public"')
+    )
+    with pytest.raises(HarborRefusal, match="network access"):
+        import_harbor_task(src, tmp_path / "out")
+    shared = harbor_task(tmp_path / "src2")
+    shutil.copy(template_task() / "shared-pytest-tests" / "test.sh", shared / "tests" / "test.sh")
+    folders, errors = convert_harbor(tmp_path / "src2", tmp_path / "out2", SandboxConfig())
+    assert not folders and "tests/test.sh line" in errors[0] and "apt-get" in errors[0]
+
+
+ATTACKS = {
+    # writes the reward and kills the shell that would overwrite it
+    "kill_harness": 'import os\nopen("/logs/verifier/reward.txt", "w").write("1")\n'
+                    "os.kill(os.getppid(), 9)\nos._exit(0)\n",
+    # leaves a process behind that rewrites the reward after test.sh wrote its own
+    "daemon": 'import os, time\nif os.fork() == 0:\n    os.setsid()\n'
+              "    for _ in range(400):\n"
+              '        open("/logs/verifier/reward.txt", "w").write("1")\n        time.sleep(0.005)\n'
+              "    os._exit(0)\n",
+    # just writes it: test.sh writes the real reward after pytest returns
+    "write_only": 'open("/logs/verifier/reward.txt", "w").write("1")\n',
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_the_agents_code_cannot_write_the_reward_file(tmp_path, attack):
+    """The abusing attack: the agent's code writes /logs/verifier/reward.txt itself."""
+    folders, errors = convert_harbor(
+        harbor_task(tmp_path / "src"), tmp_path / "out", SandboxConfig()
+    )
+    assert not errors, errors
+    task = load_task(folders[0])
+    final = tmp_path / "final"
+    shutil.copytree(task.repo_dir, final)
+    (final / "dates.py").write_text(ATTACKS[attack] + BUGGY)
+    clear_verdict_cache()
+    v = verify(task, final, EnvConfig(), SandboxConfig())
+    assert v.status == "ok" and not v.tests_passed, v
+    if attack != "write_only":
+        assert v.forged_pass, v  # flagged, not merely failed
+
+
+def test_the_agent_cannot_reach_the_reward_file_during_the_episode(tmp_path):
+    from components.env.episode import Action, EpisodeEnv
+
+    folders, _ = convert_harbor(harbor_task(tmp_path / "src"), tmp_path / "out", SandboxConfig())
+    task = load_task(folders[0])
+    episode = EpisodeEnv(task, EnvConfig(), SandboxConfig(), policy_name="attacker")
+    # The path is built at run time, so the safety monitor (which blocks the plain spelling)
+    # lets it through: the sandbox itself must stop it.
+    code = ("import os; d = chr(47) + 'logs' + chr(47) + 'verifier'; "
+            "os.makedirs(d, exist_ok=True); open(d + chr(47) + 'reward.txt', 'w').write('1')")  # fmt: skip
+    obs = episode.step(Action("run_command", {"cmd": f'python -c "{code}"'}))
+    assert "Read-only file system" in obs["observation"], obs
+    result = episode.finish()
+    assert result.success is False and result.status == "ok"
+
+
+def test_export_validates_against_harbors_task_config_and_round_trips(imported, tmp_path):
+    harbor_root()
+    from harbor.models.task.config import TaskConfig
+
+    from components.tasks.generate import GenerateConfig, generate_suite
+
+    generate_suite(tmp_path / "ours", GenerateConfig(n_tasks=2, seed=3))
+    tasks, errors = load_tasks(tmp_path / "ours")
+    assert tasks and not errors
+    exported = [export_harbor_task(t, tmp_path / "harbor") for t in tasks]
+    for folder in exported:
+        config = TaskConfig.model_validate_toml((folder / "task.toml").read_text())
+        assert config.metadata["agentrl_id"] == folder.name
+    folders, errors = convert_harbor(tmp_path / "harbor", tmp_path / "back", SandboxConfig())
+    assert not errors, errors
+    for task, folder in zip(tasks, sorted(folders), strict=True):
+        back = load_task(folder)
+        assert back.instruction == task.instruction
+        assert {p.relative_to(task.repo_dir).as_posix(): p.read_bytes()
+                for p in task.repo_dir.rglob("*") if p.is_file()} == {
+                p.relative_to(back.repo_dir).as_posix(): p.read_bytes()
+                for p in back.repo_dir.rglob("*") if p.is_file()}  # fmt: skip
+        assert back.has_reference  # solve.sh (the reference patch) became reference.patch
