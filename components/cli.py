@@ -11,6 +11,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tasks", "generate"): ("components.tasks.__main__:main_generate", "generate a task suite"),
     ("tasks", "check"): ("components.env.__main__:main_tasks_check", "gate tasks (sandboxed)"),
     ("tasks", "import"): ("components.env.__main__:main_tasks_import", "load, gate, copy tasks"),
+    ("tasks", "export"): ("components.tasks.__main__:main_export", "tasks as Harbor tasks"),
     ("tasks", "prepare"): (
         "components.tasks.__main__:main_prepare",
         "build task environments once",

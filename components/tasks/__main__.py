@@ -1,4 +1,4 @@
-"""`agentrl tasks {generate,check,import,prepare,mine} ...`; `python -m components.tasks ...` is the same
+"""`agentrl tasks {generate,check,import,export,prepare,mine} ...`; `python -m components.tasks ...` is the same
 command line (it calls components.cli), so both run task code only in the sandbox.
 
 Each subcommand is a function taking an argv list and returning an exit code. `check`
@@ -253,6 +253,33 @@ def main_mine(argv: list[str]) -> int:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(report_dict(reports), indent=2) + "\n")
     return 0 if all(r.ok for r in reports) else 1
+
+
+def main_export(argv: list[str]) -> int:
+    """`agentrl tasks export --format harbor --tasks DIR --out DIR`: write task folders
+    (generated, mined, imported) as Harbor tasks, one folder per task id."""
+    p = argparse.ArgumentParser(prog="agentrl tasks export", description=main_export.__doc__)
+    p.add_argument("--format", choices=("harbor",), required=True, help="output format")
+    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
+    p.add_argument("--out", required=True, type=Path, help="where the Harbor tasks go")
+    p.add_argument("--split", default=None, help="only tasks of this split")
+    args = p.parse_args(argv)
+    from components.tasks.harbor import export_harbor_task
+
+    tasks, errors = load_tasks(args.tasks, split=args.split)
+    for err in errors:
+        print(f"INVALID {err}", file=sys.stderr)
+    if not tasks:
+        print(f"agentrl: no tasks under {args.tasks}", file=sys.stderr)
+        return 2
+    taken = [t.id for t in tasks if (args.out / t.id).exists()]
+    if taken:
+        print(f"agentrl: {args.out} already holds {', '.join(taken[:5])}", file=sys.stderr)
+        return 1
+    for task in tasks:
+        export_harbor_task(task, args.out)
+    print(f"exported {len(tasks)} task(s) to {args.out} as Harbor tasks")
+    return 1 if errors else 0
 
 
 # Commands not yet in components/cli.py's table: served here until they are.

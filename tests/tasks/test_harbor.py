@@ -21,7 +21,6 @@ from components.tasks.harbor import (
     HARBOR_TESTS,
     HarborRefusal,
     convert_harbor,
-    export_harbor_task,
     import_harbor_task,
     read_dockerfile,
 )
@@ -237,7 +236,10 @@ def test_export_validates_against_harbors_task_config_and_round_trips(imported, 
     generate_suite(tmp_path / "ours", GenerateConfig(n_tasks=2, seed=3))
     tasks, errors = load_tasks(tmp_path / "ours")
     assert tasks and not errors
-    exported = [export_harbor_task(t, tmp_path / "harbor") for t in tasks]
+    run = _cli("tasks", "export", "--format", "harbor", "--tasks", str(tmp_path / "ours"),
+               "--out", str(tmp_path / "harbor"), cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0 and f"exported {len(tasks)} task(s)" in run.stdout, run.stderr
+    exported = sorted((tmp_path / "harbor").iterdir())
     for folder in exported:
         config = TaskConfig.model_validate_toml((folder / "task.toml").read_text())
         assert config.metadata["agentrl_id"] == folder.name
