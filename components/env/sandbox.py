@@ -29,6 +29,13 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     masked; /proc/sys is read-only;
   * privileges: every capability is dropped (bwrap keeps them for root by default), with
     no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
+  * channels out of the run (nothing a command leaves in a kernel object reaches a later
+    run or the host; tests/env/test_sandbox_channels.py, one test per channel): the kernel
+    keyring, which no namespace separates for uid 0, by a seccomp filter (add_key,
+    request_key and keyctl fail with EPERM, as does every call of another ABI, in every
+    isolation mode); SysV shared memory, semaphores, message queues and POSIX queues by the
+    private IPC namespace; abstract unix sockets and the loopback by the private network
+    namespace; /dev and /dev/shm by bwrap's own /dev; /tmp by the private tmpfs;
   * secrets in the environment: the environment is rebuilt from a short allow-list;
   * leftovers: every process of the command is killed when it returns, also on exceptions;
     cgroups are removed.
@@ -36,21 +43,26 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
 What is NOT protected against:
   * reading world-readable system files (/etc/passwd, /usr): the interpreter needs them;
   * disk usage of the workspace beyond the per-file cap (no quota: many files can be made);
-  * kernel exploits and side channels (no seccomp filter; the sandboxed process is uid 0
-    without capabilities, since dropping to another uid breaks an interpreter under /root);
+  * kernel exploits and timing side channels (the seccomp filter refuses the keyring calls
+    only; the sandboxed process is uid 0 without capabilities, since dropping to another
+    uid breaks an interpreter under /root): CPU, cache and memory pressure of one run can
+    be felt by another that runs at the same time, a bandwidth of bits, not of files;
+  * channels left when a setting opens them: with `network=True` the host's network
+    namespace (its abstract unix sockets and loopback listeners) is shared;
   * CPU contention with other work (no cpu shares are set);
   * a command that hides its network attempts by killing the small shell that reads the
     namespace's counters after it (same pid namespace): the attempt still fails, but is
     not counted.
 
 Fallbacks, chosen by isolation="auto" (or forced by the config):
-  * "namespace" (no usable bwrap, but unshare works): the command gets a new network
-    namespace via unshare(CLONE_NEWNET) in the child (attempts are counted as above);
-    limits and cgroups as above; NO filesystem isolation (writes outside the workspace are
-    possible, bounded by RLIMIT_FSIZE, and the task store is readable; so is a task
-    environment writable) and host processes are visible.
-  * "none": rlimits and cgroups only; no network or filesystem isolation, no network
-    counting. The safety monitor (components/env/safety.py) still blocks network tools and
+  * "namespace" (no usable bwrap, but unshare works): the command gets new network, IPC
+    and mount namespaces via unshare in the child (network attempts are counted as above),
+    a private /dev/shm and the seccomp filter; limits and cgroups as above; NO filesystem
+    isolation otherwise (writes outside the workspace are possible, bounded by
+    RLIMIT_FSIZE, /tmp is the host's and so a channel between runs, and the task store is
+    readable; so is a task environment writable) and host processes are visible.
+  * "none": rlimits, cgroups and the seccomp filter only; no network, IPC or filesystem
+    isolation, no network counting. The safety monitor (components/env/safety.py) still blocks network tools and
     writes outside the workspace at the action level, but a Python program can get around
     it. Use for development only.
   * without writable cgroup v1 controllers (or on cgroup v2 only, not supported yet):
@@ -134,6 +146,18 @@ _ATTEMPT_COUNTERS = frozenset({
 })  # fmt: skip
 _COUNTER_BYTES_MAX = 1 << 16
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWNS = 0x00020000
+_MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV = 0x4000, 0x40000, 0x2, 0x4
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+# The kernel keyring is not namespaced (uid 0's keyrings are the same in every sandbox and
+# on the host): a seccomp filter makes add_key, request_key and keyctl fail with EPERM.
+# (audit arch, (add_key, request_key, keyctl)) per machine.
+_KEYRING_SYSCALLS = {
+    "x86_64": (0xC000003E, (248, 249, 250)),
+    "aarch64": (0xC00000B7, (217, 218, 219)),
+}
+_X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI numbers: refused as a whole
 
 
 class SandboxError(RuntimeError):
@@ -498,16 +522,42 @@ def _bwrap_path() -> str | None:
 
 @functools.cache
 def _netns_works() -> bool:
-    """Whether unshare(CLONE_NEWNET) succeeds here (tried in a throwaway child)."""
+    """Whether the "namespace" fallback's unshare (network, IPC and mount namespaces)
+    succeeds here (tried in a throwaway child)."""
     try:
         libc = _libc()
     except OSError:
         return False
+    flags = _namespace_flags(network=False)
     pid = os.fork()
     if pid == 0:  # child: only async-signal-safe work, then _exit
-        os._exit(0 if libc.unshare(_CLONE_NEWNET) == 0 else 1)
+        os._exit(0 if libc.unshare(flags) == 0 else 1)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+@functools.cache
+def seccomp_program() -> bytes:
+    """The classic-BPF seccomp filter every sandboxed command runs under, as the packed
+    `struct sock_filter` array bwrap's --seccomp reads: EPERM for the keyring calls (and
+    for every call of another ABI, where the numbers differ), everything else allowed.
+    b"" on a machine this table does not know (the keyring then stays a channel)."""
+    import platform
+    import struct
+
+    known = _KEYRING_SYSCALLS.get(platform.machine())
+    if known is None:
+        return b""
+    arch, calls = known
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, RET_ERRNO|EPERM
+    n = 4 + len(calls)  # index of the final "allow"; "deny" follows it
+    prog = [(ld_abs, 0, 0, 4), (jeq, 0, n - 1, arch), (ld_abs, 0, 0, 0),
+            (jge, n - 3, 0, _X32_SYSCALL_BIT)]  # fmt: skip
+    for i, nr in enumerate(calls):
+        prog.append((jeq, n - 4 - i, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
 @functools.cache
@@ -824,7 +874,11 @@ def _preexec(config: SandboxConfig, mode: str, cgroup_procs: list[str]):
     fsize = config.max_file_bytes
     cpu = config.cpu_time_s
     nproc = config.max_processes if os.geteuid() != 0 and not cgroup_procs else None
-    libc = _libc() if mode == "namespace" and not config.network else None
+    # bwrap installs the seccomp filter itself (--seccomp); the other modes do it here.
+    fprog = _seccomp_fprog() if mode != "bwrap" else None
+    libc = _libc() if mode == "namespace" or fprog is not None else None
+    flags = _namespace_flags(config.network) if mode == "namespace" else 0
+    shm_options = f"size={4 * config.max_file_bytes}".encode()
 
     def preexec() -> None:
         pid = str(os.getpid()).encode()
@@ -840,10 +894,47 @@ def _preexec(config: SandboxConfig, mode: str, cgroup_procs: list[str]):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        if libc is not None and libc.unshare(_CLONE_NEWNET) != 0:
-            raise OSError("unshare(CLONE_NEWNET) failed")
+        if flags:
+            if libc.unshare(flags) != 0:
+                raise OSError("unshare(CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWNS) failed")
+            # A private /dev/shm: nothing written there outlives the command's namespace.
+            if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0 or (
+                os.path.isdir("/dev/shm")
+                and libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                               shm_options) != 0
+            ):  # fmt: skip
+                raise OSError("a private /dev/shm could not be mounted")
+        if fprog is not None and (
+            libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            or libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fprog, 0, 0) != 0
+        ):
+            raise OSError("the seccomp filter could not be installed")
 
     return preexec
+
+
+def _namespace_flags(network: bool) -> int:
+    """The namespaces the "namespace" fallback makes (no network namespace when allowed)."""
+    return _CLONE_NEWIPC | _CLONE_NEWNS | (0 if network else _CLONE_NEWNET)
+
+
+@functools.cache
+def _seccomp_fprog():
+    """`struct sock_fprog` for prctl(PR_SET_SECCOMP), or None without a program. Built once,
+    before any fork: the child only passes its address."""
+    import ctypes
+
+    program = seccomp_program()
+    if not program:
+        return None
+    buf = ctypes.create_string_buffer(program, len(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    fprog._buf = buf  # keep the instructions alive with the struct
+    return ctypes.byref(fprog)
 
 
 def _run(
@@ -948,9 +1039,18 @@ def _start(
     the namespace's counters to it after the command, which itself gets /dev/null."""
     procs_files = [str(folder / "cgroup.procs") for folder in cgroups.values()]
     read_end, write_end = os.pipe() if count_net else (None, None)
+    pass_fds: tuple[int, ...] = ()
+    if mode == "bwrap" and seccomp_program():
+        # bwrap reads the filter from an fd to its end: a fresh pipe per command.
+        filter_r, filter_w = os.pipe()
+        os.write(filter_w, seccomp_program())
+        os.close(filter_w)
+        pass_fds = (filter_r,)
+        full_argv = [full_argv[0], "--seccomp", str(filter_r), *full_argv[1:]]
     try:
         proc = subprocess.Popen(
             full_argv,
+            pass_fds=pass_fds,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL if write_end is None else write_end,
@@ -967,6 +1067,8 @@ def _start(
     finally:
         if write_end is not None:
             os.close(write_end)
+        for fd in pass_fds:
+            os.close(fd)
     return proc, read_end
 
 
