@@ -15,7 +15,8 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
   * output floods: stdout+stderr are read merged, at most max_output_bytes are kept (head
     and tail, with a visible "[... output truncated: N bytes omitted ...]" line), and a
     command that keeps writing past max(16x that budget, 8 MiB) is killed;
-  * huge files: RLIMIT_FSIZE per file; the private /tmp is a size-capped tmpfs;
+  * huge files and full disks: RLIMIT_FSIZE per file; the private /tmp is a size-capped
+    tmpfs; the workspace a size-capped tmpfs of its own (as root, see below);
   * network: a fresh network namespace (only its own loopback, with no listeners); every
     attempt to send a packet or open a connection is counted from the namespace's own
     counters after the command (`CommandResult.network_attempts`), whatever program or
@@ -42,7 +43,9 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
 
 What is NOT protected against:
   * reading world-readable system files (/etc/passwd, /usr): the interpreter needs them;
-  * disk usage of the workspace beyond the per-file cap (no quota: many files can be made);
+  * disk usage of the workspace where this process may not mount (not root): the workspace
+    is then a plain folder with no quota; as root it is a tmpfs of WORKSPACE_QUOTA_BYTES
+    (`Workspace.create`), so filling it fails inside it and nowhere else;
   * kernel exploits and timing side channels (the seccomp filter refuses the keyring calls
     only; the sandboxed process is uid 0 without capabilities, since dropping to another
     uid breaks an interpreter under /root): CPU, cache and memory pressure of one run can
@@ -89,6 +92,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -125,6 +129,11 @@ IGNORED_NAMES = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy
 OUTPUT_DRAIN_FACTOR = 16
 OUTPUT_DRAIN_MIN = 8 * 1024 * 1024
 _CGROUP_V1 = Path("/sys/fs/cgroup")
+# Bytes a workspace may hold (files and folders together): a size-capped tmpfs is mounted
+# on it where we may mount (root), so a command that fills it gets ENOSPC in its own
+# workspace while the host's disk, other workspaces and the verifier's trees are untouched.
+WORKSPACE_QUOTA_BYTES = 256 * 1024 * 1024
+_MNT_DETACH = 2
 # The host as a sandboxed command sees it (read-only): the system's programs, libraries and
 # configuration. The interpreter's folders, a private /tmp and the workspace are added;
 # nothing else of the host is there (no task store, no other workspace, no home).
@@ -166,6 +175,32 @@ class SandboxError(RuntimeError):
 
 class PathEscapeError(ValueError):
     """A path given by the agent points outside its workspace (or writes through a symlink)."""
+
+
+class NotRegularFileError(OSError):
+    """A path names a FIFO, socket or device: the tools never open one (it could block)."""
+
+
+def read_regular(path: str | Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file, opened without blocking and checked after the open (a
+    FIFO, socket or device raises NotRegularFileError, never blocks); at most max_bytes
+    (more raises OSError EFBIG)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            total += len(chunk)
+            if max_bytes is not None and total > max_bytes:
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -317,11 +352,18 @@ def _marker(omitted: int) -> bytes:
     return f"\n[... output truncated: {omitted} bytes omitted ...]\n".encode()
 
 
+def encodable(text: str) -> str:
+    """`text` with every lone surrogate (a non-UTF-8 file name) as "?": what an
+    observation must be for a tokenizer (or any UTF-8 writer) to take it."""
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
 def cap_text(text: str, max_bytes: int) -> tuple[str, bool]:
-    """Cap `text` at max_bytes of UTF-8 (head and tail kept, marker in between)."""
+    """Cap `text` at max_bytes of UTF-8 (head and tail kept, marker in between). A lone
+    surrogate (a non-UTF-8 file name) becomes "?": the text must encode for a tokenizer."""
     data = text.encode("utf-8", errors="replace")
     if len(data) <= max_bytes:
-        return text, False
+        return data.decode("utf-8"), False
     buf = OutputBuffer(max_bytes)
     buf.feed(data)
     kept, _ = buf.getvalue()
@@ -334,17 +376,25 @@ def cap_text(text: str, max_bytes: int) -> tuple[str, bool]:
 class Workspace:
     """A per-episode copy of a task repository in a fresh temp folder."""
 
-    def __init__(self, root: Path, source: Path | None = None) -> None:
+    def __init__(self, root: Path, source: Path | None = None, *, mounted: bool = False) -> None:
         self.root = root.resolve()
         self.source = source
+        self.mounted = mounted  # a size-capped tmpfs of its own (WORKSPACE_QUOTA_BYTES)
         self._reported_links: set[str] = set()
 
     @classmethod
-    def create(cls, src_dir: str | Path, parent: str | Path | None = None) -> Workspace:
+    def create(
+        cls, src_dir: str | Path, parent: str | Path | None = None,
+        quota_bytes: int | None = None,
+    ) -> Workspace:  # fmt: skip
+        """A copy of src_dir in a fresh folder, on a tmpfs of quota_bytes (default
+        WORKSPACE_QUOTA_BYTES) where this process may mount one (else no quota)."""
         src = Path(src_dir).resolve()
         if not src.is_dir():
             raise FileNotFoundError(f"workspace source is not a folder: {src}")
         root = Path(tempfile.mkdtemp(prefix="agentrl-ws-", dir=parent))
+        quota = WORKSPACE_QUOTA_BYTES if quota_bytes is None else quota_bytes
+        mounted = _mount_quota(root, quota)
         try:
             # symlinks=True: copy links as links; following them could copy host files in.
             shutil.copytree(
@@ -355,9 +405,9 @@ class Workspace:
                 ignore=shutil.ignore_patterns(*IGNORED_NAMES),
             )
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            _remove_root(root, mounted)
             raise
-        ws = cls(root, source=src)
+        ws = cls(root, source=src, mounted=mounted)
         ws.new_escaping_links()  # the task's own links are not the agent's doing
         return ws
 
@@ -370,12 +420,19 @@ class Workspace:
         """
         if not isinstance(rel_path, str) or "\x00" in rel_path:
             raise PathEscapeError(f"invalid path {rel_path!r}")
+        try:
+            os.fsencode(rel_path)
+        except UnicodeError:  # a lone surrogate no file name can hold
+            raise PathEscapeError(f"invalid path {rel_path!r}") from None
         if rel_path.startswith(("/", "~")):
             raise PathEscapeError(
                 f"path {rel_path!r} is absolute; use a path relative to the repository root"
             )
         candidate = self.root / (rel_path or ".")
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+        except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError up to 3.12)
+            raise PathEscapeError(f"path {rel_path!r} cannot be resolved: {e}") from None
         if resolved != self.root and self.root not in resolved.parents:
             what = "symlink" if _has_symlink(self.root, rel_path) else "path"
             raise PathEscapeError(f"{what} {rel_path!r} escapes the workspace")
@@ -426,7 +483,8 @@ class Workspace:
         return "".join(parts)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        _remove_root(self.root, self.mounted)
+        self.mounted = False
 
     def __enter__(self) -> Workspace:
         return self
@@ -440,6 +498,40 @@ class Workspace:
                 raise ValueError("no original_dir given and the workspace has no source")
             return self.source
         return Path(original_dir)
+
+
+def _mount_quota(root: Path, quota_bytes: int) -> bool:
+    """Mount a tmpfs of quota_bytes on root (an empty folder); False where we may not."""
+    if not _can_mount():
+        return False
+    options = f"size={quota_bytes},mode=0700".encode()
+    return _libc().mount(b"tmpfs", os.fsencode(root), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                         options) == 0  # fmt: skip
+
+
+def _remove_root(root: Path, mounted: bool) -> None:
+    if mounted:
+        _libc().umount2(os.fsencode(root), _MNT_DETACH)  # drops the contents at once
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@functools.cache
+def _can_mount() -> bool:
+    """Whether this process may mount a tmpfs (tried once on a throwaway folder)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        libc = _libc()
+    except OSError:
+        return False
+    probe = tempfile.mkdtemp(prefix="agentrl-mount-probe-")
+    try:
+        if libc.mount(b"tmpfs", os.fsencode(probe), b"tmpfs", 0, b"size=4096") != 0:
+            return False
+        libc.umount2(os.fsencode(probe), _MNT_DETACH)
+        return True
+    finally:
+        os.rmdir(probe)
 
 
 def _has_symlink(root: Path, rel_path: str) -> bool:
