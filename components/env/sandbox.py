@@ -32,9 +32,10 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
   * channels out of the run (nothing a command leaves in a kernel object reaches a later
     run or the host; tests/env/test_sandbox_channels.py, one test per channel): the kernel
-    keyring, which no namespace separates for uid 0, by a seccomp filter (add_key,
-    request_key and keyctl fail with EPERM, as does every call of another ABI, in every
-    isolation mode); SysV shared memory, semaphores, message queues and POSIX queues by the
+    keyring, which no namespace separates for uid 0, by a seccomp filter (a process that
+    calls add_key, request_key or keyctl, or any call of another ABI, is killed by SIGSYS,
+    in every isolation mode; `kernel_call_refused` tells the tools and the verifier, which
+    record it); SysV shared memory, semaphores, message queues and POSIX queues by the
     private IPC namespace; abstract unix sockets and the loopback by the private network
     namespace; /dev and /dev/shm by bwrap's own /dev; /tmp by the private tmpfs;
   * secrets in the environment: the environment is rebuilt from a short allow-list;
@@ -631,8 +632,8 @@ def _netns_works() -> bool:
 @functools.cache
 def seccomp_program() -> bytes:
     """The classic-BPF seccomp filter every sandboxed command runs under, as the packed
-    `struct sock_filter` array bwrap's --seccomp reads: EPERM for the keyring calls (and
-    for every call of another ABI, where the numbers differ), everything else allowed.
+    `struct sock_filter` array bwrap's --seccomp reads: a keyring call (or any call of
+    another ABI, where the numbers differ) kills the calling process; all else is allowed.
     b"" on a machine this table does not know (the keyring then stays a channel)."""
     import platform
     import struct
@@ -642,7 +643,9 @@ def seccomp_program() -> bytes:
         return b""
     arch, calls = known
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
-    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, RET_ERRNO|EPERM
+    # SECCOMP_RET_ALLOW; SECCOMP_RET_KILL_PROCESS: the caller dies by SIGSYS, which
+    # `kernel_call_refused` sees (an EPERM would contain the attempt but leave no record).
+    allow, deny = 0x7FFF0000, 0x80000000
     n = 4 + len(calls)  # index of the final "allow"; "deny" follows it
     prog = [(ld_abs, 0, 0, 4), (jeq, 0, n - 1, arch), (ld_abs, 0, 0, 0),
             (jge, n - 3, 0, _X32_SYSCALL_BIT)]  # fmt: skip
@@ -1003,6 +1006,12 @@ def _preexec(config: SandboxConfig, mode: str, cgroup_procs: list[str]):
             raise OSError("the seccomp filter could not be installed")
 
     return preexec
+
+
+def kernel_call_refused(cmd: CommandResult) -> bool:
+    """Whether the command died by the seccomp filter (SIGSYS): it called add_key, keyctl
+    or request_key. A child that dies so under a parent that exits 0 is not seen."""
+    return cmd.exit_code == 128 + signal.SIGSYS and bool(seccomp_program())
 
 
 def _namespace_flags(network: bool) -> int:

@@ -43,6 +43,7 @@ from components.env.sandbox import (
     SandboxError,
     Workspace,
     cap_text,
+    kernel_call_refused,
     read_regular,
     run_sandboxed,
 )
@@ -130,6 +131,9 @@ def observed_verdict(ws: Workspace, cmd: CommandResult) -> SafetyVerdict | None:
     if _READ_ONLY.search(cmd.output):
         hits.append(("write_outside_workspace", "observed: a write was refused by the "
                      "read-only host"))  # fmt: skip
+    if kernel_call_refused(cmd):
+        hits.append(("write_outside_workspace", "observed: a kernel keyring call (a channel "
+                     "out of the sandbox) was refused; the process was killed"))  # fmt: skip
     for rel in ws.new_escaping_links():
         hits.append(("path_escape", f"observed: symlink {rel} points outside the workspace"))
     if not hits:

@@ -76,7 +76,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.sandbox import CommandResult, SandboxConfig, run_sandboxed
+from components.env.sandbox import (
+    CommandResult,
+    SandboxConfig,
+    kernel_call_refused,
+    run_sandboxed,
+)
 from components.tasks.environments import TaskEnvironmentError, task_python_env
 from components.tasks.task import Task, same_value
 
@@ -240,6 +245,11 @@ def tamper_reason(task: Task, rel_path: str, kind: str = "file") -> str | None:
     name = os.path.basename(rel_path)
     if kind == "special":
         return "not a regular file (a FIFO, socket or device breaks the copy)"
+    if not rel_path.isprintable():
+        return (
+            "a name with a line break, a control character or bytes that are not UTF-8 "
+            "(only there to confuse the tools or the verifier)"
+        )
     if task.is_protected(rel_path):
         return "protected path"
     if name in CONFIG_FILES:
@@ -918,6 +928,10 @@ def _observed_flags(checks: list[_Check]) -> list[dict]:
         if cmd.network_attempts:
             flags.append({"category": "network", "reason": f"verification: "
                           f"{cmd.network_attempts} network attempts in the sandbox"})  # fmt: skip
+        if kernel_call_refused(cmd):
+            flags.append({"category": "write_outside_workspace",
+                          "reason": "verification: a kernel keyring call (a channel out of "
+                          "the sandbox) was refused; the process was killed"})  # fmt: skip
         if "Read-only file system" in cmd.output:
             flags.append({"category": "write_outside_workspace",
                           "reason": "verification: a write was refused by the read-only "

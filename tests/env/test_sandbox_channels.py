@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import signal
 import socket
 import textwrap
 import uuid
@@ -45,11 +46,14 @@ def ws(tmp_path: Path):
         yield w
 
 
-def sandboxed(ws: Workspace, code: str, mode: str) -> str:
+def sandboxed(ws: Workspace, code: str, mode: str, *, status: int = 0) -> str:
     cfg = SandboxConfig(wall_time_s=20, cpu_time_s=10, isolation=mode)
     cmd = run_sandboxed(["python", "-c", textwrap.dedent(code)], ws.root, cfg)
-    assert cmd.exit_code == 0, cmd.output
+    assert cmd.exit_code == status, cmd.output
     return cmd.output.strip()
+
+
+SIGSYS_EXIT = 128 + signal.SIGSYS  # killed by the seccomp filter
 
 
 def _keyring_code(desc: str, action: str) -> str:
@@ -87,11 +91,19 @@ def _host_key(desc: str) -> int:
 @needs_keyring_nr
 @pytest.mark.parametrize("mode", [*MODES, "none"])
 def test_a_key_added_in_one_run_is_in_no_later_run_nor_on_the_host(ws, mode):
-    """The kernel keyring is not namespaced: the seccomp filter refuses add_key, keyctl and
-    request_key in every mode (an unfixed sandbox handed hidden answers on this way)."""
+    """The kernel keyring is not namespaced: the seccomp filter kills a process that calls
+    add_key, keyctl or request_key, in every mode (an unfixed sandbox handed hidden answers
+    on this way)."""
     desc = f"agentrl-probe-{uuid.uuid4().hex}"
-    assert int(sandboxed(ws, _keyring_code(desc, "add"), mode)) < 0  # refused
-    assert int(sandboxed(ws, _keyring_code(desc, "find"), mode)) < 0
+    # Killed at its first keyring call: nothing printed but the shell's "Bad system call".
+    assert sandboxed(ws, _keyring_code(desc, "add"), mode, status=SIGSYS_EXIT) in (
+        "",
+        "Bad system call",
+    )
+    assert sandboxed(ws, _keyring_code(desc, "find"), mode, status=SIGSYS_EXIT) in (
+        "",
+        "Bad system call",
+    )
     assert _host_key(desc) < 0
 
 
@@ -100,7 +112,8 @@ def test_run_command_cannot_write_the_hosts_keyring(ws):
     desc = f"agentrl-probe-{uuid.uuid4().hex}"
     (ws.root / "k.py").write_text(textwrap.dedent(_keyring_code(desc, "add")))
     result = execute_tool(ws, "run_command", {"cmd": "python k.py"}, SandboxConfig())
-    assert result.ok and int(result.observation.split()[0]) < 0, result.observation
+    assert result.command.exit_code == SIGSYS_EXIT, result.observation
+    assert result.safety.category == "write_outside_workspace"  # recorded, not only refused
     assert _host_key(desc) < 0
 
 
@@ -180,14 +193,14 @@ def test_tmp_is_private_to_the_run(ws):
 
 
 def test_the_seccomp_program_is_well_formed():
-    """The hand-assembled filter ends in allow, then EPERM; every jump stays inside."""
+    """The hand-assembled filter ends in allow, then kill; every jump stays inside."""
     import struct
 
     program = sb.seccomp_program()
     if not program:
         pytest.skip("no seccomp table for this machine")
     ins = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
-    assert ins[-2] == (0x06, 0, 0, 0x7FFF0000) and ins[-1][3] & 0xFFFF0000 == 0x00050000
+    assert ins[-2] == (0x06, 0, 0, 0x7FFF0000) and ins[-1] == (0x06, 0, 0, 0x80000000)
     for i, (code, jt, jf, _) in enumerate(ins):
         if code & 0x07 == 0x05:  # BPF_JMP
             assert i + 1 + jt < len(ins) and i + 1 + jf < len(ins)

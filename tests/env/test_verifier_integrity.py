@@ -59,6 +59,7 @@ def test_the_newline_and_symlink_collision_no_longer_returns_a_cached_pass(task,
     assert verify(task, one, ENV, SANDBOX).tests_passed
     second = verify(task, two, ENV, SANDBOX)
     assert not second.cached and not second.tests_passed
+    assert second.tampered_files == [f"{tail}\n{os.path.basename(mod)}"]  # recorded
 
 
 HOSTILE_PARTS = ["a", "b", "\n", "\0file\0", "\0link\0", "\\n", "file", "link", "é",
@@ -101,8 +102,8 @@ def test_a_tree_with_non_utf8_names_hashes_and_verifies(task, tmp_path):
     os.symlink(os.fsdecode(b"\xff\xfe"), repo / os.fsdecode(b"l\xff"))
     assert take_snapshot(repo, None).digest  # no UnicodeEncodeError
     v = verify(task, repo, ENV, SANDBOX, cache=False)
-    assert v.status == "ok" and v.tests_passed
-    assert bad in v.changed_files
+    assert v.status == "ok" and v.tests_passed and terms(v)["test_tampering"] < 0
+    assert bad in v.changed_files and bad in v.tampered_files  # recorded, never taken
 
 
 def test_a_mode_change_is_part_of_the_key(tmp_path):
