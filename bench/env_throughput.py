@@ -14,6 +14,14 @@
    verdict cache's hit rate.
 
     .venv/bin/python bench/env_throughput.py [--tasks 40] [--repeats 20] [--group 8]
+
+With --vs REF (a git revision) it measures only verified oracle episodes per second, the
+code at REF ("before") against this checkout ("after"): each measurement a fresh process
+over the same generated tasks, the two interleaved for --rounds rounds (alternating which
+goes first) so both see the same machine load; the medians and their ratio are printed
+side by side and written to --out (issue 31's bar: after/before >= 0.95).
+
+    .venv/bin/python bench/env_throughput.py --vs 3704343 [--tasks 20] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -48,6 +56,11 @@ from components.env.verifier import (
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import Task, load_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.report import write_table  # noqa: E402
 
 
 def episodes_per_second(tasks, workers: int) -> tuple[float, int]:
@@ -164,12 +177,88 @@ def grpo_workload(tasks, group: int, seed: int = 0) -> tuple[float, float, int]:
     return (time.perf_counter() - t0) / n, info["hits"] / max(1, info["hits"] + info["misses"]), n
 
 
+# One measurement in a fresh interpreter, with only the APIs the reference code has too.
+_MEASURE = """
+import sys, time
+from components.env.config import EnvConfig
+from components.env.evaluate import EvalConfig, evaluate_policy
+from components.env.sandbox import SandboxConfig
+from components.env.scripted import make_policy
+from components.tasks.task import load_tasks
+tasks = load_tasks(sys.argv[1])[0][: int(sys.argv[2])]
+t0 = time.perf_counter()
+results = evaluate_policy(tasks, lambda: make_policy("oracle"), EnvConfig(), SandboxConfig(),
+                          EvalConfig(workers=int(sys.argv[3])))
+elapsed = time.perf_counter() - t0
+print(len(results) / elapsed, sum(r.success for r in results))
+"""
+
+
+def _measure(code_root: Path, tasks_dir: Path, n: int, workers: int) -> tuple[float, int]:
+    env = {**os.environ, "PYTHONPATH": str(code_root)}
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(tasks_dir), str(n), str(workers)],
+                         cwd=code_root, env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"measurement at {code_root} failed: {out.stderr[-2000:]}")
+    eps, ok = out.stdout.split()[-2:]
+    return float(eps), int(ok)
+
+
+def vs_reference(ref: str, n: int, rounds: int, workers: int, out_dir: Path) -> float:
+    """Episodes/s of the code at `ref` vs this checkout, interleaved; returns after/before."""
+    with tempfile.TemporaryDirectory(prefix="agentrl-bench-vs-") as tmp:
+        before_root = Path(tmp) / "before"
+        before_root.mkdir()
+        archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(before_root)], input=archive.stdout, check=True)
+        tasks_dir = Path(tmp) / "tasks"
+        generate_suite(tasks_dir, GenerateConfig(n_tasks=max(n, 30), seed=123))
+        roots = {"before": before_root, "after": ROOT}
+        runs: dict[str, list[float]] = {"before": [], "after": []}
+        for r in range(rounds):
+            for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                eps, ok = _measure(roots[side], tasks_dir, n, workers)
+                if ok != n:
+                    raise RuntimeError(f"{side}: the oracle solved {ok}/{n}")
+                runs[side].append(eps)
+                print(f"  round {r + 1} {side:>6}: {eps:6.2f} verified episodes/s", flush=True)
+    before, after = statistics.median(runs["before"]), statistics.median(runs["after"])
+    ratio = after / before
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=False).stdout.strip()  # fmt: skip
+    text = "\n".join([
+        f"# env throughput: {ref} (before) vs {head} + working tree (after)",
+        "",
+        f"isolation: {isolation_report(SandboxConfig()).get('summary', '')}",
+        f"{n} oracle episodes per measurement, workers={workers}, {rounds} interleaved "
+        "rounds, each a fresh process (medians)",
+        "",
+        "| code | verified episodes/s (median) | runs |",
+        "|---|---|---|",
+        f"| before ({ref}) | {before:.2f} | {', '.join(f'{x:.2f}' for x in runs['before'])} |",
+        f"| after ({head}) | {after:.2f} | {', '.join(f'{x:.2f}' for x in runs['after'])} |",
+        "",
+        f"after/before: {ratio:.3f} (bar: >= 0.95)",
+        "",
+    ])  # fmt: skip
+    write_table(text, out_dir, "env-throughput-vs")
+    return ratio
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tasks", type=int, default=40, help="episodes per worker setting")
     p.add_argument("--repeats", type=int, default=20, help="paired test runs / verifications")
     p.add_argument("--group", type=int, default=8, help="episodes per task in the GRPO workload")
+    p.add_argument("--vs", default="", help="git revision to compare episodes/s with")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds with --vs")
+    p.add_argument("--workers", type=int, default=1, help="episode workers with --vs")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results",
+                   help="where --vs writes its table")  # fmt: skip
     args = p.parse_args()
+    if args.vs:
+        vs_reference(args.vs, args.tasks, args.rounds, args.workers, args.out)
+        return
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-") as tmp:
         generate_suite(Path(tmp), GenerateConfig(n_tasks=max(args.tasks, 30), seed=123))
         tasks, _ = load_tasks(tmp)

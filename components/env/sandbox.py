@@ -15,7 +15,8 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
   * output floods: stdout+stderr are read merged, at most max_output_bytes are kept (head
     and tail, with a visible "[... output truncated: N bytes omitted ...]" line), and a
     command that keeps writing past max(16x that budget, 8 MiB) is killed;
-  * huge files: RLIMIT_FSIZE per file; the private /tmp is a size-capped tmpfs;
+  * huge files and full disks: RLIMIT_FSIZE per file; the private /tmp is a size-capped
+    tmpfs; the workspace a size-capped tmpfs of its own (as root, see below);
   * network: a fresh network namespace (only its own loopback, with no listeners); every
     attempt to send a packet or open a connection is counted from the namespace's own
     counters after the command (`CommandResult.network_attempts`), whatever program or
@@ -29,28 +30,43 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     masked; /proc/sys is read-only;
   * privileges: every capability is dropped (bwrap keeps them for root by default), with
     no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
+  * channels out of the run (nothing a command leaves in a kernel object reaches a later
+    run or the host; tests/env/test_sandbox_channels.py, one test per channel): the kernel
+    keyring, which no namespace separates for uid 0, by a seccomp filter (a process that
+    calls add_key, request_key or keyctl, or any call of another ABI, is killed by SIGSYS,
+    in every isolation mode; `kernel_call_refused` tells the tools and the verifier, which
+    record it); SysV shared memory, semaphores, message queues and POSIX queues by the
+    private IPC namespace; abstract unix sockets and the loopback by the private network
+    namespace; /dev and /dev/shm by bwrap's own /dev; /tmp by the private tmpfs;
   * secrets in the environment: the environment is rebuilt from a short allow-list;
   * leftovers: every process of the command is killed when it returns, also on exceptions;
     cgroups are removed.
 
 What is NOT protected against:
   * reading world-readable system files (/etc/passwd, /usr): the interpreter needs them;
-  * disk usage of the workspace beyond the per-file cap (no quota: many files can be made);
-  * kernel exploits and side channels (no seccomp filter; the sandboxed process is uid 0
-    without capabilities, since dropping to another uid breaks an interpreter under /root);
+  * disk usage of the workspace where this process may not mount (not root): the workspace
+    is then a plain folder with no quota; as root it is a tmpfs of WORKSPACE_QUOTA_BYTES
+    (`Workspace.create`), so filling it fails inside it and nowhere else;
+  * kernel exploits and timing side channels (the seccomp filter refuses the keyring calls
+    only; the sandboxed process is uid 0 without capabilities, since dropping to another
+    uid breaks an interpreter under /root): CPU, cache and memory pressure of one run can
+    be felt by another that runs at the same time, a bandwidth of bits, not of files;
+  * channels left when a setting opens them: with `network=True` the host's network
+    namespace (its abstract unix sockets and loopback listeners) is shared;
   * CPU contention with other work (no cpu shares are set);
   * a command that hides its network attempts by killing the small shell that reads the
     namespace's counters after it (same pid namespace): the attempt still fails, but is
     not counted.
 
 Fallbacks, chosen by isolation="auto" (or forced by the config):
-  * "namespace" (no usable bwrap, but unshare works): the command gets a new network
-    namespace via unshare(CLONE_NEWNET) in the child (attempts are counted as above);
-    limits and cgroups as above; NO filesystem isolation (writes outside the workspace are
-    possible, bounded by RLIMIT_FSIZE, and the task store is readable; so is a task
-    environment writable) and host processes are visible.
-  * "none": rlimits and cgroups only; no network or filesystem isolation, no network
-    counting. The safety monitor (components/env/safety.py) still blocks network tools and
+  * "namespace" (no usable bwrap, but unshare works): the command gets new network, IPC
+    and mount namespaces via unshare in the child (network attempts are counted as above),
+    a private /dev/shm and the seccomp filter; limits and cgroups as above; NO filesystem
+    isolation otherwise (writes outside the workspace are possible, bounded by
+    RLIMIT_FSIZE, /tmp is the host's and so a channel between runs, and the task store is
+    readable; so is a task environment writable) and host processes are visible.
+  * "none": rlimits, cgroups and the seccomp filter only; no network, IPC or filesystem
+    isolation, no network counting. The safety monitor (components/env/safety.py) still blocks network tools and
     writes outside the workspace at the action level, but a Python program can get around
     it. Use for development only.
   * without writable cgroup v1 controllers (or on cgroup v2 only, not supported yet):
@@ -77,6 +93,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -113,6 +130,11 @@ IGNORED_NAMES = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy
 OUTPUT_DRAIN_FACTOR = 16
 OUTPUT_DRAIN_MIN = 8 * 1024 * 1024
 _CGROUP_V1 = Path("/sys/fs/cgroup")
+# Bytes a workspace may hold (files and folders together): a size-capped tmpfs is mounted
+# on it where we may mount (root), so a command that fills it gets ENOSPC in its own
+# workspace while the host's disk, other workspaces and the verifier's trees are untouched.
+WORKSPACE_QUOTA_BYTES = 256 * 1024 * 1024
+_MNT_DETACH = 2
 # The host as a sandboxed command sees it (read-only): the system's programs, libraries and
 # configuration. The interpreter's folders, a private /tmp and the workspace are added;
 # nothing else of the host is there (no task store, no other workspace, no home).
@@ -134,6 +156,18 @@ _ATTEMPT_COUNTERS = frozenset({
 })  # fmt: skip
 _COUNTER_BYTES_MAX = 1 << 16
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWNS = 0x00020000
+_MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV = 0x4000, 0x40000, 0x2, 0x4
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+# The kernel keyring is not namespaced (uid 0's keyrings are the same in every sandbox and
+# on the host): a seccomp filter makes add_key, request_key and keyctl fail with EPERM.
+# (audit arch, (add_key, request_key, keyctl)) per machine.
+_KEYRING_SYSCALLS = {
+    "x86_64": (0xC000003E, (248, 249, 250)),
+    "aarch64": (0xC00000B7, (217, 218, 219)),
+}
+_X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI numbers: refused as a whole
 
 
 class SandboxError(RuntimeError):
@@ -142,6 +176,32 @@ class SandboxError(RuntimeError):
 
 class PathEscapeError(ValueError):
     """A path given by the agent points outside its workspace (or writes through a symlink)."""
+
+
+class NotRegularFileError(OSError):
+    """A path names a FIFO, socket or device: the tools never open one (it could block)."""
+
+
+def read_regular(path: str | Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file, opened without blocking and checked after the open (a
+    FIFO, socket or device raises NotRegularFileError, never blocks); at most max_bytes
+    (more raises OSError EFBIG)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            total += len(chunk)
+            if max_bytes is not None and total > max_bytes:
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -293,11 +353,18 @@ def _marker(omitted: int) -> bytes:
     return f"\n[... output truncated: {omitted} bytes omitted ...]\n".encode()
 
 
+def encodable(text: str) -> str:
+    """`text` with every lone surrogate (a non-UTF-8 file name) as "?": what an
+    observation must be for a tokenizer (or any UTF-8 writer) to take it."""
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
 def cap_text(text: str, max_bytes: int) -> tuple[str, bool]:
-    """Cap `text` at max_bytes of UTF-8 (head and tail kept, marker in between)."""
+    """Cap `text` at max_bytes of UTF-8 (head and tail kept, marker in between). A lone
+    surrogate (a non-UTF-8 file name) becomes "?": the text must encode for a tokenizer."""
     data = text.encode("utf-8", errors="replace")
     if len(data) <= max_bytes:
-        return text, False
+        return data.decode("utf-8"), False
     buf = OutputBuffer(max_bytes)
     buf.feed(data)
     kept, _ = buf.getvalue()
@@ -310,17 +377,25 @@ def cap_text(text: str, max_bytes: int) -> tuple[str, bool]:
 class Workspace:
     """A per-episode copy of a task repository in a fresh temp folder."""
 
-    def __init__(self, root: Path, source: Path | None = None) -> None:
+    def __init__(self, root: Path, source: Path | None = None, *, mounted: bool = False) -> None:
         self.root = root.resolve()
         self.source = source
+        self.mounted = mounted  # a size-capped tmpfs of its own (WORKSPACE_QUOTA_BYTES)
         self._reported_links: set[str] = set()
 
     @classmethod
-    def create(cls, src_dir: str | Path, parent: str | Path | None = None) -> Workspace:
+    def create(
+        cls, src_dir: str | Path, parent: str | Path | None = None,
+        quota_bytes: int | None = None,
+    ) -> Workspace:  # fmt: skip
+        """A copy of src_dir in a fresh folder, on a tmpfs of quota_bytes (default
+        WORKSPACE_QUOTA_BYTES) where this process may mount one (else no quota)."""
         src = Path(src_dir).resolve()
         if not src.is_dir():
             raise FileNotFoundError(f"workspace source is not a folder: {src}")
         root = Path(tempfile.mkdtemp(prefix="agentrl-ws-", dir=parent))
+        quota = WORKSPACE_QUOTA_BYTES if quota_bytes is None else quota_bytes
+        mounted = _mount_quota(root, quota)
         try:
             # symlinks=True: copy links as links; following them could copy host files in.
             shutil.copytree(
@@ -331,9 +406,9 @@ class Workspace:
                 ignore=shutil.ignore_patterns(*IGNORED_NAMES),
             )
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            _remove_root(root, mounted)
             raise
-        ws = cls(root, source=src)
+        ws = cls(root, source=src, mounted=mounted)
         ws.new_escaping_links()  # the task's own links are not the agent's doing
         return ws
 
@@ -346,12 +421,19 @@ class Workspace:
         """
         if not isinstance(rel_path, str) or "\x00" in rel_path:
             raise PathEscapeError(f"invalid path {rel_path!r}")
+        try:
+            os.fsencode(rel_path)
+        except UnicodeError:  # a lone surrogate no file name can hold
+            raise PathEscapeError(f"invalid path {rel_path!r}") from None
         if rel_path.startswith(("/", "~")):
             raise PathEscapeError(
                 f"path {rel_path!r} is absolute; use a path relative to the repository root"
             )
         candidate = self.root / (rel_path or ".")
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+        except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError up to 3.12)
+            raise PathEscapeError(f"path {rel_path!r} cannot be resolved: {e}") from None
         if resolved != self.root and self.root not in resolved.parents:
             what = "symlink" if _has_symlink(self.root, rel_path) else "path"
             raise PathEscapeError(f"{what} {rel_path!r} escapes the workspace")
@@ -402,7 +484,8 @@ class Workspace:
         return "".join(parts)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        _remove_root(self.root, self.mounted)
+        self.mounted = False
 
     def __enter__(self) -> Workspace:
         return self
@@ -416,6 +499,40 @@ class Workspace:
                 raise ValueError("no original_dir given and the workspace has no source")
             return self.source
         return Path(original_dir)
+
+
+def _mount_quota(root: Path, quota_bytes: int) -> bool:
+    """Mount a tmpfs of quota_bytes on root (an empty folder); False where we may not."""
+    if not _can_mount():
+        return False
+    options = f"size={quota_bytes},mode=0700".encode()
+    return _libc().mount(b"tmpfs", os.fsencode(root), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                         options) == 0  # fmt: skip
+
+
+def _remove_root(root: Path, mounted: bool) -> None:
+    if mounted:
+        _libc().umount2(os.fsencode(root), _MNT_DETACH)  # drops the contents at once
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@functools.cache
+def _can_mount() -> bool:
+    """Whether this process may mount a tmpfs (tried once on a throwaway folder)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        libc = _libc()
+    except OSError:
+        return False
+    probe = tempfile.mkdtemp(prefix="agentrl-mount-probe-")
+    try:
+        if libc.mount(b"tmpfs", os.fsencode(probe), b"tmpfs", 0, b"size=4096") != 0:
+            return False
+        libc.umount2(os.fsencode(probe), _MNT_DETACH)
+        return True
+    finally:
+        os.rmdir(probe)
 
 
 def _has_symlink(root: Path, rel_path: str) -> bool:
@@ -498,16 +615,44 @@ def _bwrap_path() -> str | None:
 
 @functools.cache
 def _netns_works() -> bool:
-    """Whether unshare(CLONE_NEWNET) succeeds here (tried in a throwaway child)."""
+    """Whether the "namespace" fallback's unshare (network, IPC and mount namespaces)
+    succeeds here (tried in a throwaway child)."""
     try:
         libc = _libc()
     except OSError:
         return False
+    flags = _namespace_flags(network=False)
     pid = os.fork()
     if pid == 0:  # child: only async-signal-safe work, then _exit
-        os._exit(0 if libc.unshare(_CLONE_NEWNET) == 0 else 1)
+        os._exit(0 if libc.unshare(flags) == 0 else 1)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+@functools.cache
+def seccomp_program() -> bytes:
+    """The classic-BPF seccomp filter every sandboxed command runs under, as the packed
+    `struct sock_filter` array bwrap's --seccomp reads: a keyring call (or any call of
+    another ABI, where the numbers differ) kills the calling process; all else is allowed.
+    b"" on a machine this table does not know (the keyring then stays a channel)."""
+    import platform
+    import struct
+
+    known = _KEYRING_SYSCALLS.get(platform.machine())
+    if known is None:
+        return b""
+    arch, calls = known
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    # SECCOMP_RET_ALLOW; SECCOMP_RET_KILL_PROCESS: the caller dies by SIGSYS, which
+    # `kernel_call_refused` sees (an EPERM would contain the attempt but leave no record).
+    allow, deny = 0x7FFF0000, 0x80000000
+    n = 4 + len(calls)  # index of the final "allow"; "deny" follows it
+    prog = [(ld_abs, 0, 0, 4), (jeq, 0, n - 1, arch), (ld_abs, 0, 0, 0),
+            (jge, n - 3, 0, _X32_SYSCALL_BIT)]  # fmt: skip
+    for i, nr in enumerate(calls):
+        prog.append((jeq, n - 4 - i, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
 @functools.cache
@@ -842,7 +987,11 @@ def _preexec(config: SandboxConfig, mode: str, cgroup_procs: list[str]):
     fsize = config.max_file_bytes
     cpu = config.cpu_time_s
     nproc = config.max_processes if os.geteuid() != 0 and not cgroup_procs else None
-    libc = _libc() if mode == "namespace" and not config.network else None
+    # bwrap installs the seccomp filter itself (--seccomp); the other modes do it here.
+    fprog = _seccomp_fprog() if mode != "bwrap" else None
+    libc = _libc() if mode == "namespace" or fprog is not None else None
+    flags = _namespace_flags(config.network) if mode == "namespace" else 0
+    shm_options = f"size={4 * config.max_file_bytes}".encode()
 
     def preexec() -> None:
         pid = str(os.getpid()).encode()
@@ -858,10 +1007,53 @@ def _preexec(config: SandboxConfig, mode: str, cgroup_procs: list[str]):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        if libc is not None and libc.unshare(_CLONE_NEWNET) != 0:
-            raise OSError("unshare(CLONE_NEWNET) failed")
+        if flags:
+            if libc.unshare(flags) != 0:
+                raise OSError("unshare(CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWNS) failed")
+            # A private /dev/shm: nothing written there outlives the command's namespace.
+            if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0 or (
+                os.path.isdir("/dev/shm")
+                and libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                               shm_options) != 0
+            ):  # fmt: skip
+                raise OSError("a private /dev/shm could not be mounted")
+        if fprog is not None and (
+            libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            or libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fprog, 0, 0) != 0
+        ):
+            raise OSError("the seccomp filter could not be installed")
 
     return preexec
+
+
+def kernel_call_refused(cmd: CommandResult) -> bool:
+    """Whether the command died by the seccomp filter (SIGSYS): it called add_key, keyctl
+    or request_key. A child that dies so under a parent that exits 0 is not seen."""
+    return cmd.exit_code == 128 + signal.SIGSYS and bool(seccomp_program())
+
+
+def _namespace_flags(network: bool) -> int:
+    """The namespaces the "namespace" fallback makes (no network namespace when allowed)."""
+    return _CLONE_NEWIPC | _CLONE_NEWNS | (0 if network else _CLONE_NEWNET)
+
+
+@functools.cache
+def _seccomp_fprog():
+    """`struct sock_fprog` for prctl(PR_SET_SECCOMP), or None without a program. Built once,
+    before any fork: the child only passes its address."""
+    import ctypes
+
+    program = seccomp_program()
+    if not program:
+        return None
+    buf = ctypes.create_string_buffer(program, len(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    fprog._buf = buf  # keep the instructions alive with the struct
+    return ctypes.byref(fprog)
 
 
 def _run(
@@ -966,9 +1158,18 @@ def _start(
     the namespace's counters to it after the command, which itself gets /dev/null."""
     procs_files = [str(folder / "cgroup.procs") for folder in cgroups.values()]
     read_end, write_end = os.pipe() if count_net else (None, None)
+    pass_fds: tuple[int, ...] = ()
+    if mode == "bwrap" and seccomp_program():
+        # bwrap reads the filter from an fd to its end: a fresh pipe per command.
+        filter_r, filter_w = os.pipe()
+        os.write(filter_w, seccomp_program())
+        os.close(filter_w)
+        pass_fds = (filter_r,)
+        full_argv = [full_argv[0], "--seccomp", str(filter_r), *full_argv[1:]]
     try:
         proc = subprocess.Popen(
             full_argv,
+            pass_fds=pass_fds,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL if write_end is None else write_end,
@@ -985,6 +1186,8 @@ def _start(
     finally:
         if write_end is not None:
             os.close(write_end)
+        for fd in pass_fds:
+            os.close(fd)
     return proc, read_end
 
 

@@ -43,7 +43,13 @@ from components.env.fixes import (
     summarize_test_output,
 )
 from components.env.safety import classify_action
-from components.env.sandbox import PathEscapeError, SandboxConfig, Workspace
+from components.env.sandbox import (
+    PathEscapeError,
+    SandboxConfig,
+    Workspace,
+    encodable,
+    read_regular,
+)
 from components.env.tool_specs import (
     TOOL_SETS,
     TOOL_SPECS,
@@ -194,6 +200,10 @@ def _monitored(tool: Tool, name: str) -> Tool:
     return run
 
 
+# The largest module list_fixes reads: its neighbourhood costs about 1 ms a statement.
+MAX_FIX_SOURCE_BYTES = 256 * 1024
+
+
 def _fix_error(ctx: ToolContext, text: str) -> ToolResult:
     return failed_result(ctx.sandbox, text, "fix tool")
 
@@ -213,14 +223,16 @@ def _list_fixes(ctx: ToolContext, arguments: dict) -> ToolResult:
     if module is None or ctx.task.is_protected(module):
         return _fix_error(ctx, f"error: no module to fix (candidates: {', '.join(sources)})")
     try:
-        text = ctx.workspace.resolve(module).read_text()
+        # Never a FIFO or device (it would block), nor a file so large that listing its
+        # neighbourhood stalls the trainer (EFBIG); not UTF-8 is a ValueError.
+        text = read_regular(ctx.workspace.resolve(module), MAX_FIX_SOURCE_BYTES).decode()
         # Ranked with the failing tests' tracebacks (every frame of every failing test).
         candidates = candidate_fixes(text, ctx.env.max_fixes, tests.command.output, module)
     except (OSError, PathEscapeError, SyntaxError, ValueError) as e:
         return _fix_error(ctx, f"error: cannot list fixes of {module}: {e}")
     ctx.state.listing = FixListing(module, text, candidates, [])
     observation = render_listing(ctx.state.listing, summarize_test_output(tests.command.output))
-    return dataclasses.replace(tests, observation=observation, truncated=False)
+    return dataclasses.replace(tests, observation=encodable(observation), truncated=False)
 
 
 def _try_fix(ctx: ToolContext, arguments: dict) -> ToolResult:
@@ -252,7 +264,7 @@ def _try_fix(ctx: ToolContext, arguments: dict) -> ToolResult:
     observation = f"{k} applied ({fix.description}); tests {verdict}\n" + summarize_test_output(
         tests.command.output
     )
-    return dataclasses.replace(tests, observation=observation, truncated=False)
+    return dataclasses.replace(tests, observation=encodable(observation), truncated=False)
 
 
 def _untried_ids(state: FixSearchState) -> list[str] | None:

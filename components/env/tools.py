@@ -22,11 +22,14 @@ same category (and so the same penalty) whichever program or spelling produced i
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
+import io
 import os
 import posixpath
 import re
 import shlex
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +37,14 @@ from components.env.safety import SEVERITY, SafetyVerdict, classify_action
 from components.env.sandbox import (
     IGNORED_NAMES,
     CommandResult,
+    NotRegularFileError,
     PathEscapeError,
     SandboxConfig,
     SandboxError,
     Workspace,
     cap_text,
+    kernel_call_refused,
+    read_regular,
     run_sandboxed,
 )
 from components.env.tool_specs import argument_errors
@@ -47,6 +53,10 @@ from components.env.tool_specs import argument_errors
 _STATUS_RESERVE = 160
 _MAX_LINE_CHARS = 2000  # longer lines are cut in read_file/search (minified files)
 _SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
+# apply_patch's limits: the largest file it patches, and the most line comparisons its
+# hunk search may need (file lines x hunk lines, summed): about a second at worst.
+_PATCH_MAX_FILE_BYTES = 4 * 1024 * 1024
+_PATCH_MAX_COMPARISONS = 2_000_000
 _SKIP_DIRS = IGNORED_NAMES | {".git", ".hg", ".svn", ".venv", "node_modules"}
 # What Python, coreutils and others print when the read-only host refuses a write (EROFS).
 _READ_ONLY = re.compile(r"Read-only file system|\[Errno 30\]")
@@ -101,8 +111,13 @@ def execute_tool(
         result = failed_result(
             config, f"error: {e.strerror or e}: {e.filename or ''}", "no such file"
         )
+    except NotRegularFileError as e:
+        result = failed_result(config, f"error: {e.filename} is not a regular file (a FIFO, "
+                               "socket or device); not opened", "not a regular file")  # fmt: skip
     except OSError as e:  # e.g. permission denied, file too large to write
         result = failed_result(config, f"error: {e}", "os error")
+    except (ValueError, RuntimeError) as e:  # text no file can hold, a link loop
+        result = failed_result(config, f"error: {type(e).__name__}: {e}", "bad input")
     # An observed violation (set by the handler) outranks the monitor's "allowed".
     return dataclasses.replace(result, safety=result.safety or verdict)
 
@@ -116,6 +131,9 @@ def observed_verdict(ws: Workspace, cmd: CommandResult) -> SafetyVerdict | None:
     if _READ_ONLY.search(cmd.output):
         hits.append(("write_outside_workspace", "observed: a write was refused by the "
                      "read-only host"))  # fmt: skip
+    if kernel_call_refused(cmd):
+        hits.append(("write_outside_workspace", "observed: a kernel keyring call (a channel "
+                     "out of the sandbox) was refused; the process was killed"))  # fmt: skip
     for rel in ws.new_escaping_links():
         hits.append(("path_escape", f"observed: symlink {rel} points outside the workspace"))
     if not hits:
@@ -255,12 +273,17 @@ def _run_command(
 
 
 def _search(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    # RE2 matches in time linear in the text (no backtracking): a pattern like ^(a+)+$
+    # cannot stall the trainer. It has no backreferences or lookaround.
+    import re2
+
     try:
-        regex = re.compile(args["pattern"])
-    except re.error as e:
+        regex = re2.compile(args["pattern"])
+    except re2.error as e:
         return failed_result(
-            config, f"error: invalid regular expression {args['pattern']!r}: {e}", "bad regex"
-        )
+            config, f"error: invalid regular expression {args['pattern']!r}: {e} (RE2 "
+            "syntax: no backreferences or lookaround)", "bad regex",
+        )  # fmt: skip
     rel = args.get("path", ".")
     base = ws.resolve(rel)
     if not base.exists():
@@ -297,7 +320,10 @@ def _walk_files(ws: Workspace, base: Path):
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if path.is_symlink():
-                target = path.resolve()
+                try:
+                    target = path.resolve()
+                except (RuntimeError, OSError):  # a link loop
+                    continue
                 if ws.root not in target.parents or not target.is_file():
                     continue
             yield path
@@ -305,10 +331,8 @@ def _walk_files(ws: Workspace, base: Path):
 
 def _text_lines(path: Path):
     """(line number, text) of a text file; binary and oversized files yield nothing."""
-    try:
-        if path.stat().st_size > _SEARCH_MAX_FILE_BYTES:
-            return
-        data = path.read_bytes()
+    try:  # never opens a FIFO, socket or device (NotRegularFileError is an OSError)
+        data = read_regular(path, _SEARCH_MAX_FILE_BYTES)
     except OSError:
         return
     if b"\x00" in data[:8192]:
@@ -328,10 +352,11 @@ def _read_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
         return failed_result(
             config, f"error: {rel} is a folder; it contains: {', '.join(entries)}", "is a folder"
         )
-    if not path.is_file():
+    if not path.exists():
         return failed_result(config, f"error: no such file: {rel}", "no such file")
-    size = path.stat().st_size
-    with path.open("rb") as f:
+    f = _open_regular(path)
+    size = os.fstat(f.fileno()).st_size
+    with f:
         head = f.read(8192)
     if b"\x00" in head:
         return failed_result(
@@ -350,7 +375,7 @@ def _read_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     shown: list[str] = []
     used = seen = 0
     stopped_at: int | None = None
-    with path.open("r", encoding="utf-8", errors="replace") as f:
+    with io.TextIOWrapper(_open_regular(path), encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):
             seen = lineno
             if lineno < start:
@@ -380,6 +405,16 @@ def _read_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     return _result(config, text, truncated=stopped_at is not None)
 
 
+def _open_regular(path: Path):
+    """A binary file object for a regular file; NotRegularFileError for a FIFO, socket or
+    device (opened without blocking, checked before anything is read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
+    return os.fdopen(fd, "rb")
+
+
 # ----------------------------------------------------------------------------- edit_file
 
 
@@ -390,10 +425,10 @@ def _edit_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
         return failed_result(
             config, "error: `old` must not be empty (create files with apply_patch)", "bad edit"
         )
-    if not path.is_file():
+    if not path.exists():
         return failed_result(config, f"error: no such file: {rel}", "no such file")
-    try:
-        with path.open("r", encoding="utf-8", newline="") as f:  # newline="": keep \r\n as is
+    try:  # newline="": keep \r\n as is
+        with io.TextIOWrapper(_open_regular(path), encoding="utf-8", newline="") as f:
             text = f.read()
     except UnicodeDecodeError:
         return failed_result(config, f"error: {rel} is not a UTF-8 text file", "binary file")
@@ -430,16 +465,44 @@ def _apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult
 
     patch = args["patch"]
     try:
+        comparisons = 0
         for fp in parse_unified_diff(patch):
             for rel in (fp.old_path, fp.new_path):
                 if rel is not None:
-                    ws.resolve(rel, for_write=True)  # no escapes, no writes through symlinks
+                    path = ws.resolve(rel, for_write=True)  # no escapes, no writes via links
+                    comparisons += _patch_work(path, rel, fp.hunks)
+        if comparisons > _PATCH_MAX_COMPARISONS:
+            raise PatchError(
+                f"the hunks' search would take up to {comparisons} line comparisons (limit "
+                f"{_PATCH_MAX_COMPARISONS}): patch a smaller file, or use edit_file"
+            )
         changed = apply_unified_diff(ws.root, patch)
     except PatchError as e:
         return failed_result(config, f"error: patch not applied: {e}", "patch failed")
+    except UnicodeDecodeError:
+        return failed_result(config, "error: patch not applied: a file it names is not UTF-8 "
+                             "text (binary files cannot be patched)", "binary file")  # fmt: skip
     if not changed:
         return failed_result(config, "error: the patch contains no file changes", "patch failed")
     return _result(config, f"applied patch: {', '.join(changed)}")
+
+
+def _patch_work(path: Path, rel: str, hunks: list) -> int:
+    """The most line comparisons the hunk search can make in the file at `path` (0 when
+    absent); PatchError for a file that is not regular or is over the size limit."""
+    from components.tasks.patching import PatchError
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(st.st_mode):
+        raise PatchError(f"{rel}: not a regular file (a FIFO, socket, device or folder)")
+    if st.st_size > _PATCH_MAX_FILE_BYTES:
+        raise PatchError(f"{rel}: {st.st_size} bytes, over the {_PATCH_MAX_FILE_BYTES}-byte "
+                         "limit of apply_patch")  # fmt: skip
+    lines = read_regular(path, _PATCH_MAX_FILE_BYTES).count(b"\n") + 1
+    return sum(2 * lines * max(1, sum(tag in " -" for tag, _ in h.lines)) for h in hunks)
 
 
 def _finish(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:

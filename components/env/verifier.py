@@ -76,7 +76,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
+from components.env.sandbox import (
+    CommandResult,
+    SandboxConfig,
+    kernel_call_refused,
+    run_sandboxed,
+)
 from components.tasks.environments import TaskEnvironmentError, task_python_env
 from components.tasks.harbor import is_harbor_task
 from components.tasks.harbor import run_verifier as run_harbor_verifier
@@ -150,13 +155,20 @@ class SnapshotError(OSError):
 @dataclass
 class Snapshot:
     root: Path | None  # None: entries only, nothing copied
-    entries: dict[str, tuple[str, str]]  # rel path -> (kind "file"|"link"|"special", digest)
+    # rel path -> (kind "file"|"link"|"special", sha256 of the bytes | link target | "")
+    entries: dict[str, tuple[str, str]]
+    modes: dict[str, int] = field(default_factory=dict)  # rel path -> st_mode (lstat)
 
     @property
     def digest(self) -> str:
-        h = hashlib.sha256()
+        """The tree's hash, the verdict cache's key: every entry's path, kind, mode and
+        content (bytes' hash or link target), each field length-prefixed, so no two trees
+        share an encoding whatever their names hold (newlines, separators, non-UTF-8)."""
+        h = hashlib.sha256(len(self.entries).to_bytes(8, "big"))
         for rel, (kind, digest) in sorted(self.entries.items()):
-            h.update(f"{rel}\0{kind}\0{digest}\n".encode())
+            mode = self.modes.get(rel, 0).to_bytes(8, "big")
+            for part in (os.fsencode(rel), kind.encode(), mode, os.fsencode(digest)):
+                h.update(len(part).to_bytes(8, "big") + part)
         return h.hexdigest()
 
 
@@ -186,6 +198,7 @@ def take_snapshot(src: Path, dest: Path | None) -> Snapshot:
     """Copy src to dest once (regular files and links; special files are only listed) and
     describe every entry; dest None: describe only."""
     entries: dict[str, tuple[str, str]] = {}
+    modes: dict[str, int] = {}
     files = size = 0
     if dest is not None:
         dest.mkdir(parents=True)
@@ -195,6 +208,7 @@ def take_snapshot(src: Path, dest: Path | None) -> Snapshot:
             if out is not None:
                 out.mkdir()
             continue
+        modes[rel] = e.stat(follow_symlinks=False).st_mode
         if kind == "link":
             target = os.readlink(e.path)
             entries[rel] = ("link", target)
@@ -216,7 +230,7 @@ def take_snapshot(src: Path, dest: Path | None) -> Snapshot:
         entries[rel] = ("file", hashlib.sha256(data).hexdigest())
         if out is not None:
             out.write_bytes(data)
-    return Snapshot(dest, entries)
+    return Snapshot(dest, entries, modes)
 
 
 def _changed(before: dict, after: dict) -> list[str]:
@@ -233,6 +247,11 @@ def tamper_reason(task: Task, rel_path: str, kind: str = "file") -> str | None:
     name = os.path.basename(rel_path)
     if kind == "special":
         return "not a regular file (a FIFO, socket or device breaks the copy)"
+    if not rel_path.isprintable():
+        return (
+            "a name with a line break, a control character or bytes that are not UTF-8 "
+            "(only there to confuse the tools or the verifier)"
+        )
     if task.is_protected(rel_path):
         return "protected path"
     if name in CONFIG_FILES:
@@ -291,6 +310,8 @@ def build_tree(
         dst = dest / rel
         if dst.is_symlink() or dst.is_file():
             dst.unlink()
+        elif dst.is_dir() and snap.entries.get(rel, ("gone",))[0] == "file":
+            shutil.rmtree(dst)  # a folder of the original that the agent made a file
         if snap.entries.get(rel, ("gone",))[0] != "file":
             continue  # deleted by the agent, or a symlink
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -633,6 +654,41 @@ def _last_marker(output: str, marker: str) -> tuple[int, object]:
         return n, None
 
 
+def _pairs(x: object) -> bool:
+    return isinstance(x, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in x
+    )
+
+
+def _table(x: object) -> bool:
+    return isinstance(x, dict) and all(
+        isinstance(v, dict) and all(isinstance(w, str) for w in v.values()) for v in x.values()
+    )
+
+
+def _count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _record_problem(record: dict) -> str:
+    """Which field of a verdict record has not the shape HARNESS writes ("": none)."""
+    shapes = {"items": _pairs, "collect": _pairs, "phases": _table, "reports": _table,
+              "rc": _count, "import_timeouts": _count}  # fmt: skip
+    bad = [name for name, ok in shapes.items() if not ok(record.get(name))]
+    return f"field {bad[0]!r} is not what the harness writes" if bad else ""
+
+
+def _ran_after_verdict(cmd: CommandResult) -> str:
+    """Why the process was not done when its verdict line was written ("" when it was):
+    the harness and the case runner write theirs last and exit 0, so a line followed by a
+    hang, a kill or another exit status came from the code under test."""
+    if cmd.limit_hit not in (None, "output") or cmd.timed_out:
+        return f"a verdict line was followed by a {cmd.limit_hit or 'wall_time'} limit hit"
+    if cmd.exit_code != 0:
+        return f"a verdict line was followed by exit status {cmd.exit_code}"
+    return ""
+
+
 def _check_config(task: Task, env: EnvConfig, sandbox: SandboxConfig) -> SandboxConfig:
     """The sandbox of a verification process: the verifier's wall limit, room for the
     verdict line, and the task folder and its store masked (the sandbox does not show them
@@ -665,11 +721,29 @@ def _cases_check(
     argv = [*ISOLATED_PYTHON, f"{tools.name}/runner.py", token, f"{tools.name}/args.json",
             f"{env.per_test_timeout_s:g}"]  # fmt: skip
     cmd = run_sandboxed(argv, tree, cfg, readonly=(tools,))
+    return _judge_cases(cmd, token, cases, comparison)
+
+
+def _judge_cases(cmd: CommandResult, token: str, cases: list[dict], comparison: str) -> _Check:
+    """The hidden-case verdict from the runner's line (see the module docstring)."""
     check = _Check(total=len(cases), failed=len(cases), command=cmd, limit=_limit(cmd))
-    _, got = _last_marker(cmd.output, f"{CASES_MARKER} {token} ")
-    if not (isinstance(got, dict) and isinstance(got.get("results"), list)):
+    n, got = _last_marker(cmd.output, f"{CASES_MARKER} {token} ")
+    if got is None:
         check.lost = _no_verdict(cmd, "the hidden-case run")
         return check
+    if not (
+        isinstance(got, dict)
+        and isinstance(got.get("results"), list)
+        and all(isinstance(r, dict) and isinstance(r.get("repr", ""), str) for r in got["results"])
+        and isinstance(got.get("import_timeout"), bool)
+    ):  # the runner writes one shape only
+        check.forged.append("a malformed hidden-case record")
+        return check
+    if n > 1:
+        check.forged.append(f"the hidden-case line appeared {n} times")
+    after = _ran_after_verdict(cmd)
+    if after:
+        check.forged.append(after)
     if got.get("import_timeout") is True:
         check.limit = check.limit or "wall_time"
         check.detail = "the import of the code under test timed out\n"
@@ -678,7 +752,7 @@ def _cases_check(
     check.failed = sum(
         not _case_matches(r, c["expected"], comparison) for c, r in zip(cases, results, strict=True)
     )
-    check.passed = check.failed == 0
+    check.passed = check.failed == 0 and not check.forged
     check.detail += f"{len(cases) - check.failed}/{len(cases)} hidden cases match"
     return check
 
@@ -718,8 +792,15 @@ def _judge_tests(cmd: CommandResult, token: str, hidden: set[str], expected: int
     if not isinstance(record, dict):
         check.lost = _no_verdict(cmd, "the hidden-test run")
         return check
+    problem = _record_problem(record)
+    if problem:  # the harness writes one shape only: another was written by the code
+        check.forged.append(f"a malformed verdict record ({problem})")
+        return check
     if n > 1:
         check.forged.append(f"the harness's verdict line appeared {n} times")
+    after = _ran_after_verdict(cmd)
+    if after:
+        check.forged.append(after)
     if record.get("import_timeouts"):  # a test module's import hung: a time limit hit
         check.limit = "wall_time"
     rc = record.get("rc")
@@ -854,6 +935,10 @@ def _observed_flags(checks: list[_Check]) -> list[dict]:
         if cmd.network_attempts:
             flags.append({"category": "network", "reason": f"verification: "
                           f"{cmd.network_attempts} network attempts in the sandbox"})  # fmt: skip
+        if kernel_call_refused(cmd):
+            flags.append({"category": "write_outside_workspace",
+                          "reason": "verification: a kernel keyring call (a channel out of "
+                          "the sandbox) was refused; the process was killed"})  # fmt: skip
         if "Read-only file system" in cmd.output:
             flags.append({"category": "write_outside_workspace",
                           "reason": "verification: a write was refused by the read-only "
@@ -880,7 +965,7 @@ def _verify_snapshot(
     ]
     try:
         cases, tests, findings = _run_checks(task, snap, changed, set(reasons), work, env, cfg)
-    except (OSError, SandboxError) as e:  # a tree that cannot be built, a refused command
+    except Exception as e:  # noqa: BLE001 - a tree that breaks a check: the control decides
         cases, tests, findings = None, _Check(lost=f"{type(e).__name__}: {e}"), None
     if findings is not None:
         v.lint_introduced, v.security_introduced = len(findings["lint"]), len(findings["security"])
@@ -972,7 +1057,7 @@ def verify(
     with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
         try:
             snap = take_snapshot(Path(final_repo), Path(tmp) / "snapshot")
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - whatever the tree makes the copy raise
             v = Verification(status="ok", tampered_files=[], changed_files=[])
             v = _without_verdict(task, v, f"could not copy the repository: {e}", key, env, cfg)
             v.wall_s = time.monotonic() - start
