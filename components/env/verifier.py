@@ -77,7 +77,11 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.sandbox import CommandResult, SandboxConfig, SandboxError, run_sandboxed
-from components.tasks.environments import TaskEnvironmentError, task_python_env
+from components.tasks.environments import (
+    TaskEnvironmentError,
+    task_python_env,
+    with_task_limits,
+)
 from components.tasks.task import Task, same_value
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
@@ -956,6 +960,7 @@ def verify(
 ) -> Verification:
     """Hidden-test verdict plus the facts the reward terms need (see the module docstring)."""
     start = time.monotonic()
+    env, sandbox = with_task_limits(task, env, sandbox)  # a heavy mined suite's own room
     try:
         cfg = _check_config(task, env, sandbox)
     except TaskEnvironmentError as e:  # not the agent's doing: kept out of rewards
