@@ -71,6 +71,7 @@ SECTIONS = {
     "data": _lazy("components.data.config", "DataConfig"),  # data ingest/validate/snapshot
     "promote": _lazy("components.promote.config", "PromotionConfig"),  # promote commands
     "launcher": _lazy("components.launch.config", "LauncherConfig"),  # where stages run
+    "mine": _lazy("components.tasks.mine", "MineConfig"),  # tasks mine
 }
 # Fields a stage sets from its own arguments (output folders): a preset that sets them
 # would be silently overridden, so it is an error.

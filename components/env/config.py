@@ -91,6 +91,16 @@ class EnvConfig:
     per_test_timeout_s: float = field(
         default=5.0, metadata=doc("pytest-timeout per hidden test; a hang counts as a failure")
     )
+    max_task_memory_mb: int = field(
+        default=4096,
+        metadata=doc(
+            "most memory (MiB per process) a task's own `limits` may raise the sandbox to"
+        ),
+    )
+    max_task_per_test_timeout_s: float = field(
+        default=60.0,
+        metadata=doc("most per-test timeout a task's own `limits` may raise per_test_timeout_s to"),
+    )
     max_fixes: int = field(
         default=64, metadata=doc("fix_search: most candidate fixes one list_fixes call shows")
     )
@@ -116,6 +126,8 @@ class EnvConfig:
             raise ValueError("EnvConfig.max_changed_files must be >= 1")
         if not 0 < self.per_test_timeout_s < self.verify_timeout_s:
             raise ValueError("EnvConfig: need 0 < per_test_timeout_s < verify_timeout_s")
+        if self.max_task_memory_mb < 32 or not 0 < self.max_task_per_test_timeout_s < float("inf"):
+            raise ValueError("EnvConfig: max_task_memory_mb >= 32, max_task_per_test_timeout_s > 0")
 
     def with_tool_set(self, name: str) -> EnvConfig:
         """This config with tool set `name`: the settings and weights only the old set read

@@ -28,7 +28,11 @@ from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.sandbox import SandboxConfig, Workspace
 from components.env.tool_sets import ToolContext, run_tool, tool_set
 from components.env.verifier import Verification, changed_files, verify
-from components.tasks.environments import TaskEnvironmentError, with_task_environment
+from components.tasks.environments import (
+    TaskEnvironmentError,
+    with_task_environment,
+    with_task_limits,
+)
 from components.tasks.task import Task
 
 
@@ -149,6 +153,7 @@ class EpisodeEnv:
         episode_id: str | None = None,
         max_wall_s: float | None = None,
     ) -> None:
+        env, sandbox = with_task_limits(task, env, sandbox)  # a heavy mined suite's own room
         self.task, self.env, self.policy_name = task, env, policy_name
         # The task folder holds the hidden tests and the reference fix: agent commands must
         # not be able to read them by absolute path (the verifier runs from its own copy).

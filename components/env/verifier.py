@@ -82,7 +82,11 @@ from components.env.sandbox import (
     kernel_call_refused,
     run_sandboxed,
 )
-from components.tasks.environments import TaskEnvironmentError, task_python_env
+from components.tasks.environments import (
+    TaskEnvironmentError,
+    task_python_env,
+    with_task_limits,
+)
 from components.tasks.harbor import is_harbor_task
 from components.tasks.harbor import run_verifier as run_harbor_verifier
 from components.tasks.task import Task, same_value
@@ -1048,6 +1052,7 @@ def verify(
 ) -> Verification:
     """Hidden-test verdict plus the facts the reward terms need (see the module docstring)."""
     start = time.monotonic()
+    env, sandbox = with_task_limits(task, env, sandbox)  # a heavy mined suite's own room
     try:
         cfg = _check_config(task, env, sandbox)
     except TaskEnvironmentError as e:  # not the agent's doing: kept out of rewards

@@ -214,41 +214,73 @@ def main_prepare(argv: list[str]) -> int:
 
 
 def main_mine(argv: list[str]) -> int:
-    """`agentrl tasks mine --repo PATH [--repo PATH ...] --out DIR`: turn repositories with
-    a pytest suite into tasks (components/tasks/mine.py); one line per repository."""
+    """`agentrl tasks mine (--repo PATH | --sdist NAME==VERSION) ... --out DIR`: turn
+    repositories with a pytest suite into tasks (components/tasks/mine.py); one line per
+    repository. Settings come from the preset's `mine` section; options override them."""
+    import dataclasses
+    import tempfile
+
     from components.env.verifier import sandboxed_test_runner
+    from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.environments import PrepareConfig
-    from components.tasks.mine import MineConfig, mine_repository, report_dict
+    from components.tasks.mine import MineReport, mine_repository, report_dict
+    from components.tasks.sdist import SdistError, fetch_sdist
     from components.tasks.task import requirement_lines
 
     p = argparse.ArgumentParser(prog="tasks mine", description=main_mine.__doc__)
-    p.add_argument("--repo", required=True, action="append", type=Path, help="a repository")
+    p.add_argument("--repo", action="append", type=Path, default=[], help="a repository")
+    p.add_argument("--sdist", action="append", default=[],
+                   help="NAME==VERSION: mine this release's sdist from the registry")  # fmt: skip
     p.add_argument("--out", required=True, type=Path, help="where the task folders go")
     p.add_argument("--requirements", type=Path, default=None,
                    help="pinned requirements of the repositories' tests (pip syntax)")  # fmt: skip
-    p.add_argument("--python", default="3.11", help="the environment's Python version")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-candidates", type=int, default=60)
-    p.add_argument("--max-tasks", type=int, default=20)
-    p.add_argument("--budget-s", type=float, default=900.0, help="wall clock per repository")
-    p.add_argument("--split", default="auto", help="auto | train | val | test")
-    p.add_argument("--preset", default=None, help="preset for the sandbox and verifier")
+    p.add_argument("--preset", default=None, help="preset: its mine, env and sandbox sections")
     p.add_argument("--wheelhouse", default="", help="install from this folder of wheels only")
     p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    overrides = {  # option -> (MineConfig field, type)
+        "--python": ("python", str), "--seed": ("seed", int),
+        "--max-candidates": ("max_candidates", int), "--max-tasks": ("max_tasks", int),
+        "--budget-s": ("budget_s", float), "--split": ("split", str),
+        "--suite-timeout-s": ("suite_timeout_s", float),
+        "--per-test-timeout-s": ("per_test_timeout_s", float),
+        "--memory-mb": ("memory_mb", int), "--baseline-runs": ("baseline_runs", int),
+    }  # fmt: skip
+    for option, (name, kind) in overrides.items():
+        p.add_argument(option, dest=name, type=kind, default=None, help=f"mine.{name}")
+    p.add_argument("--keep-failing", dest="deselect_failing", action="store_const", const=False,
+                   default=None, help="refuse a repository with a failing test (no deselection)")  # fmt: skip
     args = p.parse_args(argv)
-    env, sandbox = _preset_sections(args.preset)
+    if not args.repo and not args.sdist:
+        p.error("give --repo PATH or --sdist NAME==VERSION")
+    preset = load_preset(args.preset or DEFAULT_PRESET)
+    env, sandbox = preset.section("env"), preset.section("sandbox")
+    changes = {n: getattr(args, n) for n, _ in [*overrides.values(), ("deselect_failing", 0)]
+               if getattr(args, n) is not None}  # fmt: skip
+    try:
+        config = dataclasses.replace(preset.section("mine"), **changes)
+    except ValueError as e:
+        print(f"tasks mine: {e}", file=sys.stderr)
+        return 2
     reqs = requirement_lines(args.requirements.read_text()) if args.requirements else ()
-    config = MineConfig(seed=args.seed, max_candidates=args.max_candidates,
-                        max_tasks=args.max_tasks, budget_s=args.budget_s, python=args.python,
-                        split=args.split)  # fmt: skip
     run_tests = sandboxed_test_runner(env, sandbox)
+    prepare = PrepareConfig(wheelhouse=args.wheelhouse)
     reports = []
-    for repo in args.repo:
-        report = mine_repository(repo, args.out, config=config, sandbox=sandbox,
-                                 run_tests=run_tests, requirements=reqs,
-                                 prepare=PrepareConfig(wheelhouse=args.wheelhouse))  # fmt: skip
-        print(report.line(), file=sys.stdout if report.ok else sys.stderr)
-        reports.append(report)
+    with tempfile.TemporaryDirectory(prefix="agentrl-sdists-") as tmp:
+        sources = [(repo, {}, None) for repo in args.repo]
+        for i, req in enumerate(args.sdist):
+            try:
+                sdist = fetch_sdist(req, Path(tmp) / str(i))
+            except SdistError as e:  # this source's error; the others still run
+                reports.append(MineReport(repository=req, error=str(e)))
+                print(reports[-1].line(), file=sys.stderr)
+                continue
+            sources.append((sdist.root, sdist.upstream, req.replace("==", "-")))
+        for root, upstream, name in sources:
+            report = mine_repository(root, args.out, config=config, sandbox=sandbox,
+                                     run_tests=run_tests, requirements=reqs, prepare=prepare,
+                                     upstream=upstream, name=name)  # fmt: skip
+            print(report.line(), file=sys.stdout if report.ok else sys.stderr)
+            reports.append(report)
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(report_dict(reports), indent=2) + "\n")

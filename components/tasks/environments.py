@@ -18,7 +18,12 @@ How an environment is made (all on the host, before any task code runs):
      project's own interpreter, at the project's versions: the verdict logic
      (components/env/verifier.py) is written against them. A requirement naming one of them
      is left out and listed in the manifest (`ignored`);
-  4. `agentrl-environment.json` (the manifest) written last: a folder without it is an
+  4. with `editable` (a mined repository), the repository installed editable the way
+     PEP 660 back-ends do it, without running any of its code: a `.pth` line that appends
+     the workspace's copy (`$HOME/<path>`: the sandbox's HOME is the workspace) to
+     `sys.path` behind the environment's packages, and, when its name and version are
+     known, a `.dist-info` with its METADATA (entry points not included);
+  5. `agentrl-environment.json` (the manifest) written last: a folder without it is an
      interrupted build and is rebuilt.
 
 Everything that decides the folder's content is in the key, so a changed pin or harness
@@ -97,6 +102,8 @@ def environment_key(env: TaskEnvironment) -> str:
     """Content address of an environment: everything that decides what is installed."""
     data = {"format": FORMAT, "python": env.python, "requirements": list(env.requirements),
             "harness": harness_versions(), "only_binary": True}  # fmt: skip
+    if env.editable is not None:  # absent before editable installs: their keys are unchanged
+        data["editable"] = dataclasses.asdict(env.editable)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -132,6 +139,24 @@ def with_task_environment(sandbox, task: Task):
     without one. Raises TaskEnvironmentError when the environment is not prepared."""
     python_env = task_python_env(task, sandbox.environments_dir)
     return dataclasses.replace(sandbox, python_env=python_env) if python_env else sandbox
+
+
+def with_task_limits(task: Task, env, sandbox):
+    """(env, sandbox) (EnvConfig, SandboxConfig) with `task`'s own limits where they are
+    larger than the preset's, each capped by the preset's `env.max_task_*`: a mined heavy
+    suite is verified with the room it was mined with, and no task folder can ask for more
+    than the operator allows."""
+    limits = task.limits
+    if limits is None:
+        return env, sandbox
+    memory = min(max(sandbox.memory_mb, limits.memory_mb), env.max_task_memory_mb)
+    per_test = min(max(env.per_test_timeout_s, limits.per_test_timeout_s),
+                   env.max_task_per_test_timeout_s)  # fmt: skip
+    if memory > sandbox.memory_mb:
+        sandbox = dataclasses.replace(sandbox, memory_mb=memory)
+    if per_test > env.per_test_timeout_s:
+        env = dataclasses.replace(env, per_test_timeout_s=per_test)
+    return env, sandbox
 
 
 def find_python(version: str) -> str:
@@ -185,6 +210,27 @@ def copy_harness(prefix: Path) -> None:
     script.chmod(0o755)
 
 
+def install_editable(prefix: Path, editable) -> None:
+    """The repository as an editable install (module docstring, step 4); `editable` is a
+    components.tasks.task.EditableInstall. Runs nothing of the repository."""
+    site = _site_packages(prefix)
+    tag = re.sub(r"[^A-Za-z0-9_]", "_", editable.name or "repository")
+    root = "" if editable.path in ("", ".") else editable.path
+    # A .pth line starting with `import` is executed by site.py at start-up; HOME is the
+    # workspace inside the sandbox (components/env/sandbox.py: sandbox_env).
+    line = ("import os, sys; sys.path.append(os.path.join(os.path.expanduser('~'), "
+            f"{root!r}))\n")  # fmt: skip
+    (site / f"__editable__.agentrl_{tag}.pth").write_text(line)
+    if not editable.name:
+        return
+    dist = site / f"{re.sub(r'[-.]+', '_', editable.name)}-{editable.version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {editable.name}\nVersion: {editable.version}\n"
+    )
+    (dist / "INSTALLER").write_text("agentrl\n")
+
+
 def _install(prefix: Path, reqs: list[str], config: PrepareConfig) -> None:
     req_file = prefix / "agentrl-requirements.txt"
     req_file.write_text("".join(f"{r}\n" for r in reqs))
@@ -228,12 +274,15 @@ def _build(path: Path, env: TaskEnvironment, reqs: list[str], ignored: list[str]
     if reqs:
         _install(path, reqs, config)
     copy_harness(path)
+    if env.editable is not None:
+        install_editable(path, env.editable)
     version = subprocess.run([str(path / "bin" / "python"), "-c",
                               "import platform; print(platform.python_version())"],
                              capture_output=True, text=True, timeout=60).stdout.strip()  # fmt: skip
     manifest = {"format": FORMAT, "key": path.name, "python": env.python,
                 "python_version": version, "requirements": list(env.requirements),
-                "ignored": ignored, "harness": harness_versions()}  # fmt: skip
+                "ignored": ignored, "harness": harness_versions(),
+                "editable": dataclasses.asdict(env.editable) if env.editable else None}  # fmt: skip
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 

@@ -62,11 +62,16 @@ from components.tasks.environments import (
 from components.tasks.gate import RunTests, check_task
 from components.tasks.mutations import OPERATORS, apply_edit, get_operator, normalize
 from components.tasks.task import (
+    ENVIRONMENT_PYTHON_MIN,
     SPLITS,
+    EditableInstall,
     Task,
     TaskEnvironment,
+    TaskFormatError,
+    TaskLimits,
     TaskMetadata,
     load_task,
+    parse_editable,
     task_spec,
 )
 from components.typed_config import doc
@@ -97,7 +102,28 @@ class MineConfig:
     suite_timeout_s: float = field(
         default=300.0, metadata=doc("bound on one run of the repository's tests (a hang)")
     )
-    per_test_timeout_s: float = field(default=10.0, metadata=doc("pytest-timeout per test"))
+    per_test_timeout_s: float = field(
+        default=10.0,
+        metadata=doc("pytest-timeout per test; kept in each task's `limits` for verification"),
+    )
+    memory_mb: int = field(
+        default=0,
+        metadata=doc(
+            "address space per test process, MiB (0 = the sandbox's); kept in each task's "
+            "`limits` for verification"
+        ),
+    )
+    baseline_runs: int = field(
+        default=2,
+        metadata=doc("runs of the unmutated suite: a test whose outcome differs is flaky"),
+    )
+    deselect_failing: bool = field(
+        default=True,
+        metadata=doc(
+            "deselect tests that fail, hang or are flaky before mutation (and test files "
+            "that do not import), with the reason in the report; False: refuse the repository"
+        ),
+    )
     python: str = field(default="3.11", metadata=doc("the environment's Python version"))
     split: str = field(
         default="auto", metadata=doc("auto (by family hash) | train | val | test (whole repo)")
@@ -108,8 +134,42 @@ class MineConfig:
     operators: tuple[str, ...] = field(default=(), metadata=doc("operator names (() = all)"))
 
     def __post_init__(self) -> None:
+        problems = []
+        for name in ("max_candidates", "max_tasks", "max_per_function", "baseline_runs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"{name} must be an integer >= 1, got {value!r}")
+        if (
+            isinstance(self.memory_mb, bool)
+            or not isinstance(self.memory_mb, int)
+            or not (self.memory_mb == 0 or self.memory_mb >= 32)
+        ):
+            problems.append(f"memory_mb must be 0 or an integer >= 32, got {self.memory_mb!r}")
+        for name in ("budget_s", "suite_timeout_s", "per_test_timeout_s"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (0 < value < float("inf"))
+            ):
+                problems.append(f"{name} must be a positive number, got {value!r}")
+        fractions = (self.val_fraction, self.test_fraction)
+        if not all(isinstance(f, int | float) and 0 <= f <= 1 for f in fractions) or (
+            sum(fractions) > 1
+        ):
+            problems.append("val_fraction and test_fraction must be in [0, 1] with sum <= 1")
+        parts = self.python.split(".") if isinstance(self.python, str) else []
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            problems.append(f"python must be MAJOR.MINOR, got {self.python!r}")
+        elif tuple(int(p) for p in parts) < ENVIRONMENT_PYTHON_MIN:
+            least = ".".join(map(str, ENVIRONMENT_PYTHON_MIN))
+            problems.append(
+                f"python must be {least} or newer (task environments), got {self.python}"
+            )
         if self.split not in ("auto", *SPLITS):
-            raise ValueError(f"MineConfig.split must be auto or one of {SPLITS}")
+            problems.append(f"split must be auto or one of {', '.join(SPLITS)}, got {self.split!r}")
+        if problems:
+            raise ValueError("MineConfig: " + "; ".join(problems))
         for name in self.operators:
             get_operator(name)
 
@@ -128,6 +188,9 @@ class MineReport:
     kept: list[str] = field(default_factory=list)  # task ids
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
     drops: list[dict] = field(default_factory=list)  # {"candidate", "reason"}
+    # test node id or test file -> why it was left out before mutation (fails, hangs, flaky)
+    deselected: dict[str, str] = field(default_factory=dict)
+    distribution: str = ""  # NAME==VERSION installed editable ("" = path only)
     stopped_by: str = ""  # "budget_s" when the clock ended the run, else ""
     environment: dict = field(default_factory=dict)
     setup_s: float = 0.0
@@ -166,8 +229,9 @@ class Repo:
     env: TaskEnvironment
     python_env: str
     src_layout: bool
-    tests: dict[str, str]  # nodeid -> outcome at baseline
+    tests: dict[str, str]  # nodeid -> outcome at baseline ("deselected": left out)
     coverage: dict[str, dict[str, list[str]]]  # module -> function -> test files
+    deselected: dict[str, str] = field(default_factory=dict)  # nodeid or file -> reason
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -290,8 +354,9 @@ class SuiteRun:
 
 
 def run_suite(tree: Path, test_files: list[str], python_env: str, sandbox: SandboxConfig,
-              config: MineConfig, *, trace: bool) -> SuiteRun:  # fmt: skip
-    """The repository's tests (these files) in the sandbox with the environment's python."""
+              config: MineConfig, *, trace: bool, deselect: tuple[str, ...] = ()) -> SuiteRun:  # fmt: skip
+    """The repository's tests (these files, less the `deselect`ed node ids) in the sandbox
+    with the environment's python."""
     tools = tree / TOOLS
     tools.mkdir(exist_ok=True)
     (tools / "runner.py").write_text(RUNNER)
@@ -299,9 +364,11 @@ def run_suite(tree: Path, test_files: list[str], python_env: str, sandbox: Sandb
     out.unlink(missing_ok=True)
     argv = ["python", "-B", f"{TOOLS}/runner.py", str(out), "trace" if trace else "plain",
             "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-            f"--timeout={config.per_test_timeout_s:g}", *test_files]  # fmt: skip
+            f"--timeout={config.per_test_timeout_s:g}",
+            *(f"--deselect={n}" for n in deselect), *test_files]  # fmt: skip
     cfg = replace(sandbox, python_env=python_env, wall_time_s=config.suite_timeout_s,
                   cpu_time_s=max(sandbox.cpu_time_s, int(config.suite_timeout_s) + 1),
+                  memory_mb=config.memory_mb or sandbox.memory_mb,
                   max_output_bytes=max(sandbox.max_output_bytes, 1 << 16))  # fmt: skip
     cmd = run_sandboxed(argv, tree, cfg, workspace=tree)
     data = json.loads(out.read_text()) if out.is_file() else {}
@@ -338,11 +405,79 @@ def _baseline_error(run: SuiteRun, config: MineConfig) -> str:
     bad = sorted(n for n, o in run.tests.items() if o in ("failed", "timeout"))
     if bad:
         return f"{len(bad)} test(s) fail before mutation (e.g. {bad[0]})"
+    if run.tests and all(o == "deselected" for o in run.tests.values()):
+        return f"every test fails, hangs or is flaky before mutation (e.g. {min(run.tests)})"
     if not any(o == "passed" for o in run.tests.values()):
         return "no tests collected" if not run.tests else "every test is skipped"
-    if run.rc not in (0,):
+    if run.rc not in (0,) and not any(o == "deselected" for o in run.tests.values()):
         return f"pytest exited with code {run.rc} before mutation"
     return ""
+
+
+def _collect_reason(text: str) -> str:
+    last = text.strip().splitlines()[-1] if text.strip() else "?"
+    last = last.removeprefix("E ").strip()  # pytest's error-line prefix
+    return f"does not import before mutation ({last[:160]})"
+
+
+def baseline(root: Path, tests: list[str], python_env: str, sandbox: SandboxConfig,
+             config: MineConfig) -> tuple[SuiteRun, list[str], dict[str, str]]:  # fmt: skip
+    """The traced run of the unmutated suite, the test files kept and what was deselected
+    (node id or file -> reason): test files that do not import, tests that fail or hang,
+    tests whose outcome changes over `baseline_runs` runs. Raises MineError when the suite
+    as a whole cannot be mined from (it hangs, pytest cannot run, nothing passes), or, with
+    `deselect_failing` off, on the first test that is not green."""
+    run = run_suite(root, tests, python_env, sandbox, config, trace=True)
+    deselected: dict[str, str] = {}
+    if run.collect_errors and config.deselect_failing and not run.timed_out:
+        broken = {nodeid.split("::")[0]: text for nodeid, text in run.collect_errors}
+        # A missing dependency is the caller's to give (--requirements), not the library's
+        # flaw; a conftest or plugin that breaks is not one test file's.
+        missing = any(_missing_module(text) for text in broken.values())
+        if missing or "" in broken or not set(broken) <= set(tests):
+            raise MineError(_baseline_error(run, config))
+        deselected.update({f: _collect_reason(t) for f, t in sorted(broken.items())})
+        tests = [t for t in tests if t not in broken]
+        if not tests:
+            raise MineError(
+                f"no test file imports before mutation ({next(iter(deselected.values()))})"
+            )
+        run = run_suite(root, tests, python_env, sandbox, config, trace=True)
+    if (
+        config.deselect_failing
+        and not run.timed_out
+        and not run.collect_errors
+        and run.rc in (0, 1)
+    ):
+        limit = f"{config.per_test_timeout_s:g}s"
+        for nodeid, outcome in sorted(run.tests.items()):
+            if outcome == "failed":
+                deselected[nodeid] = "fails before mutation"
+            elif outcome == "timeout":
+                deselected[nodeid] = f"hangs before mutation (past the {limit} per-test timeout)"
+        for k in range(2, config.baseline_runs + 1):
+            again = run_suite(root, tests, python_env, sandbox, config, trace=False,
+                              deselect=tuple(n for n in deselected if "::" in n))  # fmt: skip
+            if again.timed_out or again.collect_errors or again.rc not in (0, 1, 5):
+                raise MineError(f"the suite is not repeatable: run {k} " + (
+                    _baseline_error(again, config) or f"ended with exit code {again.rc}"))  # fmt: skip
+            for nodeid, outcome in sorted(again.tests.items()):
+                first = run.tests.get(nodeid)
+                if (
+                    nodeid not in deselected
+                    and outcome != first
+                    and "skipped" not in (outcome, first)
+                ):
+                    deselected[nodeid] = (
+                        f"flaky before mutation: {first} in run 1, {outcome} in run {k}"
+                    )
+        for nodeid in deselected:
+            if nodeid in run.tests:
+                run.tests[nodeid] = "deselected"
+    error = _baseline_error(run, config)
+    if error:
+        raise MineError(error)
+    return run, tests, deselected
 
 
 # ----------------------------------------------------------------------------- setup
@@ -396,19 +531,42 @@ def setup_repo(repo: Path, work: Path, requirements: tuple[str, ...], config: Mi
                                                  if "/" in m)  # fmt: skip
     if src_layout:
         _add_src_path(root)
-    env = TaskEnvironment(python=config.python, requirements=requirements)
+    name, version = distribution(repo)
+    editable = EditableInstall(path="src" if src_layout else ".", name=name, version=version)
+    env = TaskEnvironment(python=config.python, requirements=requirements, editable=editable)
     try:
         built = build_environment(env, replace(prepare, cache_dir=sandbox.environments_dir))
     except TaskEnvironmentError as e:
         raise MineError(f"environment: {e}") from e
-    run = run_suite(root, tests, built.path, sandbox, config, trace=True)
-    error = _baseline_error(run, config)
-    if error:
-        raise MineError(error)
+    run, tests, deselected = baseline(root, tests, built.path, sandbox, config)
     coverage = _coverage(run, modules)
     return Repo(name=repo.name, root=root, test_files=tests, modules=modules, env=env,
                 python_env=built.path, src_layout=src_layout, tests=run.tests,
-                coverage=coverage)  # fmt: skip
+                coverage=coverage, deselected=deselected)  # fmt: skip
+
+
+def distribution(repo: Path) -> tuple[str, str]:
+    """(name, version) of the distribution a repository is, from its sdist's PKG-INFO or a
+    static `[project]` table; ("", "") when neither says (a checkout with a dynamic version)."""
+    import email.parser
+    import tomllib
+
+    name = version = ""
+    pkg_info = repo / "PKG-INFO"
+    if pkg_info.is_file():
+        info = email.parser.Parser().parsestr(pkg_info.read_text(errors="replace"))
+        name, version = (info.get("Name") or "").strip(), (info.get("Version") or "").strip()
+    elif (repo / "pyproject.toml").is_file():
+        try:
+            project = tomllib.loads((repo / "pyproject.toml").read_text()).get("project", {})
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            project = {}
+        name, version = str(project.get("name", "")), str(project.get("version", ""))
+    try:  # task.json's checks: a bad value means no .dist-info, not a bad repository
+        parse_editable({"name": name, "version": version}, "PKG-INFO")
+    except TaskFormatError:
+        return "", ""
+    return name, version
 
 
 # ----------------------------------------------------------------------------- candidates
@@ -517,22 +675,25 @@ def hidden_texts(
     repo: Repo, failing: list[str]
 ) -> tuple[dict[str, str], dict[str, list[str]]] | str:
     """The hidden test files (path -> text) for these failing tests, each without the tests
-    that were skipped before mutation (the verifier counts a skipped hidden test as a forged
-    verdict), and what was removed; or why there is none."""
+    that were skipped or deselected before mutation (the verifier counts a skipped hidden
+    test as a forged verdict, and a deselected one fails with the reference fix too), and
+    what was removed; or why there is none."""
     files = sorted({n.split("::")[0] for n in failing})
     failing_names = {(n.split("::")[0], _test_name(n)) for n in failing}
     texts, removed = {}, {}
     for rel in files:
         text = (repo.root / rel).read_text()
-        skipped = {_test_name(n) for n, o in repo.tests.items()
-                   if o == "skipped" and n.split("::")[0] == rel}  # fmt: skip
-        if skipped & {name for f, name in failing_names if f == rel}:
-            return f"skips: a failing test has skipped instances before mutation ({rel})"
-        if skipped:
-            trimmed = trim_skipped(text, skipped)
+        cut = {_test_name(n): o for n, o in repo.tests.items()
+               if o in ("skipped", "deselected") and n.split("::")[0] == rel}  # fmt: skip
+        both = set(cut) & {name for f, name in failing_names if f == rel}
+        if both:
+            kind = "skips" if "skipped" in {cut[n] for n in both} else "deselected"
+            return f"{kind}: a failing test has {cut[min(both)]} instances before mutation ({rel})"
+        if cut:
+            trimmed = trim_skipped(text, set(cut))
             if trimmed is None:
-                return f"skips: {rel} skips tests that cannot be cut out of it"
-            text, removed[rel] = trimmed, sorted("::".join(n) for n in skipped)
+                return f"skips: {rel} has skipped or deselected tests that cannot be cut out of it"
+            text, removed[rel] = trimmed, sorted("::".join(n) for n in cut)
         texts[rel] = text
     return texts, removed
 
@@ -600,19 +761,26 @@ def write_task(repo: Repo, cand: Candidate, buggy: str, failing: list[str], out:
         (folder / "environment").mkdir()
         (folder / "environment" / "requirements.txt").write_text("\n".join(reqs) + "\n")
         reqs = "environment/requirements.txt"
-    command = ["python", "-m", "pytest", "-q", "-o", "addopts=", *hidden_files]
+    # The agent's view of the failure leaves out what was deselected before mutation.
+    deselect = [f"--deselect={n}" for n in sorted(repo.deselected)
+                if "::" in n and n.split("::")[0] in hidden]  # fmt: skip
+    command = ["python", "-m", "pytest", "-q", "-o", "addopts=", *deselect, *hidden_files]
     meta = TaskMetadata(family=family, bug_class=cand.operator, split=family_split(family, config),
                         source="mined", extra={
         "repository": repo.name, "module": cand.module, "function": cand.function,
         "mutation": f"{cand.operator}#{cand.index} line {cand.lineno}",
         "failing_tests": failing, "hidden_tests_removed": removed,
         "src_layout": repo.src_layout, "upstream": upstream,
+        "deselected_before_mutation": {n: r for n, r in repo.deselected.items()
+                                       if n.split("::")[0] in hidden},
         "mine_seed": config.seed})  # fmt: skip
+    limits = TaskLimits(memory_mb=config.memory_mb, per_test_timeout_s=config.per_test_timeout_s)
     task = Task(id=task_id, instruction=_instruction(failing, command), metadata=meta,
                 root=folder.resolve(), test_command=tuple(command),
-                protected_paths=tuple(_protected(repo)), has_reference=True)  # fmt: skip
+                protected_paths=tuple(_protected(repo)), has_reference=True,
+                environment=replace(repo.env, requirements_file=reqs if isinstance(reqs, str) else ""),
+                limits=limits)  # fmt: skip
     spec = task_spec(task)
-    spec["environment"] = {"python": repo.env.python, "requirements": reqs}
     (folder / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
     return load_task(folder)
 
@@ -652,7 +820,8 @@ def try_candidate(repo: Repo, cand: Candidate, work: Path, sandbox: SandboxConfi
     shutil.rmtree(tree, ignore_errors=True)
     _copy_repo(repo.root, tree)
     (tree / cand.module).write_text(buggy)
-    run = run_suite(tree, tests, repo.python_env, sandbox, config, trace=False)
+    deselect = tuple(n for n in repo.deselected if "::" in n)
+    run = run_suite(tree, tests, repo.python_env, sandbox, config, trace=False, deselect=deselect)
     if run.timed_out or any(o == "timeout" for o in run.tests.values()):
         return None, [], "hangs: a test ran past its timeout on the mutant"
     if run.collect_errors:
@@ -669,68 +838,89 @@ def try_candidate(repo: Repo, cand: Candidate, work: Path, sandbox: SandboxConfi
     return buggy, failing, ""
 
 
-# long: the mining loop with its three bounds and the per-task data gate
 def mine_repository(repo_path: Path, out: Path, *, config: MineConfig, sandbox: SandboxConfig,
                     run_tests: RunTests, prepare: PrepareConfig | None = None,
                     requirements: tuple[str, ...] = (), upstream: dict | None = None,
                     name: str | None = None) -> MineReport:  # fmt: skip
     """Mine one repository into `out` (one folder per kept task); `name` (default: the
     folder's) starts every family. Never raises for a bad repository: the report's `error`
-    says what is wrong and nothing is written."""
+    says what is wrong (any exception the repository causes, with its type when it was not
+    foreseen) and nothing of it is left in `out`."""
     start = time.monotonic()
     report = MineReport(repository=name or str(repo_path))
     prepare = prepare or PrepareConfig()
-    with tempfile.TemporaryDirectory(prefix="agentrl-mine-") as tmp:
-        work = Path(tmp)
-        try:
-            repo = setup_repo(Path(repo_path), work, requirements, config, sandbox, prepare)
-            repo.name = name or repo.name
-        except (MineError, SandboxError, OSError) as e:
-            report.error = " ".join(str(e).split())[:300]
-            report.seconds = time.monotonic() - start
-            return report
-        report.setup_s = time.monotonic() - start
-        report.environment = {"python": repo.env.python, "requirements": list(repo.env.requirements),
-                              "key": Path(repo.python_env).name, "harness": harness_versions()}  # fmt: skip
-        report.source_modules, report.test_files = len(repo.modules), len(repo.test_files)
-        report.tests = len(repo.tests)
-        order = candidates(repo, config)
-        report.covered_functions = len({(c.module, c.function) for c in order})
-        report.candidates = len(order)
-        per_function: Counter = Counter()
-        seen: set[str] = set()
-        for cand in order:
-            if report.tried >= config.max_candidates or len(report.kept) >= config.max_tasks:
-                break
-            if time.monotonic() - start > config.budget_s:
-                report.stopped_by = "budget_s"
-                break
-            if per_function[(cand.module, cand.function)] >= config.max_per_function:
-                continue  # enough from this function; not a try
-            report.tried += 1
-            t0 = time.monotonic()
-            buggy, failing, reason = try_candidate(repo, cand, work, sandbox, config)
-            report.mutant_tests_s += time.monotonic() - t0
-            if buggy is None:
-                _drop(report, cand, reason)
-                continue
-            if buggy in seen:
-                _drop(report, cand, "duplicate: the same buggy text as a kept task")
-                continue
-            task = write_task(repo, cand, buggy, failing, out, config, upstream or {})
-            t0 = time.monotonic()
-            check = check_task(task, run_tests)
-            report.gate_s += time.monotonic() - t0
-            if not check.ok:
-                shutil.rmtree(task.root, ignore_errors=True)
-                _drop(report, cand, f"gate: {check.reason[:200]}")
-                continue
-            seen.add(buggy)
-            per_function[(cand.module, cand.function)] += 1
-            report.kept.append(task.id)
-    report.ok = True
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentrl-mine-") as tmp:
+            _mine(Path(repo_path), out, Path(tmp), report, config, sandbox, run_tests, prepare,
+                  requirements, upstream or {}, name)  # fmt: skip
+        report.ok = True
+    except (MineError, SandboxError, TaskEnvironmentError, OSError) as e:
+        report.error = " ".join(str(e).split())[:300]
+    except Exception as e:  # noqa: BLE001 - one library's failure never ends a run of many
+        report.error = f"unexpected {type(e).__name__}: " + " ".join(str(e).split())[:260]
+    if not report.ok:
+        for task_id in report.kept:
+            shutil.rmtree(out / task_id, ignore_errors=True)
+        report.kept = []
     report.seconds = time.monotonic() - start
     return report
+
+
+# long: the mining loop with its three bounds and the per-task data gate
+def _mine(repo_path: Path, out: Path, work: Path, report: MineReport, config: MineConfig,
+          sandbox: SandboxConfig, run_tests: RunTests, prepare: PrepareConfig,
+          requirements: tuple[str, ...], upstream: dict, name: str | None) -> None:  # fmt: skip
+    start = time.monotonic()
+    repo = setup_repo(repo_path, work, requirements, config, sandbox, prepare)
+    repo.name = name or repo.name
+    report.setup_s = time.monotonic() - start
+    report.environment = {"python": repo.env.python, "requirements": list(repo.env.requirements),
+                          "key": Path(repo.python_env).name, "harness": harness_versions()}  # fmt: skip
+    report.deselected = dict(repo.deselected)
+    editable = repo.env.editable
+    report.distribution = (
+        f"{editable.name}=={editable.version}" if editable and editable.name else ""
+    )
+    report.source_modules, report.test_files = len(repo.modules), len(repo.test_files)
+    report.tests = sum(o != "deselected" for o in repo.tests.values())
+    order = candidates(repo, config)
+    report.covered_functions = len({(c.module, c.function) for c in order})
+    report.candidates = len(order)
+    per_function: Counter = Counter()
+    seen: set[str] = set()
+    for cand in order:
+        if report.tried >= config.max_candidates or len(report.kept) >= config.max_tasks:
+            break
+        if time.monotonic() - start > config.budget_s:
+            report.stopped_by = "budget_s"
+            break
+        if per_function[(cand.module, cand.function)] >= config.max_per_function:
+            continue  # enough from this function; not a try
+        report.tried += 1
+        t0 = time.monotonic()
+        buggy, failing, reason = try_candidate(repo, cand, work, sandbox, config)
+        report.mutant_tests_s += time.monotonic() - t0
+        if buggy is None:
+            _drop(report, cand, reason)
+            continue
+        if buggy in seen:
+            _drop(report, cand, "duplicate: the same buggy text as a kept task")
+            continue
+        try:
+            task = write_task(repo, cand, buggy, failing, out, config, upstream)
+        except (TaskFormatError, OSError, UnicodeError) as e:  # this mutant's task, not the run
+            _drop(report, cand, f"write: {' '.join(str(e).split())[:200]}")
+            continue
+        t0 = time.monotonic()
+        check = check_task(task, run_tests)
+        report.gate_s += time.monotonic() - t0
+        if not check.ok:
+            shutil.rmtree(task.root, ignore_errors=True)
+            _drop(report, cand, f"gate: {check.reason[:200]}")
+            continue
+        seen.add(buggy)
+        per_function[(cand.module, cand.function)] += 1
+        report.kept.append(task.id)
 
 
 def report_dict(reports: list[MineReport]) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,29 @@ class TaskMetadata:
 
 
 @dataclass(frozen=True)
+class EditableInstall:
+    """The task's repository installed into its environment in editable mode: a `.pth`
+    entry that puts the workspace's copy on `sys.path` of every interpreter the environment
+    starts (so a test that spawns `python script.py` imports the agent's edited code) and,
+    when the distribution is known, its `.dist-info` (so `importlib.metadata.version(name)`
+    answers as it does after `pip install -e .`)."""
+
+    path: str = field(default=".", metadata=doc("import root, relative to the repository"))
+    name: str = field(default="", metadata=doc("distribution name ('' = no .dist-info)"))
+    version: str = field(default="", metadata=doc("distribution version"))
+
+
+@dataclass(frozen=True)
+class TaskLimits:
+    """Limits a task needs beyond the preset's (a heavy test suite): the larger of the two
+    applies, capped by the preset's `env.max_task_memory_mb` / `env.max_task_per_test_timeout_s`
+    (components/tasks/environments.py: with_task_limits)."""
+
+    memory_mb: int = field(default=0, metadata=doc("address space per process, MiB (0 = preset's)"))
+    per_test_timeout_s: float = field(default=0.0, metadata=doc("per-test timeout (0 = preset's)"))
+
+
+@dataclass(frozen=True)
 class TaskEnvironment:
     """The interpreter a task's commands and verification run with (docs/tasks.md,
     "Task environments"); built once per distinct value by `agentrl tasks prepare`."""
@@ -55,6 +79,9 @@ class TaskEnvironment:
     )
     # Where the lines came from, relative to the task folder ("" = inline in task.json).
     requirements_file: str = field(default="", metadata=doc("file the lines were read from"))
+    editable: EditableInstall | None = field(
+        default=None, metadata=doc("the repository itself, installed editable")
+    )
 
 
 @dataclass(frozen=True)
@@ -71,6 +98,7 @@ class Task:
     has_reference: bool = False
     # None: the project's own interpreter (the sandbox's default), as before environments.
     environment: TaskEnvironment | None = None
+    limits: TaskLimits | None = None
 
     @property
     def repo_dir(self) -> Path:
@@ -156,7 +184,52 @@ def _environment(spec: dict, root: Path, where: str) -> TaskEnvironment | None:
     # Options (-e, --index-url, -r ...) would let a task choose what the host runs or fetches.
     if any(line.startswith("-") for line in lines):
         raise TaskFormatError(f"{where}: environment requirements: options ('-...') are refused")
-    return TaskEnvironment(python=python, requirements=lines, requirements_file=source)
+    unknown = sorted(set(value) - {"python", "requirements", "editable"})
+    if unknown:
+        raise TaskFormatError(f"{where}: unknown environment field(s) {', '.join(unknown)}")
+    return TaskEnvironment(python=python, requirements=lines, requirements_file=source,
+                           editable=parse_editable(value.get("editable"), where))  # fmt: skip
+
+
+_DIST_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+_DIST_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
+def parse_editable(value, where: str) -> EditableInstall | None:
+    if value is None:
+        return None
+    w = f"{where}: field 'environment.editable"
+    if not isinstance(value, dict) or set(value) - {"path", "name", "version"}:
+        raise TaskFormatError(f"{w}' must be an object with path, name, version")
+    path, name, version = value.get("path", "."), value.get("name", ""), value.get("version", "")
+    if not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts:
+        raise TaskFormatError(f"{w}.path' must be a relative path inside the repository")
+    if not isinstance(name, str) or (name and not _DIST_NAME.match(name)):
+        raise TaskFormatError(f"{w}.name' must be a distribution name, got {name!r}")
+    if not isinstance(version, str) or (version and not _DIST_VERSION.match(version)):
+        raise TaskFormatError(f"{w}.version' must be a version, got {version!r}")
+    if bool(name) != bool(version):
+        raise TaskFormatError(f"{w}': name and version come together")
+    return EditableInstall(path=posixpath.normpath(path), name=name, version=version)
+
+
+def _limits(spec: dict, where: str) -> TaskLimits | None:
+    value = spec.get("limits")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"memory_mb", "per_test_timeout_s"}:
+        raise TaskFormatError(f"{where}: field 'limits' must be an object with memory_mb, "
+                              "per_test_timeout_s")  # fmt: skip
+    memory, per_test = value.get("memory_mb", 0), value.get("per_test_timeout_s", 0.0)
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
+        raise TaskFormatError(f"{where}: field 'limits.memory_mb' must be an integer >= 0")
+    if (
+        isinstance(per_test, bool)
+        or not isinstance(per_test, int | float)
+        or not (0 <= per_test < float("inf"))
+    ):
+        raise TaskFormatError(f"{where}: field 'limits.per_test_timeout_s' must be a number >= 0")
+    return TaskLimits(memory_mb=memory, per_test_timeout_s=float(per_test))
 
 
 def load_task(folder: str | Path) -> Task:
@@ -208,6 +281,7 @@ def load_task(folder: str | Path) -> Task:
         protected_paths=tuple(protected),
         has_reference=(root / "reference.patch").is_file(),
         environment=_environment(spec, root, str(spec_path)),
+        limits=_limits(spec, str(spec_path)),
     )
 
 
@@ -229,6 +303,10 @@ def task_spec(task: Task) -> dict:
     if env is not None:
         reqs = env.requirements_file or list(env.requirements)
         spec["environment"] = {"python": env.python, "requirements": reqs}
+        if env.editable is not None:
+            spec["environment"]["editable"] = asdict(env.editable)
+    if task.limits is not None:
+        spec["limits"] = asdict(task.limits)
     return spec
 
 

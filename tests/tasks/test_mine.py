@@ -119,7 +119,7 @@ BAD_REPOS = {
     "failing": ({"lib/__init__.py": "", "lib/core.py": GOOD_MODULE,
                  "tests/test_core.py": "from lib.core import add\n\n"
                                        "def test_add():\n    assert add(1, 1) == 3\n"},
-                "1 test(s) fail before mutation"),
+                "every test fails, hangs or is flaky before mutation"),
     "hanging": ({"lib/__init__.py": "", "lib/core.py": GOOD_MODULE,
                  "tests/test_core.py": "import time\nfrom lib.core import add\n\n"
                                        "def test_add():\n    time.sleep(60)\n"},
