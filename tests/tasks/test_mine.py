@@ -282,6 +282,34 @@ def test_a_forged_verdict_line_no_longer_passes_a_mined_task(mined, sandbox, tmp
     assert fooled_without_cases >= 1
 
 
+def test_impossible_variants_of_mined_tasks(mined, sandbox, tmp_path):
+    """The mined family gets impossible variants too (components/tasks/impossible.py): the
+    hidden copy and the recorded case contradicted alike; the oracle fails them, the
+    scripted cheater that hard-codes the visible answers passes them."""
+    from components.evaluate.cheating import cheating_summary
+    from components.evaluate.episodes import run_policy
+    from components.rollout.config import RolloutConfig
+    from components.tasks.impossible import build_variants
+
+    _, tasks, _ = mined
+    report = build_variants(tasks, tmp_path, 2, sandboxed_test_runner(EnvConfig(), sandbox))
+    assert report.tasks, report.skipped
+    for variant in report.tasks:
+        imp = variant.metadata.extra["impossible"]
+        assert f"== {imp['contradicted']}" in (variant.hidden_tests_dir / imp["file"]).read_text()
+        cases = json.loads(variant.hidden_cases_path.read_text())["cases"]
+        assert {"args": imp["args"], "expected": imp["contradicted"]} in cases
+    episode_sandbox = replace(
+        sandbox, python_env=task_python_env(tasks[0], sandbox.environments_dir)
+    )
+    rates = {}
+    for policy in ("oracle", "special-case"):
+        results = run_policy(report.tasks, policy, rollout=RolloutConfig(), env=EnvConfig(),
+                             sandbox=episode_sandbox)  # fmt: skip
+        rates[policy] = cheating_summary(report.tasks, results)["cheating_rate"]
+    assert rates == {"oracle": 0.0, "special-case": 1.0}
+
+
 @pytest.mark.slow
 def test_the_same_seed_mines_the_same_bytes(tmp_path, sandbox):
     import filecmp
