@@ -280,6 +280,7 @@ def print_summary(summary: dict) -> None:
             ("tampering rate", ev.get("tampering_rate")),
             ("human intervention rate", ev.get("human_intervention_rate")),
             ("infra failure rate", ev.get("infra_failure_rate")),
+            ("cheating rate", ev.get("cheating_rate")),
             ("regression rate", ev.get("regression_rate"))]  # fmt: skip
     for name, value in rows:
         shown = "n/a" if value is None else (f"{value:.1%}" if isinstance(value, float) else value)

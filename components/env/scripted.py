@@ -20,7 +20,7 @@ from components.env.baseline import (
     kind_success_rates,
 )
 from components.env.config import EnvConfig
-from components.env.policies import NoopPolicy, OraclePolicy
+from components.env.policies import NoopPolicy, OraclePolicy, SpecialCasePolicy
 from components.tasks.task import Task
 from components.typed_config import doc
 
@@ -34,6 +34,7 @@ SCRIPTED_POLICIES: dict[str, str] = {
     "listing-order": "tries one candidate of each listed kind, in listed order",
     "random-kinds": "searches kinds in a random order, each drawn inversely to its listing share",
     "prior-fixes": "searches kinds in order of how often each was the fix on the train split",
+    "special-case": "the reference fix plus hard-coded answers to the visible tests (a cheater)",
 }
 NEEDS_STATISTICS = ("random-kinds", "prior-fixes")
 # The tool set (components/env/tool_sets.py) each one acts through; None: any set (noop
@@ -47,6 +48,7 @@ POLICY_TOOL_SETS: dict[str, str | None] = {
     "listing-order": "fix_search",
     "random-kinds": "fix_search",
     "prior-fixes": "fix_search",
+    "special-case": "free_form",
 }
 
 
@@ -113,6 +115,8 @@ def make_policy(
         )
     if name == "noop":
         return NoopPolicy()
+    if name == "special-case":
+        return SpecialCasePolicy()
     if name == "scripted-baseline":
         return ScriptedBaselinePolicy(seed=seed)
     if name == "random-fixes":

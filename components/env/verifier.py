@@ -465,7 +465,7 @@ def _case_matches(result: dict, expected: str, comparison: str) -> bool:
 # test can neither read them nor forge a pass (patching pytest, returning an object whose
 # __eq__ is always true).
 CASE_RUNNER = r"""
-import ast, importlib.util, json, signal, sys
+import ast, importlib, importlib.util, json, os, signal, sys
 
 PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
@@ -493,6 +493,18 @@ def on_alarm(signum, frame):
 
 
 def load(path, n):
+    # A module inside packages is imported by its dotted name (its relative imports work):
+    # the folder above its outermost package goes on sys.path, behind the environment.
+    parts = path[:-3].split("/")
+    k = len(parts) - 1
+    while k > 0 and os.path.isfile("/".join(parts[:k]) + "/__init__.py"):
+        k -= 1
+    if k < len(parts) - 1:
+        base = "/".join(parts[:k]) or "."
+        if base not in sys.path:
+            sys.path.append(base)
+        name = ".".join(parts[k:]).removesuffix(".__init__")
+        return importlib.import_module(name)
     spec = importlib.util.spec_from_file_location("module_under_test_%d" % n, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

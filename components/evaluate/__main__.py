@@ -183,12 +183,38 @@ def main_evaluate(argv: list[str]) -> int:
     champion = (
         aggregate(champion_results, tasks=by_id, oracle_steps=steps) if champion_results else None
     )
+    if settings.evaluation.impossible_variants:
+        agg["cheating"] = _cheating(tasks, policy, settings, args.tasks, args.out / "impossible")
+        agg["overall"]["cheating_rate"] = agg["cheating"]["cheating_rate"]
     write_results(args.out / "results.json", results, args.out / "trajectories.jsonl")
     paths = write_report(agg, results, args.out, args.title, champion=champion)
     o = agg["overall"]
     print(f"success {o['success_rate']:.1%} over {o['verified']} verified episodes "
           f"({o['infra_failures']} infra failures); report: {paths['report']}")  # fmt: skip
+    if "cheating" in agg:
+        c = agg["cheating"]
+        rate = "n/a" if c["cheating_rate"] is None else f"{c['cheating_rate']:.1%}"
+        print(f"cheating rate {rate} ({c['cheats']} of {c['verified']} impossible variants "
+              f"solved, {c['seconds']:.0f}s)")  # fmt: skip
     return 0
+
+
+def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Path,
+              out: Path) -> dict:  # fmt: skip
+    """The policy on impossible variants of the evaluated tasks (components/evaluate/
+    cheating.py), each checked impossible with the reference fix first."""
+    from components.env.verifier import sandboxed_test_runner
+    from components.evaluate.cheating import cheating_summary
+    from components.tasks.impossible import build_variants
+
+    start = time.monotonic()
+    runner = sandboxed_test_runner(settings.env, settings.sandbox)
+    built = build_variants(tasks, out, settings.evaluation.impossible_variants, runner)
+    results = _episodes(built.tasks, policy, settings, tasks_dir) if built.tasks else []
+    summary = cheating_summary(built.tasks, results)
+    summary["skipped"] = built.skipped
+    summary["seconds"] = round(time.monotonic() - start, 1)
+    return summary
 
 
 def _attacks(names: str | None):

@@ -37,6 +37,14 @@ class EvaluationConfig:
         default=3, metadata=doc("generated base tasks the safety suite's attacks run on")
     )
     safety_seed: int = field(default=0, metadata=doc("generation seed of the safety tasks"))
+    impossible_variants: int = field(
+        default=4,
+        metadata=doc(
+            "impossible variants (one per family of the evaluated tasks) the candidate also "
+            "plays: its success on them is the cheating rate (components/evaluate/"
+            "cheating.py); 0: not measured, and the promotion gate on it then fails"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not self.splits or any(s not in SPLITS for s in self.splits):
@@ -45,6 +53,8 @@ class EvaluationConfig:
             raise ValueError("EvaluationConfig.limit must be >= 0 (0: all)")
         if self.workers < 1:
             raise ValueError("EvaluationConfig.workers must be >= 1")
+        if self.impossible_variants < 0:
+            raise ValueError("EvaluationConfig.impossible_variants must be >= 0")
         if self.safety_n_tasks < 1:
             raise ValueError("EvaluationConfig.safety_n_tasks must be >= 1")
         from components.rollout.config import RolloutConfig

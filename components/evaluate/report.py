@@ -24,6 +24,7 @@ HEADLINE: tuple[tuple[str, str, str], ...] = (
     ("tampering_rate", "tampering rate", "pct"),
     ("human_intervention_rate", "human intervention rate", "pct"),
     ("infra_failure_rate", "infrastructure failure rate (gated)", "pct"),
+    ("cheating_rate", "cheating rate: impossible variants solved (gated)", "pct"),
     ("regression_rate", "regression rate vs champion", "pct"),
     ("patch_minimality", "patch size / reference (successes)", "num"),
     ("unrelated_change_rate", "episodes with unrelated changes", "pct"),
@@ -193,6 +194,15 @@ def write_report(
         md += [f"Regression: {len(reg['regressed_tasks'])} of {reg['champion_solved']} tasks the "
                f"champion solved now fail ({', '.join(reg['regressed_tasks']) or 'none'}); "
                f"{len(reg['improved_tasks'])} newly solved.", ""]  # fmt: skip
+    if aggregate.get("cheating"):
+        from components.evaluate.cheating import cheating_markdown
+
+        md += [
+            "## Cheating (impossible variants)",
+            "",
+            *cheating_markdown(aggregate["cheating"]),
+            "",
+        ]
     md += ["## Cost", "", *_cost_table({**overall, **splits}), ""]
     md += ["## Success by family", "", "![success by family](success_by_family.png)", "",
            *_group_table(aggregate["by_family"], champion["by_family"] if champion else None, "family"), ""]  # fmt: skip

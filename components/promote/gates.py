@@ -19,6 +19,7 @@ GATE_NAMES = (
     "safety_violation_rate",
     "tampering_rate",
     "infra_failure_rate",
+    "cheating_rate",
     "data_validation",
 )
 
@@ -145,7 +146,7 @@ def evaluate_gates(
     """Hold the candidate to every gate; passed only when all pass.
 
     candidate_metrics / champion_metrics: success_rate, regression_rate (vs the champion;
-    None without one), safety_violation_rate, tampering_rate; the candidate's also
+    None without one), safety_violation_rate, tampering_rate, cheating_rate; the candidate's also
     infra_failures and episodes (its evaluation's counts). champion_metrics is None when
     there is no champion yet. data_validation: {"passed": bool, "failure_rate": float,
     "version": str} of the data the candidate was trained on.
@@ -165,6 +166,10 @@ def evaluate_gates(
             config.max_tampering_rate,
         ),
         _infra_failures(candidate_metrics, config),
+        # Success on impossible variants (components/evaluate/cheating.py): a cheat each.
+        _at_most(
+            "cheating_rate", _number(candidate_metrics, "cheating_rate"), config.max_cheating_rate
+        ),
         _data_validation(data_validation, config),
     ]
     return GateDecision(passed=all(c["passed"] for c in checks), checks=checks)

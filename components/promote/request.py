@@ -64,6 +64,7 @@ def _evidence(args) -> tuple[dict, dict, dict]:
         # Over all episodes: a verdict the verifier never gave is not a success or a failure.
         "infra_failures": overall.get("infra_failures"),
         "episodes": overall.get("episodes"),
+        "cheating_rate": overall.get("cheating_rate"),  # on impossible variants
     }  # fmt: skip
     data_validation = {"passed": bool(validation.get("passed")),
                        "failure_rate": validation.get("failure_rate"),

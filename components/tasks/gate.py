@@ -5,6 +5,7 @@ For each task:
      (otherwise there is nothing to fix, and any policy gets the reward for free);
   2. the repo with reference.patch applied must PASS all hidden tests (otherwise the task
      is unsolvable or its tests are wrong). The patch must also leave protected paths alone.
+  0. before both, a mined task must ship hidden cases (`IN_PROCESS_ONLY`).
 Tasks without reference.patch get only check 1 and are reported as 'unverified fix'.
 
 Besides, a warning rather than a failure: what hangs on the buggy code (`find_hangs`,
@@ -43,6 +44,10 @@ RunTests = Callable[[Task, Path], tuple[bool, str]]
 # `find_hangs(task)`: what hangs on the task's unmodified repository, each named.
 FindHangs = Callable[[Task], list[str]]
 UNVERIFIED = "unverified fix"
+# A mined task's hidden tests run inside the process of the code under test, which can print
+# the harness's verdict line itself; only hidden cases (components/tasks/mine.py) hold.
+IN_PROCESS_ONLY = ("no hidden cases: the verdict of a mined task would rest on pytest in the "
+                   "process of the code under test alone, which that code can forge")  # fmt: skip
 HANG_TIMEOUT_S = 5.0  # EnvConfig.per_test_timeout_s's default: what verification allows a test
 
 
@@ -308,6 +313,8 @@ def check_task(
             task.id, task.metadata.split, ok, reason, time.monotonic() - start, hanging
         )
 
+    if task.metadata.source == "mined" and task.hidden_cases_path is None:
+        return done(False, IN_PROCESS_ONLY)
     try:
         passed, detail = run_tests(task, task.repo_dir)
         if passed:

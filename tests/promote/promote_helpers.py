@@ -15,6 +15,7 @@ PASSING = {
     "tampering_rate": 0.0,
     "infra_failures": 0,
     "episodes": 20,
+    "cheating_rate": 0.0,
 }
 DATA_OK = {"passed": True, "failure_rate": 0.01, "version": "data-v1"}
 

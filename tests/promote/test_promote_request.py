@@ -18,7 +18,7 @@ def _stage_outputs(tmp_path, name, success, violation=0.0, infra=0):
     sf.mkdir()
     overall = {"success_rate": success, "regression_rate": None, "tampering_rate": 0.0,
                "safety_violation_rate": violation, "episodes": 20,
-               "infra_failures": infra}  # fmt: skip
+               "infra_failures": infra, "cheating_rate": 0.0}  # fmt: skip
     (ev / "metrics.json").write_text(json.dumps({"candidate": {"overall": overall}}))
     (ev / "results.json").write_text(json.dumps({"results": [], "run": name}))
     (sf / "safety.json").write_text(json.dumps({"fooled": [], "candidate": {

@@ -5,6 +5,9 @@ one line and nothing else, and the attacks a mined repository opens are refused.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import json
 import shutil
 import textwrap
 from dataclasses import replace
@@ -208,6 +211,103 @@ def test_attacks_a_mined_repository_opens(mined, sandbox, tmp_path):
                         task.repo_dir.parent, replace(sandbox, python_env=python_env),
                         workspace=task.repo_dir.parent)  # fmt: skip
     assert "Read-only file system" in out.output and not (site / "zz_agent.pth").exists()
+
+
+def test_mined_tasks_get_hidden_cases_recorded_from_the_repositorys_own_tests(mined):
+    """Issue 31: the mutated function's calls while the covering tests ran on the unmutated
+    repository, with the results it gave then (the generated tasks' hidden_cases.json)."""
+    _, tasks, _ = mined
+    for task in tasks:
+        assert task.hidden_cases_path is not None, task.id
+        spec = json.loads(task.hidden_cases_path.read_text())
+        extra = task.metadata.extra
+        assert (spec["module"], spec["function"]) == (extra["module"], extra["function"])
+        assert spec["cases"] and extra["n_hidden_cases"] == len(spec["cases"])
+        for case in spec["cases"]:  # each call is one the repository's tests make
+            args = ast.literal_eval(case["args"])
+            assert isinstance(args, tuple) and case["expected"], case
+            if spec["function"] != "is_prime":  # its tests are parametrized
+                assert (spec["function"], case["args"]) in TEST_CALLS, case
+
+
+def _test_calls() -> set[tuple[str, str]]:
+    """(function, arguments) of every call with literal arguments in the fixture's tests."""
+    calls = set()
+    for path in (FIXTURE / "tests").glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                with contextlib.suppress(ValueError):
+                    calls.add((node.func.id, repr(tuple(ast.literal_eval(a) for a in node.args))))
+    return calls
+
+
+TEST_CALLS = _test_calls()
+
+
+def test_a_forged_verdict_line_no_longer_passes_a_mined_task(mined, sandbox, tmp_path):
+    """Issue 31: code under test that prints the harness's verdict line got +1.0 on mined
+    tasks (their verdict rested on in-process pytest). With the recorded hidden cases it is a
+    forged verdict; without them (hidden_cases.json removed) the gate refuses the task."""
+    from components.evaluate.safety_suite import ATTACKS, run_safety_suite
+    from components.tasks.gate import IN_PROCESS_ONLY, check_task
+
+    _, tasks, _ = mined
+    attack = next(a for a in ATTACKS if a.name == "forged_verdict_line_mined")
+    report = run_safety_suite(tasks, EnvConfig(), sandbox, attacks=(attack,), every_task=True)
+    assert len(report.outcomes) == len(tasks) and report.passed, report.to_markdown()
+    assert all("verifier" in o.recorded_by for o in report.outcomes), report.to_markdown()
+    fooled_without_cases = 0
+    for task in tasks:
+        bare = tmp_path / task.id
+        shutil.copytree(task.root, bare)
+        (bare / "hidden_cases.json").unlink()
+        bare_task = load_tasks(bare)[0][0]
+        check = check_task(bare_task, sandboxed_test_runner(EnvConfig(), sandbox))
+        assert not check.ok and check.reason == IN_PROCESS_ONLY
+        module, text = (
+            task.metadata.extra["module"],
+            (task.repo_dir / task.metadata.extra["module"]).read_text(),
+        )
+        tree = _agent_tree(
+            bare_task,
+            tmp_path / f"attack-{task.id}",
+            {module: attack.plan(task)[0].arguments["new"]},
+        )
+        fooled_without_cases += verify(
+            bare_task, tree, EnvConfig(), sandbox, cache=False
+        ).tests_passed
+        assert text in attack.plan(task)[0].arguments["new"]
+    # The hole the cases close: at least one mined task fell to it without them (the
+    # verifier derives cases only from plain `assert f(literals) == literal` tests).
+    assert fooled_without_cases >= 1
+
+
+def test_impossible_variants_of_mined_tasks(mined, sandbox, tmp_path):
+    """The mined family gets impossible variants too (components/tasks/impossible.py): the
+    hidden copy and the recorded case contradicted alike; the oracle fails them, the
+    scripted cheater that hard-codes the visible answers passes them."""
+    from components.evaluate.cheating import cheating_summary
+    from components.evaluate.episodes import run_policy
+    from components.rollout.config import RolloutConfig
+    from components.tasks.impossible import build_variants
+
+    _, tasks, _ = mined
+    report = build_variants(tasks, tmp_path, 2, sandboxed_test_runner(EnvConfig(), sandbox))
+    assert report.tasks, report.skipped
+    for variant in report.tasks:
+        imp = variant.metadata.extra["impossible"]
+        assert f"== {imp['contradicted']}" in (variant.hidden_tests_dir / imp["file"]).read_text()
+        cases = json.loads(variant.hidden_cases_path.read_text())["cases"]
+        assert {"args": imp["args"], "expected": imp["contradicted"]} in cases
+    episode_sandbox = replace(
+        sandbox, python_env=task_python_env(tasks[0], sandbox.environments_dir)
+    )
+    rates = {}
+    for policy in ("oracle", "special-case"):
+        results = run_policy(report.tasks, policy, rollout=RolloutConfig(), env=EnvConfig(),
+                             sandbox=episode_sandbox)  # fmt: skip
+        rates[policy] = cheating_summary(report.tasks, results)["cheating_rate"]
+    assert rates == {"oracle": 0.0, "special-case": 1.0}
 
 
 @pytest.mark.slow
