@@ -144,7 +144,7 @@ def test_a_bad_repository_gives_one_line_and_mines_nothing(tmp_path, sandbox, ca
     from components.tasks.__main__ import main
 
     out = tmp_path / "out"
-    config = MineConfig(suite_timeout_s=6, per_test_timeout_s=30)
+    config = MineConfig(suite_timeout_s=20, per_test_timeout_s=30)  # 20: room on a loaded machine
     for name, (files, error) in BAD_REPOS.items():
         repo = _repo(tmp_path / name, files)
         report = mine_repository(repo, out, config=config, sandbox=sandbox,
