@@ -9,6 +9,7 @@ need nothing but a seed. Model policies are evaluated through the rollout engine
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from components.env.baseline import (
@@ -97,20 +98,21 @@ def make_policy(
     max_tries: int = 4,
     statistics: FixStatistics | None = None,
     max_fixes: int = 64,
+    max_steps: int = 8,
 ):
     """A fresh scripted policy. `max_tries`: fix tries of the searches (a model episode's
     turns minus list and finish); `max_fixes` must equal EnvConfig.max_fixes so the
-    oracle's ids agree with the listing."""
+    oracle's ids agree with the listing; `max_steps` (EnvConfig.max_steps): the oracles
+    plan within it."""
     if name not in SCRIPTED_POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(SCRIPTED_POLICIES)}")
     if name in NEEDS_STATISTICS and statistics is None:
         raise ValueError(f"policy {name!r} needs the train split's fix statistics")
     if name == "oracle":
-        return OraclePolicy(seed=seed, max_fixes=max_fixes)
+        return OraclePolicy(seed=seed, max_fixes=max_fixes, max_steps=max_steps)
     if name == "oracle-fixes":
-        return OraclePolicy(
-            seed=seed, style="fixes", fallback=False, max_fixes=max_fixes, name="oracle-fixes"
-        )
+        return OraclePolicy(seed=seed, style="fixes", fallback=False, max_fixes=max_fixes,
+                            max_steps=max_steps, name="oracle-fixes")  # fmt: skip
     if name == "noop":
         return NoopPolicy()
     if name == "scripted-baseline":
@@ -124,3 +126,35 @@ def make_policy(
         return RandomFixesPolicy(seed=seed, max_tries=max_tries, by_kind=True,
                                  name="random-kinds", kind_weights=weights)  # fmt: skip
     return PriorFixesPolicy(statistics.kind_success_rates, max_tries=max_tries)
+
+
+def oracle_replay(env: EnvConfig, sandbox):
+    """The task gate's check 3 (components/tasks/gate.py) under `env`, the preset's: the
+    oracle plays the task within `env.max_steps` through the free-form tools (it reaches
+    every reference fix; a fix-search preset's expert is the same plan through
+    list_fixes / try_fix) and must succeed with reward 1.0. Returns `replay(task) -> (why
+    not, flags)`; a flag marks a task the fix-search oracle cannot show (its fix is not one
+    listed candidate), so it yields no `oracle-fixes` expert episode."""
+    from components.env.episode import run_episode
+    from components.env.policies import fixed_files
+
+    free = env.with_tool_set("free_form")
+
+    def replay(task: Task) -> tuple[str, list[str]]:
+        oracle = make_policy("oracle", max_fixes=env.max_fixes, max_steps=env.max_steps)
+        r = run_episode(task, oracle, free, sandbox)
+        flags = []
+        fixes = OraclePolicy(style="fixes", max_fixes=env.max_fixes, max_steps=env.max_steps)
+        if env.tool_set == "fix_search" and fixes._fixes_plan(task.id, fixed_files(task),
+                                                              random.Random(0)) is None:  # fmt: skip
+            flags.append("oracle-fixes: the reference fix is not one listed candidate fix")
+        if r.success and r.reward is not None and abs(r.reward - 1.0) < 1e-9:
+            return "", flags
+        fired = ", ".join(
+            f"{k} {v:g}" for k, v in r.reward_terms.items() if v and k != "tests_pass"
+        )
+        return (f"the oracle ended {r.end_reason!r} after {r.steps} of max_steps "
+                f"{env.max_steps} steps, success {r.success}, reward {r.reward}"
+                + (f" ({fired})" if fired else "")), flags  # fmt: skip
+
+    return replay
