@@ -61,8 +61,21 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def stage_threads() -> None:
+    """A stage the launcher started (AGENTRL_TORCH_THREADS set: the preset's
+    `launcher.torch_threads`) runs torch with that many intra-op threads; torch alone would
+    cap OMP_NUM_THREADS at the machine's core count. Other command lines never import torch
+    here."""
+    threads = os.environ.get("AGENTRL_TORCH_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
 def main(argv: list[str] | None = None) -> int:
     cpu_accelerator_default()
+    stage_threads()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())

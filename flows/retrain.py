@@ -204,7 +204,7 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     validate_preset(p)
     pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
-    tags = {"preset": p.name, "config_hash": p.config_hash(), **stages.runtime_tags()}
+    tags = {"preset": p.name, "config_hash": p.config_hash(), **stages.runtime_tags(launcher)}
     if reproduction_of:
         tags.update({"reproduction_of_version": reproduction_of["version"],
                      "reproduction_of_run": reproduction_of.get("run_id", "")})  # fmt: skip
