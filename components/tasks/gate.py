@@ -101,7 +101,8 @@ class GateReport:
         replayed = sum(c.oracle == "replayed" for c in self.checks)
         if replayed or any(r.startswith("oracle") for r in self.failed.values()):
             lines.append(f"oracle replay: {replayed} task(s) solved at reward 1.0 within the "
-                         "preset's max_steps")  # fmt: skip
+                         "preset's max_steps (built-in tasks by their plan and verdict, "
+                         "the others as episodes)")  # fmt: skip
         lines.append(f"gate time: {self.seconds:.1f}s")
         for task_id, reason in sorted(self.failed.items()):
             lines.append(f"FAILED {task_id}: {reason}")

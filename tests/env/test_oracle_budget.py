@@ -193,3 +193,22 @@ def test_oracle_fixes_takes_its_ids_from_the_listing_the_episode_shows(tmp_path)
     absent = _listing({"var": ["line 2: a -> b"]})
     gave_up = policy.act(task, [*events, {"role": "environment", "observation": absent}])
     assert gave_up.tool == "finish"
+
+
+def test_built_in_tasks_are_replayed_by_their_plan(tmp_path):
+    from components.env.verifier import sandboxed_test_runner
+    from components.tasks.generate import generate_suite
+    from components.tasks.task import load_tasks
+
+    generate_suite(tmp_path / "suite", n_tasks=3, seed=0)
+    tasks, _ = load_tasks(tmp_path / "suite")
+    env, sandbox = EnvConfig(max_steps=8), SandboxConfig()
+    run_tests = sandboxed_test_runner(env, sandbox)
+    for task in tasks:
+        check = check_task(task, run_tests, replay=oracle_replay(env, sandbox))
+        assert check.ok and check.oracle == "replayed", check.reason
+    # Two steps: the tests and the patch; the episode ends before finish, solved.
+    short = check_task(tasks[0], run_tests, replay=oracle_replay(EnvConfig(max_steps=2), sandbox))
+    assert short.ok, short.reason
+    tight = check_task(tasks[0], run_tests, replay=oracle_replay(EnvConfig(max_steps=1), sandbox))
+    assert not tight.ok and "cut at max_steps 1, would score 0.0" in tight.reason
