@@ -52,6 +52,7 @@ def test_a_registered_version_reproduces_equal_on_one_core_and_loaded(workdir, p
     assert original["fingerprints"]["weights_sha256"]
     report = on_one_core(lambda: reproduce(str(version), preset="preset.yaml"))
     assert report["verdict"] == "equal", report
+    Path(report["workdir"]).rename(report["workdir"] + "-one-core")  # the next one's folder
     burners = burn_cpus()
     try:
         report = reproduce(str(version), preset="preset.yaml")
