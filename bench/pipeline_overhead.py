@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def bench_preset(tmp: Path, name: str, n_tasks: int, sft_steps: int) -> Path:
