@@ -7,13 +7,23 @@
 
 Prints both wall times and overhead = flow / bare - 1 (aim: under 10%).
 
+With `--make-run`: what a new user waits for. A fresh clone of this checkout, `make install`
+(the virtual environment from the lock file) then `make run` (the retrain flow on
+configs/cpu-demo.yaml), each timed; prints the install's and every stage's wall time with
+its share of the run, the flow's own time (run minus its stages) and the total, and writes
+the table to bench/results/. Run it on a quiet machine: other work inflates every row.
+
     .venv/bin/python bench/pipeline_overhead.py [--n-tasks 60] [--sft-steps 60]
+    .venv/bin/python bench/pipeline_overhead.py --make-run
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def bench_preset(tmp: Path, name: str, n_tasks: int, sft_steps: int) -> Path:
@@ -46,7 +57,8 @@ def bare_run(preset_path: Path) -> float:
     steps = [
         ["tasks", "generate", "--out", w / "tasks"],
         ["tasks", "check", "--tasks", w / "tasks", "--report", w / "gate.json"],
-        ["env", "eval", "--tasks", w / "tasks", "--split", "train", "--policy", "oracle",
+        ["env", "eval", "--tasks", w / "tasks", "--split", "train", "--policy",
+         p.section("pipeline").expert_policy,
          "--out", w / "expert" / "results.json", "--trajectories-out",
          w / "expert" / "expert.jsonl", "--quiet"],
         ["data", "ingest", w / "expert" / "expert.jsonl", "--overwrite"],
@@ -78,13 +90,61 @@ def flow_run(preset_path: Path) -> float:
     return time.perf_counter() - t0
 
 
+# What flows/retrain.py prints when a stage ends: "    gate: done in 380s".
+_STAGE_LINE = re.compile(r"^    ([\w-]+): (done|cached) in (\d+)s$", re.M)
+
+
+def stage_table(log: str, install_s: float, run_s: float) -> str:
+    """The table of a `make run` log: install, each stage (seconds, share of the run), the
+    flow's own time and the total."""
+    stages = [(m.group(1), float(m.group(3)), m.group(2)) for m in _STAGE_LINE.finditer(log)]
+    lines = ["| step | seconds | share of `make run` |", "|---|---:|---:|",
+             f"| install (make install) | {install_s:.0f} | |"]  # fmt: skip
+    for name, seconds, how in stages:
+        shown = f"{seconds:.0f}" + (" (cached)" if how == "cached" else "")
+        lines.append(f"| {name} | {shown} | {seconds / run_s:.0%} |")
+    rest = run_s - sum(s for _, s, _ in stages)
+    lines.append(f"| flow (Prefect, MLflow, start-up) | {rest:.0f} | {rest / run_s:.0%} |")
+    lines.append(f"| **total, install included** | **{install_s + run_s:.0f}** | |")
+    return "\n".join(lines)
+
+
+def make_run(out: Path) -> Path:
+    """Time `make install` and `make run` in a fresh clone of this checkout's HEAD."""
+    from bench.report import write_table
+
+    with tempfile.TemporaryDirectory(prefix="agentrl-make-run-") as tmp:
+        clone = Path(tmp) / "agentrl"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        t0 = time.perf_counter()
+        subprocess.run(["make", "install"], cwd=clone, env=env, check=True)
+        install_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        proc = subprocess.run(["make", "run"], cwd=clone, env=env, capture_output=True,
+                              text=True, check=False)  # fmt: skip
+        run_s = time.perf_counter() - t0
+    sys.stdout.write(proc.stdout[-4000:])
+    if proc.returncode != 0:
+        raise SystemExit(f"make run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    load = Path("/proc/loadavg").read_text().split()[0]
+    table = stage_table(proc.stdout, install_s, run_s)
+    text = f"# `make run` in a fresh clone ({os.cpu_count()} cores, load {load} at the end)\n\n"
+    return write_table(text + table + "\n", out, "make-run")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n-tasks", type=int, default=60)
     p.add_argument("--sft-steps", type=int, default=60)
+    p.add_argument("--make-run", action="store_true", help="time install + make run instead")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args()
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.chdir(ROOT)
+    if args.make_run:
+        make_run(args.out)
+        return
     with tempfile.TemporaryDirectory(prefix="agentrl-overhead-") as tmp:
         tmp = Path(tmp)
         bare = bare_run(bench_preset(tmp, "bench-bare", args.n_tasks, args.sft_steps))

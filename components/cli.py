@@ -48,13 +48,17 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
 
 
 def cpu_accelerator_default() -> None:
-    """Library defaults for a command line's output (a value already set wins): DeepSpeed
+    """Library defaults for a command line (a value already set wins): DeepSpeed
     (which transformers imports when it saves a model) warns in every process that finds
     no GPU, so where the machine has no NVIDIA device say CPU up front; transformers draws
     a progress bar for every shard it writes or loads, noise in a pipeline's log."""
     if not os.path.exists("/dev/nvidiactl"):
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # OpenMP threads that wait by sleeping, not spinning (read when torch loads): on a
+    # loaded machine, or with more threads than free cores, spinning made a training step
+    # ~3x slower than one thread (bench/results/threads-*.md); the work is split the same.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def usage() -> str:
@@ -64,8 +68,21 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def stage_threads() -> None:
+    """A stage the launcher started (AGENTRL_TORCH_THREADS set: the preset's
+    `launcher.torch_threads`) runs torch with that many intra-op threads; torch alone would
+    cap OMP_NUM_THREADS at the machine's core count. Other command lines never import torch
+    here."""
+    threads = os.environ.get("AGENTRL_TORCH_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
 def main(argv: list[str] | None = None) -> int:
     cpu_accelerator_default()
+    stage_threads()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())

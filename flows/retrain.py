@@ -15,7 +15,7 @@ import argparse
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import flow
@@ -59,6 +59,7 @@ class Run:
     parent_run_id: str
     launcher: dict
     refresh: bool = False  # rerun every stage, cached or not (a reproduction)
+    seconds: dict = field(default_factory=dict)  # stage -> its wall seconds ("cached": 0)
 
     def stage(self, name: str, argv: list, result_file, depends_on=(), artifacts=()) -> dict:
         """Run `agentrl ARGV --preset FILE` as stage `name` (cached on its command line, the
@@ -75,6 +76,7 @@ class Run:
                      return_state=True)  # fmt: skip
         result = state.result()
         cached = state.name == "Cached"
+        self.seconds[name] = 0.0 if cached else round(result["_stage_seconds"], 1)
         print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",
               flush=True)  # fmt: skip
         stages.track(name, self.parent_run_id, sections, result, [str(a) for a in artifacts],
@@ -204,7 +206,7 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     validate_preset(p)
     pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
-    tags = {"preset": p.name, "config_hash": p.config_hash(), **stages.runtime_tags()}
+    tags = {"preset": p.name, "config_hash": p.config_hash(), **stages.runtime_tags(launcher)}
     if reproduction_of:
         tags.update({"reproduction_of_version": reproduction_of["version"],
                      "reproduction_of_run": reproduction_of.get("run_id", "")})  # fmt: skip
@@ -240,7 +242,8 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
                                           "candidate": candidate, **fingerprints})  # fmt: skip
     summary = {"run_id": parent, "data_version": data.get("version"), "candidate": candidate,
                "evaluation": evaluation["candidate"]["overall"], "promotion": promotion,
-               "preset": p.path, "fingerprints": fingerprints}  # fmt: skip
+               "preset": p.path, "fingerprints": fingerprints,
+               "stage_seconds": run.seconds}  # fmt: skip
     if wait_for_approval and promotion.get("challenger"):
         from components.promote.approval import wait_for_approval_in_prefect
 
@@ -304,6 +307,9 @@ def print_summary(summary: dict) -> None:
         print(f"  .venv/bin/agentrl promote reject {version} --reason '...'")
     else:
         print("Gates failed: the candidate is not a challenger; nothing awaits approval.")
+    times = summary.get("stage_seconds") or {}
+    print("\n=== Stage timings (s; 0 = cached) ===\n  " + "  ".join(f"{k} {v:.0f}"
+          for k, v in times.items()) + f"  | total {sum(times.values()):.0f}")  # fmt: skip
     print("\nUIs:")
     print(f"  MLflow:  .venv/bin/mlflow ui --backend-store-uri {tracking_uri()} --port 5000")
     print("  Prefect: .venv/bin/prefect server start   (then http://127.0.0.1:4200)")

@@ -112,16 +112,24 @@ def fingerprints(data_version: str, sft_dir: str, candidate_dir: str, eval_resul
     return values
 
 
-def runtime_tags() -> dict:
-    """What the run's numbers may depend on besides its inputs (recorded, not controlled
-    here): torch's intra-op threads, the deterministic-algorithms switch, the CPU count."""
+def runtime_tags(launcher: dict) -> dict:
+    """What the run's numbers may depend on besides its inputs: torch's intra-op threads
+    (fixed here to the launcher's `torch_threads`, as every stage has them), the
+    deterministic-algorithms switch, the CPU count, and the vector ISA torch's CPU kernels
+    dispatch to (AVX512 / AVX2 / ...: another ISA's kernels may round differently,
+    docs/reproducibility.md)."""
     import os
 
     import torch
 
+    from components.launch.config import launcher_config_from_dict
+    from components.launch.launcher import fix_torch_threads
+
+    fix_torch_threads(launcher_config_from_dict(launcher).torch_threads)
     return {"torch_threads": str(torch.get_num_threads()),
             "torch_deterministic": str(torch.are_deterministic_algorithms_enabled()),
-            "cpu_count": str(os.cpu_count()), "torch_version": torch.__version__}  # fmt: skip
+            "cpu_count": str(os.cpu_count()), "torch_version": torch.__version__,
+            "cpu_isa": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
 
 
 @task

@@ -11,11 +11,12 @@ from components.env.sandbox import SandboxConfig, isolation_report
 
 
 def _sandboxed_runner(argv: list[str]):
-    """(the gate's test runner, the converters' `run_python`, the gate's hang finder, all
-    under the preset's env and sandbox sections, the rest of argv)."""
+    """(the gate's test runner, the converters' `run_python`, the gate's hang finder, its
+    oracle replay, all under the preset's env and sandbox sections, the rest of argv)."""
     import dataclasses
 
     from components.env.sandbox import run_sandboxed
+    from components.env.scripted import oracle_replay
     from components.env.verifier import sandboxed_test_runner
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.gate import hang_finder
@@ -34,7 +35,8 @@ def _sandboxed_runner(argv: list[str]):
         return result.exit_code, result.output
 
     find_hangs = hang_finder(run_python, env.per_test_timeout_s)
-    return sandboxed_test_runner(env, sandbox), run_python, find_hangs, rest
+    replay = oracle_replay(env, sandbox)
+    return sandboxed_test_runner(env, sandbox), run_python, find_hangs, replay, rest
 
 
 def main_isolation(argv: list[str]) -> int:
@@ -48,8 +50,8 @@ def main_tasks_check(argv: list[str]) -> int:
     sandboxed verifier under the preset's env and sandbox sections."""
     from components.tasks.__main__ import main_check
 
-    run_tests, _, find_hangs, rest = _sandboxed_runner(argv)
-    return main_check(rest, run_tests=run_tests, find_hangs=find_hangs)
+    run_tests, _, find_hangs, replay, rest = _sandboxed_runner(argv)
+    return main_check(rest, run_tests=run_tests, find_hangs=find_hangs, replay=replay)
 
 
 def main_tasks_import(argv: list[str]) -> int:
@@ -59,9 +61,9 @@ def main_tasks_import(argv: list[str]) -> int:
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.__main__ import main_import
 
-    run_tests, run_python, find_hangs, rest = _sandboxed_runner(argv)
+    run_tests, run_python, find_hangs, replay, rest = _sandboxed_runner(argv)
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--preset", default=DEFAULT_PRESET)
     sandbox = load_preset(p.parse_known_args(argv)[0].preset).section("sandbox")
     return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs,
-                       sandbox=sandbox)  # fmt: skip
+                       replay=replay, sandbox=sandbox)  # fmt: skip

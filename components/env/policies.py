@@ -5,7 +5,11 @@
   engineer would: run the tests, look around (search / read), edit, rerun, finish. A share
   of episodes include a recovery: an edit whose old text does not match (then a re-read and
   the right edit), or a wrong guess (a plausible edit elsewhere, a failing rerun, a revert).
-  These transcripts are the expert trajectories SFT starts from.
+  These transcripts are the expert trajectories SFT starts from. A plan fits the episode's
+  `max_steps` (EnvConfig): the fix comes first (the tests, the edits, the rerun, finish; one
+  `apply_patch` where the edits would not fit), then the look-around, then a recovery detour,
+  each only where the budget still has room; hunks of the reference patch that change only
+  blank lines or trailing whitespace get no edit of their own.
 - `special-case`: the oracle's fix plus hard-coded answers to the visible tests: a cheater
   by construction, measured on impossible variants (components/evaluate/cheating.py).
 """
@@ -25,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.episode import Action
-from components.env.fixes import candidate_fixes, fix_kind, listed_id
+from components.env.fixes import candidate_fixes, fix_kind, listed_id, listed_ids
+from components.env.neighbourhood import neighbourhood
 from components.tasks.impossible import target_function, visible_assertions
 from components.tasks.mutations import normalize
 from components.tasks.patching import apply_unified_diff
@@ -86,6 +91,47 @@ def minimal_edits(path: str, before: str, after: str) -> list[FileEdit]:
     return edits
 
 
+def _cosmetic(old: list[str], new: list[str]) -> bool:
+    """Lines that differ only in blank lines or trailing whitespace (indentation counts)."""
+    strip = lambda lines: [ln.rstrip() for ln in lines if ln.strip()]  # noqa: E731
+    return strip(old) == strip(new)
+
+
+def without_cosmetic_hunks(before: str, after: str) -> str:
+    """`after` with every hunk that only adds or removes blank lines or trailing whitespace
+    left as `before` had it: what an engineer's edits would change (tests cannot tell)."""
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag == "equal" or _cosmetic(a[i1:i2], b[j1:j2]):
+            out += a[i1:i2]
+        else:  # a real change: without the blank lines it adds around itself
+            out += _trim_blank_edges(a[i1:i2], b[j1:j2])
+    return "".join(out)
+
+
+def _blank_run(lines: list[str], reverse: bool = False) -> int:
+    seq = reversed(lines) if reverse else lines
+    return next((i for i, ln in enumerate(seq) if ln.strip()), len(lines))
+
+
+def _trim_blank_edges(old: list[str], new: list[str]) -> list[str]:
+    """`new` with no more leading or trailing blank lines than `old` has."""
+    if not any(ln.strip() for ln in new):
+        return new
+    head = max(0, _blank_run(new) - _blank_run(old))
+    tail = max(0, _blank_run(new, True) - _blank_run(old, True))
+    return new[head : len(new) - tail]
+
+
+def planned_edits(files: dict[str, tuple[str, str]]) -> list[FileEdit]:
+    """The edits of the reference patch, cosmetic hunks left out (all of them kept where a
+    patch is nothing but cosmetic, so the plan still changes something)."""
+    edits = [e for path, (b, a) in files.items()
+             for e in minimal_edits(path, b, without_cosmetic_hunks(b, a))]  # fmt: skip
+    return edits or [e for path, (b, a) in files.items() for e in minimal_edits(path, b, a)]
+
+
 def _first_changed_line(before: str, after: str) -> str:
     for line in difflib.ndiff(before.splitlines(), after.splitlines()):
         if line.startswith("- ") and line[2:].strip():
@@ -104,6 +150,30 @@ def _wrong_guess(path: str, text: str, fix_old: str, rng: random.Random) -> File
     return rng.choice(candidates) if candidates else None
 
 
+def _look_around(rng: random.Random, path: str, before: str, bug_line: str) -> list[Action]:
+    """Search for the buggy statement or read the module (or both), as drawn."""
+    look: list[Action] = []
+    how = rng.choice(["read", "search_read", "search", "read_range"])
+    name = re.search(r"def (\w+)", before)
+    if how in ("search", "search_read") and (name or bug_line):
+        pattern = (
+            re.escape(bug_line)
+            if bug_line and rng.random() < 0.5
+            else (rf"def {name.group(1)}" if name else re.escape(bug_line))
+        )
+        look.append(Action("search", {"pattern": pattern}, "Find the code under test."))
+    if how in ("read", "search_read") or (how == "search" and not look):
+        look.append(Action("read_file", {"path": path}, "Read the module."))
+    if how == "read_range":
+        idx = next((i for i, ln in enumerate(before.splitlines(), 1)
+                    if bug_line and ln.strip() == bug_line), 1)  # fmt: skip
+        look.append(
+            Action("read_file", {"path": path, "start_line": max(1, idx - 6),
+                                 "end_line": idx + 6}, "Read around the failing logic.")
+        )  # fmt: skip
+    return look
+
+
 @dataclass
 class OraclePolicy:
     """Plays a precomputed plan per task; variety comes from a per-task seeded RNG."""
@@ -118,6 +188,7 @@ class OraclePolicy:
     style: str = "explore"
     fallback: bool = True
     max_fixes: int = 64  # must match EnvConfig.max_fixes for the ids to agree
+    max_steps: int = 8  # EnvConfig.max_steps: assistant actions the plan must fit in
     _plans: dict[str, list[Action]] = field(default_factory=dict, repr=False)
     # per task: planned try_fix id -> its candidate's description (see `_as_listed`)
     _described: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
@@ -131,20 +202,35 @@ class OraclePolicy:
         return self._as_listed(task, action, events)
 
     def _as_listed(self, task: Task, action: Action, events: list[dict]) -> Action:
-        """A planned try_fix with the id the episode's listing gives its candidate: the plan
-        numbers candidates as a listing without test output does, and an environment that
-        ranks by the failing tests' tracebacks may number them otherwise."""
+        """A planned try_fix with the id the episode's own listing gives the candidate: the
+        plan numbers candidates as a listing without test output does, and the episode
+        ranks by the failing tests' tracebacks, so numbers (and the cut at `max_fixes`)
+        differ. The right fix is looked up among every listed candidate that writes the
+        reference's code; when none is listed the episode finishes (a failure, never SFT
+        data) rather than naming an id the listing does not have. A deliberate wrong try
+        takes a listed wrong candidate."""
         if action.tool != "try_fix":
             return action
-        description = self._described.get(task.id, {}).get(action.arguments["id"])
         listings = [r.get("observation") or "" for a, r in zip(events[1::2], events[2::2],
                     strict=False) if a.get("action") == "list_fixes"]  # fmt: skip
-        if description is None or not listings:
+        described = self._described.get(task.id)
+        if described is None or not listings:
             return action
-        fix_id = listed_id(listings[-1], fix_kind(action.arguments["id"]), description)
-        if fix_id is None or fix_id == action.arguments["id"]:
-            return action
-        return dataclasses.replace(action, arguments={**action.arguments, "id": fix_id})
+        listing = listings[-1]
+        shown = set(listed_ids(listing))
+        right = [i for kind, text in described["right"]
+                 if (i := listed_id(listing, kind, text)) is not None]  # fmt: skip
+        if action.imitate:
+            if not right:
+                return Action("finish", {"summary": "The fix is not among the candidates."})
+            return dataclasses.replace(action, arguments={**action.arguments, "id": right[0]})
+        wrong = sorted(shown - set(right), key=listed_ids(listing).index)
+        mapped = listed_id(listing, fix_kind(action.arguments["id"]),
+                           described["wrong"].get(action.arguments["id"], ""))  # fmt: skip
+        pick = mapped if mapped in wrong else (wrong[0] if wrong else None)
+        if pick is None:  # nothing wrong to show: skip ahead to the fix
+            return self._as_listed(task, self._plans[task.id][-2], events)
+        return dataclasses.replace(action, arguments={**action.arguments, "id": pick})
 
     def plan(self, task: Task) -> list[Action]:
         rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}".encode()))
@@ -156,68 +242,61 @@ class OraclePolicy:
             if not self.fallback:
                 return [Action("list_fixes", {}), Action("finish", {"summary": "No fix found."})]
         test_cmd = shlex.join(task.test_command)
-        edits = [e for path, (b, a) in files.items() for e in minimal_edits(path, b, a)]
+        edits = planned_edits(files)
         main_path, (before, after) = next(iter(files.items()))
         bug_line = _first_changed_line(before, after)
 
-        steps: list[Action] = [
-            Action("run_command", {"cmd": test_cmd}, "Run the tests to see what fails.")
-        ]
-        # Look around: search for the buggy statement or read the module (or both).
-        look = rng.choice(["read", "search_read", "search", "read_range"])
-        name = re.search(r"def (\w+)", before)
-        if look in ("search", "search_read") and (name or bug_line):
-            pattern = (
-                re.escape(bug_line)
-                if bug_line and rng.random() < 0.5
-                else (rf"def {name.group(1)}" if name else re.escape(bug_line))
-            )
-            steps.append(Action("search", {"pattern": pattern}, "Find the code under test."))
-        if look in ("read", "search_read") or (look == "search" and not steps[1:]):
-            steps.append(Action("read_file", {"path": main_path}, "Read the module."))
-        if look == "read_range":
-            idx = next((i for i, ln in enumerate(before.splitlines(), 1)
-                        if bug_line and ln.strip() == bug_line), 1)  # fmt: skip
-            steps.append(
-                Action("read_file", {"path": main_path, "start_line": max(1, idx - 6),
-                                     "end_line": idx + 6}, "Read around the failing logic.")
-            )  # fmt: skip
-
+        # Every choice is drawn first, in a fixed order, so a budget that drops a part does
+        # not change the others; then the parts are assembled by priority.
+        look = _look_around(rng, main_path, before, bug_line)
         r = rng.random()
         first = edits[0]
+        detour: list[Action] = []
         if r < self.recovery_rate / 2 and first.old.strip():
             # A slip: the old text is misremembered (whitespace), the edit fails, re-read.
             slipped = first.old.replace(" ", "  ", 1) if " " in first.old else first.old + " "
-            steps.append(Action("edit_file", {"path": first.path, "old": slipped,
-                                              "new": first.new}, "Apply the fix.",
-                                imitate=False))  # fmt: skip
-            steps.append(Action("read_file", {"path": first.path},
-                                "The edit did not match; re-read the exact text."))  # fmt: skip
+            detour.append(Action("edit_file", {"path": first.path, "old": slipped,
+                                               "new": first.new}, "Apply the fix.",
+                                 imitate=False))  # fmt: skip
+            detour.append(Action("read_file", {"path": first.path},
+                                 "The edit did not match; re-read the exact text."))  # fmt: skip
         elif r < self.recovery_rate:
             wrong = _wrong_guess(first.path, before, first.old, rng)
             if wrong is not None:
-                steps += [
+                detour += [
                     Action("edit_file", {"path": wrong.path, "old": wrong.old, "new": wrong.new},
                            "This condition looks suspicious; try changing it.", imitate=False),
                     Action("run_command", {"cmd": test_cmd}, "Check whether that fixed it."),
                     Action("edit_file", {"path": wrong.path, "old": wrong.new, "new": wrong.old},
                            "Still failing: that was not the bug. Revert it."),
                 ]  # fmt: skip
-        if rng.random() < 0.3:
-            steps.append(Action("apply_patch", {"patch": task.reference_patch() or ""},
-                                "Apply the fix as a patch."))  # fmt: skip
-        else:
-            steps += [Action("edit_file", {"path": e.path, "old": e.old, "new": e.new},
-                             "Fix the bug.") for e in edits]  # fmt: skip
-        steps.append(Action("run_command", {"cmd": test_cmd}, "Rerun the tests."))
+        patch = Action("apply_patch", {"patch": task.reference_patch() or ""},
+                       "Apply the fix as a patch.")  # fmt: skip
+        fix = [Action("edit_file", {"path": e.path, "old": e.old, "new": e.new},
+                      "Fix the bug.") for e in edits]  # fmt: skip
+        if rng.random() < 0.3 or len(fix) + 3 > self.max_steps:
+            fix = [patch]
         fixed_line = _first_changed_line(after, before)
         summary = (
             f"Fixed {main_path}: `{bug_line}` -> `{fixed_line}`; the tests pass."
             if bug_line and fixed_line
             else f"Fixed the bug in {main_path}; the tests pass."
         )
-        steps.append(Action("finish", {"summary": summary}))
-        return steps
+        run = Action("run_command", {"cmd": test_cmd}, "Run the tests to see what fails.")
+        rerun = Action("run_command", {"cmd": test_cmd}, "Rerun the tests.")
+        done = Action("finish", {"summary": summary})
+        # The fix first: the tests, the edits, finish; then, while they fit, the rerun, the
+        # look-around and the detour (a detour is shown only where its recovery fits too).
+        room = self.max_steps - len(fix) - 2
+        middle = []
+        for part in ([rerun], look, detour):
+            if len(part) <= room:
+                middle.append(part)
+                room -= len(part)
+            else:
+                middle.append([])
+        rerun_part, look, detour = middle
+        return [run, *look, *detour, *fix, *rerun_part, done]
 
     def _fixes_plan(self, task_id: str, files: dict, rng: random.Random) -> list[Action] | None:
         if len(files) != 1:
@@ -225,17 +304,24 @@ class OraclePolicy:
         path, (before, after) = next(iter(files.items()))
         try:
             candidates = candidate_fixes(before, self.max_fixes)
+            everything = neighbourhood(before)  # uncut: the episode's cut may differ
             target = normalize(after) + "\n"
         except SyntaxError:
             return None
         right = [c for c in candidates if c.source == target]
         if not right:
             return None
-        self._described[task_id] = {c.id: c.description for c in candidates}
+        # What identifies a candidate in any listing of this module: its kind and
+        # description (numbers depend on the ranking); every candidate that writes the
+        # reference's code counts as the fix.
+        self._described[task_id] = {
+            "right": [(n.kind, n.description) for n in everything if n.source == target],
+            "wrong": {c.id: c.description for c in candidates if c.source != target},
+        }
         # No free text before the calls: in this style the transcript is for a tiny model.
         steps = [Action("list_fixes", {})]
         wrong = [c for c in candidates if c.source != target]
-        if wrong and rng.random() < self.recovery_rate:
+        if wrong and rng.random() < self.recovery_rate and self.max_steps >= 4:
             # Shown so a learner sees a failed try followed by another, not learned as a pick:
             # uniform over wrong candidates it would teach the commonest kind (var) first.
             steps.append(Action("try_fix", {"id": rng.choice(wrong).id}, imitate=False))

@@ -9,6 +9,7 @@ need nothing but a seed. Model policies are evaluated through the rollout engine
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from components.env.baseline import (
@@ -99,20 +100,21 @@ def make_policy(
     max_tries: int = 4,
     statistics: FixStatistics | None = None,
     max_fixes: int = 64,
+    max_steps: int = 8,
 ):
     """A fresh scripted policy. `max_tries`: fix tries of the searches (a model episode's
     turns minus list and finish); `max_fixes` must equal EnvConfig.max_fixes so the
-    oracle's ids agree with the listing."""
+    oracle's ids agree with the listing; `max_steps` (EnvConfig.max_steps): the oracles
+    plan within it."""
     if name not in SCRIPTED_POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(SCRIPTED_POLICIES)}")
     if name in NEEDS_STATISTICS and statistics is None:
         raise ValueError(f"policy {name!r} needs the train split's fix statistics")
     if name == "oracle":
-        return OraclePolicy(seed=seed, max_fixes=max_fixes)
+        return OraclePolicy(seed=seed, max_fixes=max_fixes, max_steps=max_steps)
     if name == "oracle-fixes":
-        return OraclePolicy(
-            seed=seed, style="fixes", fallback=False, max_fixes=max_fixes, name="oracle-fixes"
-        )
+        return OraclePolicy(seed=seed, style="fixes", fallback=False, max_fixes=max_fixes,
+                            max_steps=max_steps, name="oracle-fixes")  # fmt: skip
     if name == "noop":
         return NoopPolicy()
     if name == "special-case":
@@ -128,3 +130,89 @@ def make_policy(
         return RandomFixesPolicy(seed=seed, max_tries=max_tries, by_kind=True,
                                  name="random-kinds", kind_weights=weights)  # fmt: skip
     return PriorFixesPolicy(statistics.kind_success_rates, max_tries=max_tries)
+
+
+def oracle_replay(env: EnvConfig, sandbox):
+    """The task gate's check 3 (components/tasks/gate.py) under `env`, the preset's: the
+    oracle (free-form tools: it reaches every reference fix; a fix-search preset's expert is
+    the same plan through list_fixes / try_fix) must solve the task within `env.max_steps`
+    at reward 1.0. Returns `replay(task) -> (why not, flags)`.
+
+    An imported, mined or converted task is replayed as a whole episode. A built-in task
+    (one canonical hunk; the generator's mutants) is replayed by its plan, without running
+    its tool calls: the plan must fit, the safety monitor must allow every call, and the
+    tree the plan's edits leave must verify at reward 1.0 (the verdict of that tree is
+    the gate's check 2, from the verdict cache): the same facts the episode's reward reads,
+    at a third of the gate's cost instead of doubling it (bench/pipeline_overhead.py).
+    A flag marks a task the fix-search oracle cannot show (its fix is not one listed
+    candidate), so it yields no `oracle-fixes` expert episode."""
+    from components.env.episode import run_episode
+    from components.env.policies import fixed_files
+
+    free = env.with_tool_set("free_form")
+
+    def replay(task: Task) -> tuple[str, list[str]]:
+        oracle = make_policy("oracle", max_fixes=env.max_fixes, max_steps=env.max_steps)
+        flags = []
+        fixes = OraclePolicy(style="fixes", max_fixes=env.max_fixes, max_steps=env.max_steps)
+        if env.tool_set == "fix_search" and fixes._fixes_plan(task.id, fixed_files(task),
+                                                              random.Random(0)) is None:  # fmt: skip
+            flags.append("oracle-fixes: the reference fix is not one listed candidate fix")
+        if task.metadata.source == "builtin":
+            return _replay_plan(task, oracle.plan(task), free, sandbox), flags
+        r = run_episode(task, oracle, free, sandbox)
+        if r.success and r.reward is not None and abs(r.reward - 1.0) < 1e-9:
+            return "", flags
+        fired = ", ".join(
+            f"{k} {v:g}" for k, v in r.reward_terms.items() if v and k != "tests_pass"
+        )
+        return (f"the oracle ended {r.end_reason!r} after {r.steps} of max_steps "
+                f"{env.max_steps} steps, success {r.success}, reward {r.reward}"
+                + (f" ({fired})" if fired else "")), flags  # fmt: skip
+
+    return replay
+
+
+def _replay_plan(task: Task, plan: list, env: EnvConfig, sandbox) -> str:
+    """Why the oracle's `plan` would not solve `task` at reward 1.0 ("" when it would):
+    its length, the monitor's verdict on each call, the reward of the tree it leaves."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from components.env.rewards import EpisodeFacts, compute_reward
+    from components.env.safety import classify_action
+    from components.env.verifier import verify
+    from components.tasks.patching import PatchError, apply_unified_diff
+
+    steps = len(plan)
+    plan = plan[: env.max_steps]  # what an episode plays: the calls max_steps lets through
+    blocked = [(a.tool, v.category) for a in plan if not (v := classify_action(
+        a.tool, a.arguments, protected_paths=task.protected_paths,
+        allowed_programs=sandbox.allowed_programs)).allowed]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="agentrl-replay-") as tmp:
+        repo = Path(tmp) / "repo"
+        shutil.copytree(task.repo_dir, repo, symlinks=True)
+        for a in plan:  # what the edits leave (a slipped edit matches nothing: no change)
+            try:
+                if a.tool == "apply_patch":
+                    apply_unified_diff(repo, a.arguments["patch"])
+                elif a.tool == "edit_file":
+                    f = repo / a.arguments["path"]
+                    text = f.read_text()
+                    if text.count(a.arguments["old"]) == 1:
+                        f.write_text(text.replace(a.arguments["old"], a.arguments["new"]))
+            except (OSError, PatchError) as e:
+                return f"the oracle's {a.tool} fails: {e}"
+        v = verify(task, repo, env, sandbox)
+    if v.status != "ok" or v.verdict_lost:
+        return f"no verdict on the oracle's tree: {v.detail.strip()[:200]}"
+    facts = EpisodeFacts(ran_tests=any(a.tool == "run_command" for a in plan),
+                         safety_categories=tuple(c for _, c in blocked))  # fmt: skip
+    r = compute_reward(v, facts, env)
+    if r.success and abs(r.total - 1.0) < 1e-9 and not blocked:
+        return ""
+    fired = ", ".join(f"{k} {x:g}" for k, x in r.terms.items() if x and k != "tests_pass")
+    return (f"the oracle's plan of {steps} steps, cut at max_steps {env.max_steps}, would "
+            f"score {r.total} (success {r.success}" + (f"; {fired}" if fired else "")
+            + (f"; blocked {blocked}" if blocked else "") + ")")  # fmt: skip

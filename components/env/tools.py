@@ -178,6 +178,27 @@ def without_durations(output: str) -> str:
     return _DURATION.sub(r"\1", output)
 
 
+# A failure's section in pytest's report: from its "____ test_x ____" header to the next
+# header or "=====" line.
+_SECTION = re.compile(r"^_{3,} [^\n]+ _{3,}$\n(.*?)(?=^_{3,} [^\n]+ _{3,}$|^=+ |\Z)", re.M | re.S)
+_TIMEOUT = re.compile(r"^E\s+Failed: Timeout.*$", re.M)
+
+
+def without_timeout_frames(output: str) -> str:
+    """`output` with the traceback of every test pytest-timeout stopped cut to its
+    "Failed: Timeout" line: where a looping test was interrupted depends on the machine's
+    speed and load, so the frames would make the same episode read (and rank its
+    candidate fixes, components/env/fixes.py) differently from run to run."""
+
+    def cut(m: re.Match) -> str:
+        stopped = _TIMEOUT.search(m.group(1))
+        if stopped is None:
+            return m.group(0)
+        return m.group(0)[: m.start(1) - m.start(0)] + stopped.group(0) + "\n\n"
+
+    return _SECTION.sub(cut, output)
+
+
 # How pytest is started: `python -m pytest` and `pytest` are the same program here.
 _PYTEST_STARTS = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
 # pytest options that change what it shows or how soon it stops, never which code runs.
@@ -235,8 +256,8 @@ def _run_command(
     except SandboxError as e:
         return failed_result(config, f"error: {e}", "refused")
     # Every reader of the output (the observation, list_fixes / try_fix summaries, the
-    # monitor) sees it without run times.
-    cmd = dataclasses.replace(cmd, output=without_durations(cmd.output))
+    # monitor) sees it without run times or where a timeout happened to interrupt a test.
+    cmd = dataclasses.replace(cmd, output=without_timeout_frames(without_durations(cmd.output)))
     status = []
     tests_timed_out = cmd.limit_hit in _TIME_LIMITS and runs_task_tests(argv, test_command)
     if tests_timed_out:

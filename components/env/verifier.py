@@ -352,10 +352,39 @@ def _ruff_counts(root: Path, files: list[str]) -> Counter:
     return counts
 
 
-def introduced_findings(original: Path, final: Path, files: list[str]) -> dict[str, list[str]]:
-    """Ruff findings in `files` that the final tree has more of than the original. When ruff
-    checks the original but fails on the agent's files, that is one lint finding (a file
-    that crashes the linter must not erase the episode)."""
+_REFERENCE_LINT: dict[tuple[str, str], Counter] = {}
+
+
+def reference_findings(task: Task) -> Counter:
+    """Ruff findings per (file, code) in the files the task's reference fix touches, with
+    the fix applied (cached per task and patch): findings the fix itself brings are not the
+    agent's to answer for. Empty when the task has no reference or it does not apply."""
+    patch = task.reference_patch()
+    if patch is None:
+        return Counter()
+    key = (str(task.root), hashlib.sha256(patch.encode()).hexdigest())
+    if key not in _REFERENCE_LINT:
+        from components.tasks.patching import PatchError, apply_unified_diff
+
+        with tempfile.TemporaryDirectory(prefix="agentrl-reflint-") as tmp:
+            repo = Path(tmp) / "repo"
+            shutil.copytree(task.repo_dir, repo, symlinks=True)
+            try:
+                touched = apply_unified_diff(repo, patch)
+                counts = _ruff_counts(repo, [f for f in touched if f.endswith(".py")])
+            except (PatchError, OSError, RuntimeError, subprocess.SubprocessError):
+                counts = Counter()  # the gate reports a patch that does not apply
+        _REFERENCE_LINT[key] = counts
+    return _REFERENCE_LINT[key]
+
+
+def introduced_findings(
+    original: Path, final: Path, files: list[str], allowed: Counter | None = None
+) -> dict[str, list[str]]:
+    """Ruff findings in `files` that the final tree has more of than the original (or than
+    `allowed`, the reference fix's own, where that is more). When ruff checks the original
+    but fails on the agent's files, that is one lint finding (a file that crashes the
+    linter must not erase the episode)."""
     py = [f for f in files if f.endswith(".py")]
     before = _ruff_counts(original, py)
     try:
@@ -363,8 +392,9 @@ def introduced_findings(original: Path, final: Path, files: list[str]) -> dict[s
     except (RuntimeError, subprocess.SubprocessError, ValueError) as e:
         return {"lint": [f"ruff could not check the changed files: {e}"], "security": []}
     out: dict[str, list[str]] = {"lint": [], "security": []}
+    allowed = allowed or Counter()
     for (path, code), n in sorted(after.items()):
-        extra = n - before.get((path, code), 0)
+        extra = n - max(before.get((path, code), 0), allowed.get((path, code), 0))
         if extra > 0:
             out["security" if code.startswith("S") else "lint"] += [f"{path}: {code}"] * extra
     return out
@@ -888,7 +918,7 @@ def _run_checks(
     tests_tree, cases_tree = work / "tests", work / "cases"
     build_tree(task, snap, changed, tampered, tests_tree, hidden=True)
     kept = [p for p in changed if p not in tampered]
-    findings = introduced_findings(task.repo_dir, tests_tree, kept)
+    findings = introduced_findings(task.repo_dir, tests_tree, kept, reference_findings(task))
     if is_harbor_task(task):  # Harbor's tests/test.sh and its reward file (tasks/harbor.py)
         run = run_harbor_verifier(task, tests_tree, cfg)
         return None, _Check(passed=run.passed, total=1, failed=int(not run.passed),

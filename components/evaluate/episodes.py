@@ -39,7 +39,8 @@ def scripted_factory(
     policy: str, env: EnvConfig, seed: int, statistics: FixStatistics | None = None
 ) -> Callable:
     """A factory of fresh scripted policies (fails here, not mid-run, on a bad name)."""
-    kwargs = dict(max_tries=search_tries(env), statistics=statistics, max_fixes=env.max_fixes)
+    kwargs = dict(max_tries=search_tries(env), statistics=statistics, max_fixes=env.max_fixes,
+                  max_steps=env.max_steps)  # fmt: skip
     make_policy(policy, seed=seed, **kwargs)
     return lambda: make_policy(policy, seed=seed, **kwargs)
 

@@ -106,6 +106,15 @@ class LauncherConfig:
         default_factory=dict,
         metadata=doc("extra environment of the stage (e.g. MLFLOW_TRACKING_URI)"),
     )
+    torch_threads: int = field(
+        default=2,
+        metadata=doc(
+            "intra-op threads of every stage (torch.set_num_threads in-process, "
+            "OMP_NUM_THREADS / MKL_NUM_THREADS otherwise): set here, not by the machine's "
+            "core count, so the same preset gives the same weights and evaluation on any "
+            "CPU of the same ISA; 0 leaves torch's default (the machine's cores)"
+        ),
+    )
     labels: dict[str, str] = field(
         default_factory=dict, metadata=doc("extra labels on the Job and its pods")
     )
@@ -166,6 +175,10 @@ class LauncherConfig:
         object.__setattr__(self, "resources", {**_default_resources(), **self.resources})
         if self.mode not in MODES:
             raise ValueError(f"LauncherConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if not isinstance(self.torch_threads, int) or self.torch_threads < 0:
+            raise ValueError(
+                f"LauncherConfig.torch_threads must be >= 0, got {self.torch_threads!r}"
+            )
         if not _DNS_LABEL.match(self.namespace):
             raise ValueError(f"LauncherConfig.namespace {self.namespace!r} is not a DNS label")
         if not self.image:
@@ -211,3 +224,15 @@ def launcher_config_from_dict(values: dict | str | None) -> LauncherConfig:
     if isinstance(values, str):
         return LauncherConfig(mode=values)  # type: ignore[arg-type]
     return config_from_dict(LauncherConfig, values, "launcher")
+
+
+def stage_environment(config: LauncherConfig) -> dict[str, str]:
+    """The extra environment of a stage: `env` plus the thread count (`torch_threads`):
+    OpenMP's and MKL's, which a child's torch reads at start but caps at the core count,
+    and AGENTRL_TORCH_THREADS, which the `agentrl` command line sets torch to
+    (components/cli.py)."""
+    if not config.torch_threads:
+        return dict(config.env)
+    n = str(config.torch_threads)
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "AGENTRL_TORCH_THREADS": n,
+            **config.env}  # fmt: skip

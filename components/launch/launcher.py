@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from components.launch.config import LauncherConfig
+from components.launch.config import LauncherConfig, stage_environment
 
 LogSink = Callable[[str], None]
 
@@ -111,13 +111,22 @@ def _environ(extra: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def fix_torch_threads(n: int) -> None:
+    """torch's intra-op threads set to `n` in this process (0: left as they are)."""
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
 def _run_in_process(stage: str, argv: list[str], config: LauncherConfig) -> StageResult:
     from components.cli import main
 
     started = time.perf_counter()
     result = StageResult(stage=stage, mode="in-process", returncode=0, seconds=0.0)
+    fix_torch_threads(config.torch_threads)
     try:
-        with _environ(config.env):
+        with _environ(stage_environment(config)):
             result.returncode = int(main(argv) or 0)
     except SystemExit as exc:  # argparse errors and commands that exit
         code = exc.code
@@ -142,7 +151,7 @@ def _run_subprocess(stage: str, argv: list[str], config: LauncherConfig, log: Lo
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **config.env},
+        env={**os.environ, **stage_environment(config)},
         cwd=config.cwd or None,
     )
     timed_out = threading.Event()
@@ -276,8 +285,9 @@ def build_job(
         container["workingDir"] = config.cwd
     resources = config.resources_for(key)
     container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
-    env = [e for e in container.get("env") or [] if e["name"] not in config.env]
-    env += [{"name": k, "value": v} for k, v in sorted(config.env.items())]
+    extra = stage_environment(config)
+    env = [e for e in container.get("env") or [] if e["name"] not in extra]
+    env += [{"name": k, "value": v} for k, v in sorted(extra.items())]
     env.append({"name": "AGENTRL_STAGE", "value": stage_name})
     container["env"] = env
     return job

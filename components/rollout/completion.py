@@ -25,6 +25,7 @@ class Completion:
     policy_version: str = ""
 
 
-# (prompts, max_new_tokens per prompt, seed) -> one Completion per prompt, in order. The
-# in-process backend also takes `allowed_fix_ids=` (components/rollout/constrain.py).
+# (prompts, max_new_tokens per prompt, seed) -> one Completion per prompt, in order; the
+# engine passes one seed per prompt (its episode's stream), other callers may pass one int.
+# The in-process backend also takes `constraint=` (components/rollout/constrain.py).
 GenerateFn = Callable[[list[list[int]], list[int], int], list[Completion]]

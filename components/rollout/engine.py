@@ -124,7 +124,7 @@ def generate_transformers(
     *,
     temperature: float,
     top_p: float,
-    seed: int,
+    seed: int | Sequence[int],
     top_logprobs: int = 0,
     constraint: Constraint | None = None,
 ) -> list[Completion]:
@@ -135,6 +135,9 @@ def generate_transformers(
     `<|im_end|>`, so a row's real tokens are everything up to its first `<|im_end|>`.
     `constraint`: a tool set's decoding constraint with one entry per prompt
     (`Constraint`); the stored log-probs stay the model's own.
+    `seed`: one int for the batch (one torch stream, which every row draws from), or one
+    per prompt: each row then draws from its own stream (`RowSampler`), so what a row
+    samples does not depend on which rows share its batch or in which order.
     """
     import torch
 
@@ -143,10 +146,12 @@ def generate_transformers(
     width = input_ids.shape[1]
     device = model.device
     greedy = temperature == 0.0
+    rows = None if isinstance(seed, int) or greedy else list(seed)
     kwargs = _generate_kwargs(
         tokenizer, width, max(max_new_tokens), eos,
-        temperature=temperature, top_p=top_p, constraint=constraint,
+        temperature=temperature, top_p=top_p, constraint=constraint, row_seeds=rows,
     )  # fmt: skip
+    seed = seed if isinstance(seed, int) else 0  # per-row streams: the global one is unused
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -187,29 +192,61 @@ def _left_padded(prompts: list[list[int]], pad: int):
 
 def _generate_kwargs(
     tokenizer, width: int, max_new: int, eos: int, *, temperature: float, top_p: float,
-    constraint: Constraint | None,
+    constraint: Constraint | None, row_seeds: list[int] | None = None,
 ) -> dict:  # fmt: skip
     """`model.generate` settings: plain softmax(logits / T) sampling (greedy at T = 0),
-    raw logits returned, and the tool set's decoding constraint when asked for."""
+    raw logits returned, and the tool set's decoding constraint when asked for. With
+    `row_seeds`, the draw is `RowSampler`'s (after the constraint) and generate takes the
+    one token it leaves (do_sample off: nothing else reads torch's global stream)."""
+    from transformers import LogitsProcessorList
+
     greedy = temperature == 0.0
     kwargs = {
         "max_new_tokens": max_new,
-        "do_sample": not greedy,
+        "do_sample": not greedy and row_seeds is None,
         "return_dict_in_generate": True,
         "output_logits": True,  # raw logits: the stored log-probs must not be top-p filtered
         "eos_token_id": eos,
         "pad_token_id": tokenizer.pad_token_id,
     }
+    processors = LogitsProcessorList()
     if constraint is not None:
-        from transformers import LogitsProcessorList
-
-        processor = constraint.spec.logits_processor(tokenizer, width, constraint.rows)
-        kwargs["logits_processor"] = LogitsProcessorList([processor])
-    if not greedy:
+        processors.append(constraint.spec.logits_processor(tokenizer, width, constraint.rows))
+    if row_seeds is not None:
+        processors.append(RowSampler(row_seeds, temperature, top_p))
+    if processors:
+        kwargs["logits_processor"] = processors
+    if not greedy and row_seeds is None:
         # top_k=0 turns off transformers' default top-k of 50: sampling is exactly
         # softmax(logits / T), optionally top-p cut.
         kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
     return kwargs
+
+
+class RowSampler:
+    """A logits processor that samples each row from softmax(scores / T), top-p cut, with
+    the row's own torch.Generator (seeded once per generate call from its seed), and keeps
+    only the drawn token: what transformers' sampling does, with one random stream per row
+    instead of one for the batch. Runs after any decoding constraint, on its output."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float) -> None:
+        import torch
+
+        self.temperature, self.top_p = temperature, top_p
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1).cpu()  # [B, V]
+        if self.top_p < 1.0:  # keep the smallest top set with mass >= top_p (the best always)
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p
+            probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+        picked = torch.stack([torch.multinomial(probs[i], 1, generator=g)
+                              for i, g in enumerate(self.generators)])  # [B, 1]  # fmt: skip
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter(-1, picked.to(scores.device), 0.0)
 
 
 def _sampled_logprobs(step_logits, generated, scale: float, top_logprobs: int):
@@ -329,8 +366,10 @@ def _generate_turn(
     caps = [min(config.max_new_tokens, limit - len(ep.ids)) for ep in live]
     constraint = constraint_for([ep.env for ep in live], config)
     extra = {} if constraint is None else {"constraint": constraint}
+    # One stream per episode and turn: a draw never depends on the batch it is in.
+    seeds = [derive_seed(seed, ep.env.episode_id, len(ep.policy_versions)) for ep in live]
     try:
-        return generate([ep.ids for ep in live], caps, seed, **extra)
+        return generate([ep.ids for ep in live], caps, seeds, **extra)
     except Exception as exc:  # noqa: BLE001 - a backend fault fails these episodes only
         return [Completion(error=f"backend failed: {exc!r}") for _ in live]
 
@@ -397,7 +436,6 @@ def sample_episodes(
     queue = deque((task, k) for task in tasks for k in range(config.samples_per_task))
     live: list[_Live] = []
     finishing: list[Future] = []
-    turn = 0
     with ThreadPoolExecutor(max_workers=config.workers) as pool:
         while queue or live:
             while queue and len(live) < config.batch_size:
@@ -411,10 +449,7 @@ def sample_episodes(
                     live.append(ep)
             if not live:
                 continue
-            completions = _generate_turn(
-                generate, live, config, limit, derive_seed(config.seed, turn)
-            )
-            turn += 1
+            completions = _generate_turn(generate, live, config, limit, config.seed)
             _advance(live, completions, tokenizer, pool, limit)
             # Finished episodes are verified in the pool while the others keep sampling.
             finishing += [pool.submit(_finish, ep) for ep in live if ep.env.done]

@@ -30,6 +30,7 @@ episode into an infra failure instead of crashing the run.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -111,15 +112,15 @@ class OpenAICompletionsClient:
         *,
         temperature: float,
         top_p: float,
-        seed: int,
+        seed: int | Sequence[int],
     ) -> list[Completion]:
-        """Concurrent requests (the server batches them); one seed per prompt."""
+        """Concurrent requests (the server batches them); one seed per prompt (`seed` + i,
+        or the i-th of a list: the engine's per-episode streams)."""
+        seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
         with ThreadPoolExecutor(max_workers=min(self.workers, len(prompts))) as pool:
             futures = [
-                pool.submit(
-                    self.complete, p, n, temperature=temperature, top_p=top_p, seed=seed + i
-                )
-                for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))
+                pool.submit(self.complete, p, n, temperature=temperature, top_p=top_p, seed=s)
+                for p, n, s in zip(prompts, max_tokens, seeds, strict=True)
             ]
             return [f.result() for f in futures]
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from components.tasks.external import RunPython
-from components.tasks.gate import FindHangs, RunTests, check_tasks
+from components.tasks.gate import FindHangs, ReplayOracle, RunTests, check_tasks
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.quixbugs import convert_quixbugs
 from components.tasks.task import load_tasks
@@ -52,7 +52,7 @@ def main_generate(argv: list[str]) -> int:
 
 
 def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path | None,
-          find_hangs: FindHangs | None = None):  # fmt: skip
+          find_hangs: FindHangs | None = None, replay: ReplayOracle | None = None):  # fmt: skip
     if not tasks_dir.is_dir():
         raise SystemExit(f"agentrl: no such task folder: {tasks_dir}")
     tasks, errors = load_tasks(tasks_dir)
@@ -60,7 +60,8 @@ def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path 
         raise SystemExit(f"agentrl: no tasks (no task.json) under {tasks_dir}")
     for err in errors:
         print(f"INVALID {err}", file=sys.stderr)
-    gate = check_tasks(tasks, run_tests=run_tests, workers=workers, find_hangs=find_hangs)
+    gate = check_tasks(tasks, run_tests=run_tests, workers=workers, find_hangs=find_hangs,
+                       replay=replay)  # fmt: skip
     print(gate.summary_table())
     if errors:
         print(f"{len(errors)} folder(s) are not valid tasks (see above)")
@@ -71,13 +72,16 @@ def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path 
     return tasks, errors, gate
 
 
-def main_check(argv: list[str], *, run_tests: RunTests, find_hangs: FindHangs | None = None) -> int:
+def main_check(
+    argv: list[str], *, run_tests: RunTests, find_hangs: FindHangs | None = None,
+    replay: ReplayOracle | None = None,
+) -> int:  # fmt: skip
     p = argparse.ArgumentParser(prog="tasks check", description="run the data gate on a folder")
     p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
     p.add_argument("--workers", type=int, default=2, help="parallel checks")
     p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
     args = p.parse_args(argv)
-    _, errors, gate = _gate(args.tasks, args.workers, run_tests, args.report, find_hangs)
+    _, errors, gate = _gate(args.tasks, args.workers, run_tests, args.report, find_hangs, replay)
     return 0 if gate.ok and not errors else 1
 
 
@@ -116,7 +120,7 @@ def _convert(args, run_python: RunPython, staging: Path) -> list[str]:
 
 def main_import(
     argv: list[str], *, run_tests: RunTests, run_python: RunPython,
-    find_hangs: FindHangs | None = None, sandbox=None,
+    find_hangs: FindHangs | None = None, replay: ReplayOracle | None = None, sandbox=None,
 ) -> int:  # fmt: skip
     p = _import_parser()
     args = p.parse_args(argv)
@@ -142,7 +146,7 @@ def main_import(
             print(f"converted {len(folders)} of {len(folders) + len(converted)} Harbor task(s)")
             if not folders:
                 return 1
-        tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs)
+        tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs, replay)
         if args.overwrite and args.out.is_dir():
             shutil.rmtree(args.out)
         copied = _copy_passed(tasks, set(gate.passed), args.out, errors)

@@ -6,6 +6,11 @@ For each task:
   2. the repo with reference.patch applied must PASS all hidden tests (otherwise the task
      is unsolvable or its tests are wrong). The patch must also leave protected paths alone.
   0. before both, a mined task must ship hidden cases (`IN_PROCESS_ONLY`).
+  3. with a replay (`replay`, the command line's `oracle_replay` under the preset it gates
+     for), the oracle plays the task through the tools within the preset's `max_steps`
+     and must succeed with reward 1.0: a task it cannot finish in budget is rejected with
+     why, so every gated task can become full-reward expert data. The replay may also
+     flag (a warning): e.g. a fix the fix-search oracle cannot show.
 Tasks without reference.patch get only check 1 and are reported as 'unverified fix'.
 
 Besides, a warning rather than a failure: what hangs on the buggy code (`find_hangs`,
@@ -43,6 +48,8 @@ from components.tasks.task import Task
 RunTests = Callable[[Task, Path], tuple[bool, str]]
 # `find_hangs(task)`: what hangs on the task's unmodified repository, each named.
 FindHangs = Callable[[Task], list[str]]
+# `replay(task) -> (why the oracle failed it or "", flags)`: check 3.
+ReplayOracle = Callable[[Task], tuple[str, list[str]]]
 UNVERIFIED = "unverified fix"
 # A mined task's hidden tests run inside the process of the code under test, which can print
 # the harness's verdict line itself; only hidden cases (components/tasks/mine.py) hold.
@@ -59,6 +66,8 @@ class TaskCheck:
     reason: str  # "" when ok; UNVERIFIED for an ok task without a reference patch
     seconds: float
     hanging: list[str] = field(default_factory=list)  # what hangs on the buggy code (warning)
+    oracle: str = ""  # "replayed" when check 3 ran and held ("" when it did not run)
+    flags: list[str] = field(default_factory=list)  # the replay's warnings
 
 
 @dataclass
@@ -67,6 +76,7 @@ class GateReport:
     failed: dict[str, str] = field(default_factory=dict)  # task id -> reason
     unverified: list[str] = field(default_factory=list)  # passed, but no reference to check
     hanging: dict[str, list[str]] = field(default_factory=dict)  # task id -> what hangs (warning)
+    flagged: dict[str, list[str]] = field(default_factory=dict)  # task id -> replay warnings
     checks: list[TaskCheck] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -93,12 +103,19 @@ class GateReport:
             total = [a + b for a, b in zip(total, r, strict=True)]
             lines.append(f"{split:<8}{r[0]:>7}{r[1]:>8}{r[2]:>8}{r[3]:>12}")
         lines.append(f"{'total':<8}{total[0]:>7}{total[1]:>8}{total[2]:>8}{total[3]:>12}")
+        replayed = sum(c.oracle == "replayed" for c in self.checks)
+        if replayed or any(r.startswith("oracle") for r in self.failed.values()):
+            lines.append(f"oracle replay: {replayed} task(s) solved at reward 1.0 within the "
+                         "preset's max_steps (built-in tasks by their plan and verdict, "
+                         "the others as episodes)")  # fmt: skip
         lines.append(f"gate time: {self.seconds:.1f}s")
         for task_id, reason in sorted(self.failed.items()):
             lines.append(f"FAILED {task_id}: {reason}")
         for task_id, items in sorted(self.hanging.items()):
             lines.append(f"HANGS {task_id} on the buggy code (a timeout in every run; "
                          "docs/tasks.md, Hanging cases): " + "; ".join(items))  # fmt: skip
+        for task_id, items in sorted(self.flagged.items()):
+            lines.append(f"FLAGGED {task_id}: " + "; ".join(items))
         return "\n".join(lines)
 
 
@@ -301,17 +318,18 @@ def hang_finder(run_python: RunPython, timeout_s: float = HANG_TIMEOUT_S) -> Fin
 
 
 def check_task(
-    task: Task, run_tests: RunTests = subprocess_run_tests, find_hangs: FindHangs | None = None
-) -> TaskCheck:
+    task: Task, run_tests: RunTests = subprocess_run_tests, find_hangs: FindHangs | None = None,
+    replay: ReplayOracle | None = None,
+) -> TaskCheck:  # fmt: skip
     """The gate's checks on one task; with `find_hangs`, also what hangs on the buggy code
-    (a warning kept in `hanging`, never a failure)."""
+    (a warning kept in `hanging`, never a failure); with `replay`, check 3."""
     start = time.monotonic()
     hanging: list[str] = []
+    flags: list[str] = []
 
-    def done(ok: bool, reason: str) -> TaskCheck:
-        return TaskCheck(
-            task.id, task.metadata.split, ok, reason, time.monotonic() - start, hanging
-        )
+    def done(ok: bool, reason: str, oracle: str = "") -> TaskCheck:
+        return TaskCheck(task.id, task.metadata.split, ok, reason, time.monotonic() - start,
+                         hanging, oracle, flags)  # fmt: skip
 
     if task.metadata.source == "mined" and task.hidden_cases_path is None:
         return done(False, IN_PROCESS_ONLY)
@@ -349,7 +367,11 @@ def check_task(
             passed, detail = run_tests(task, fixed)
         if not passed:
             return done(False, f"hidden tests fail with reference.patch applied: {detail}")
-        return done(True, "")
+        if replay is None:
+            return done(True, "")
+        why, found = replay(task)
+        flags += found
+        return done(False, f"oracle: {why}") if why else done(True, "", "replayed")
     except Exception as e:  # a broken runner or task must be reported, not crash the gate
         return done(False, f"gate error: {type(e).__name__}: {e}")
 
@@ -360,13 +382,14 @@ def check_tasks(
     workers: int = 2,
     progress: Callable[[TaskCheck], None] | None = None,
     find_hangs: FindHangs | None = None,
+    replay: ReplayOracle | None = None,
 ) -> GateReport:
     """Gate every task (in parallel threads; the runner does the heavy work in
     subprocesses or sandboxes). Results are ordered by task id."""
     start = time.monotonic()
     report = GateReport()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(check_task, t, run_tests, find_hangs) for t in tasks]
+        futures = [pool.submit(check_task, t, run_tests, find_hangs, replay) for t in tasks]
         for fut in futures:
             check = fut.result()
             if progress is not None:
@@ -376,6 +399,8 @@ def check_tasks(
     for c in report.checks:
         if c.hanging:
             report.hanging[c.task_id] = c.hanging
+        if c.flags:
+            report.flagged[c.task_id] = c.flags
         if c.ok:
             report.passed.append(c.task_id)
             if c.reason == UNVERIFIED:
