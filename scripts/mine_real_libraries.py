@@ -48,7 +48,8 @@ from components.tasks.task import load_tasks  # noqa: E402
 
 # name, version, Python of its environment, split ("auto": by module; else the whole
 # library), what its tests need from the registry (installed as wheels by `prepare`);
-# the comment names the sdist's build back-end.
+# the comment names the sdist's build back-end (humanize's pytest configuration names a
+# coverage warning class, so its tests need coverage).
 LIBRARIES = (
     ("inflection", "0.5.1", "3.11", "train", ()),  # setuptools
     ("parse", "1.20.2", "3.12", "auto", ()),  # setuptools
@@ -60,7 +61,7 @@ LIBRARIES = (
     ("tomlkit", "0.13.2", "3.11", "auto", ("PyYAML==6.0.2",)),  # poetry-core
     ("tabulate", "0.9.0", "3.11", "auto", ()),  # setuptools + setuptools_scm
     ("humanize", "4.10.0", "3.12", "auto",  # hatchling + hatch-vcs
-     ("freezegun==1.5.1", "python-dateutil==2.9.0.post0", "six==1.16.0")),
+     ("freezegun==1.5.1", "python-dateutil==2.9.0.post0", "six==1.16.0", "coverage==7.6.1")),
 )  # fmt: skip
 POLICIES = ("oracle", "noop", "scripted-baseline")
 
