@@ -48,7 +48,8 @@ from components.tasks.task import load_tasks  # noqa: E402
 
 # name, version, Python of its environment, split ("auto": by module; else the whole
 # library), what its tests need from the registry (installed as wheels by `prepare`);
-# the comment names the sdist's build back-end.
+# the comment names the sdist's build back-end (humanize's pytest configuration names a
+# coverage warning class, so its tests need coverage).
 LIBRARIES = (
     ("inflection", "0.5.1", "3.11", "train", ()),  # setuptools
     ("parse", "1.20.2", "3.12", "auto", ()),  # setuptools
@@ -57,10 +58,10 @@ LIBRARIES = (
     ("bleach", "6.1.0", "3.12", "auto", ("six==1.16.0", "webencodings==0.5.1", "tinycss2==1.2.1")),
     ("more-itertools", "10.5.0", "3.11", "auto", ()),  # flit_core
     ("pathspec", "0.12.1", "3.12", "auto", ()),  # flit_core
-    ("tomlkit", "0.13.2", "3.11", "auto", ()),  # poetry-core
+    ("tomlkit", "0.13.2", "3.11", "auto", ("PyYAML==6.0.2",)),  # poetry-core
     ("tabulate", "0.9.0", "3.11", "auto", ()),  # setuptools + setuptools_scm
     ("humanize", "4.10.0", "3.12", "auto",  # hatchling + hatch-vcs
-     ("freezegun==1.5.1", "python-dateutil==2.9.0.post0", "six==1.16.0")),
+     ("freezegun==1.5.1", "python-dateutil==2.9.0.post0", "six==1.16.0", "coverage==7.6.1")),
 )  # fmt: skip
 POLICIES = ("oracle", "noop", "scripted-baseline")
 
@@ -196,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--local", action="append", default=[],
                    help="NAME=PATH: mine this folder instead of downloading (repeatable)")  # fmt: skip
     p.add_argument("--results", type=Path, default=None, help="write the markdown table here")
+    p.add_argument("--library", action="append", default=[],
+                   help="only this library of LIBRARIES (repeatable)")  # fmt: skip
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="agentrl-mine-libs-") as tmp:
         work = Path(tmp)
@@ -204,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         sources = [((n, "", "3.11", "auto", ()), Path(path), {"name": n, "local": True})
                    for n, path in (s.split("=", 1) for s in args.local)]  # fmt: skip
         if not sources:
+            chosen = [lib for lib in LIBRARIES if not args.library or lib[0] in args.library]
+            if not chosen:
+                p.error(f"--library: none of {args.library} is in LIBRARIES")
             sources = [(lib, *download(lib[0], lib[1], work / "sdists" / lib[0]))
-                       for lib in LIBRARIES]  # fmt: skip
+                       for lib in chosen]  # fmt: skip
         rows = [mine_library(lib, root, up, out, args, sandbox) for lib, root, up in sources]
         prep = prepare_bench(out, work / "cold-cache")
     text = table(rows, prep, args)
