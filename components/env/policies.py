@@ -188,7 +188,7 @@ class OraclePolicy:
     style: str = "explore"
     fallback: bool = True
     max_fixes: int = 64  # must match EnvConfig.max_fixes for the ids to agree
-    max_steps: int = 8  # EnvConfig.max_steps: assistant actions the plan must fit in
+    max_steps: int = 16  # EnvConfig.max_steps (its default): the actions the plan must fit in
     _plans: dict[str, list[Action]] = field(default_factory=dict, repr=False)
     # per task: planned try_fix id -> its candidate's description (see `_as_listed`)
     _described: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)

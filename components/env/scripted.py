@@ -100,7 +100,7 @@ def make_policy(
     max_tries: int = 4,
     statistics: FixStatistics | None = None,
     max_fixes: int = 64,
-    max_steps: int = 8,
+    max_steps: int = 16,
 ):
     """A fresh scripted policy. `max_tries`: fix tries of the searches (a model episode's
     turns minus list and finish); `max_fixes` must equal EnvConfig.max_fixes so the
