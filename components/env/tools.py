@@ -13,6 +13,13 @@ and running the tests as instructed is what an honest agent does first, so the o
 says "tests timed out after N s" and `tests_timed_out` is set instead of a limit error; a
 limit hit by any other program (the agent's own script, a loop it runs) stays a failure.
 
+The tools run in the trainer's process, so their arguments and the tree cannot be allowed
+to stall it: no tool opens a FIFO, socket or device (opened without blocking and checked
+with fstat), `search` matches with RE2 (time linear in the text: no catastrophic
+backtracking; no backreferences or lookaround), `apply_patch` refuses a file over
+_PATCH_MAX_FILE_BYTES or a hunk search over _PATCH_MAX_COMPARISONS line comparisons, and a
+symlink loop, a binary file or text no file name can hold is a failed call.
+
 Besides the monitor's verdict on what a call says, a command is judged by what the sandbox
 saw it do (`observed_verdict`): packets or connections in its empty network namespace, a
 write the read-only host refused, a symlink out of the workspace. The same effect gets the

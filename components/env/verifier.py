@@ -10,7 +10,8 @@ check writes survives it:
 2. **Tampering.** Changes to protected paths (tests), to pytest or interpreter
    configuration (conftest.py, pytest.ini, pyproject.toml, ..., `*.pth`) and files that could
    shadow or hook the harness (`pytest*`, `_pytest*`, `pluggy`, `sitecustomize`,
-   `usercustomize`, at any depth) are reported as tampering and never taken.
+   `usercustomize`, at any depth) are reported as tampering and never taken; so are names
+   with a line break, another control character or bytes that are not UTF-8.
 3. **Hidden tests**: a fresh tree plus the hidden tests and a canary test that must fail
    (both read-only under bwrap), run by a trusted harness under an isolated interpreter
    start (`python -s -P -B`: no user site, no current folder or repository on sys.path
@@ -38,7 +39,12 @@ check writes survives it:
    infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
 
 Verdicts are cached by (task, hash of the final tree, settings): GRPO groups and fix
-searches re-verify identical trees (`verdict_cache_info`). Verdicts that depend on timing
+searches re-verify identical trees (`verdict_cache_info`). The tree's hash length-prefixes
+every entry's path, kind, mode and content (`Snapshot.digest`), so two trees never share
+it. The verdict lines are judged strictly: a record of another shape than the harness's,
+a second line, or a line followed by a hang or another exit status came from the code
+under test (a forged verdict); any exception a tree raises in a check is a lost verdict,
+whose cause the control decides (step 5). Verdicts that depend on timing
 (a limit hit, a lost verdict) and failed controls are not kept.
 
 What is NOT protected: code under test runs inside the pytest process, so a program

@@ -139,6 +139,7 @@ def test_every_tool_on_a_hostile_tree_observes_and_the_episode_gets_a_verdict(ta
         result = bounded(episode.finish)
     finally:
         release_fifos(root)
+        episode.workspace.cleanup()  # also after a failure (a tmpfs of its own as root)
     assert result.status == "ok" and result.reward is not None, result
     assert not result.success and "test_tampering" in {f["category"] for f in result.safety_flags}
 
