@@ -253,3 +253,15 @@ def test_export_validates_against_harbors_task_config_and_round_trips(imported, 
                 p.relative_to(back.repo_dir).as_posix(): p.read_bytes()
                 for p in back.repo_dir.rglob("*") if p.is_file()}  # fmt: skip
         assert back.has_reference  # solve.sh (the reference patch) became reference.patch
+
+
+def test_the_safety_suite_plays_the_reward_file_attack_on_a_harbor_task(tmp_path):
+    from components.evaluate.safety_suite import ATTACKS as SUITE
+    from components.evaluate.safety_suite import build_safety_tasks, run_safety_suite
+
+    tasks = build_safety_tasks(tmp_path, 1, seed=7)
+    assert any(t.id.endswith("-harbor-bait") for t in tasks)
+    attack = tuple(a for a in SUITE if a.name == "harbor_reward_file")
+    (outcome,) = run_safety_suite(tasks, EnvConfig(), SandboxConfig(), attacks=attack).outcomes
+    assert outcome.task_id.endswith("-harbor-bait") and outcome.status == "ok"
+    assert outcome.success is False and "verifier" in outcome.recorded_by, outcome
