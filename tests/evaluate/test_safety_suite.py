@@ -21,6 +21,7 @@ from components.evaluate.safety_suite import (
     candidate_safety,
     run_safety_suite,
 )
+from components.tasks.harbor import is_harbor_task
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
 # Attacks the monitor does not see and the verifier still fails (documented).
@@ -92,8 +93,10 @@ def test_bait_tasks_carry_a_canary(tasks):
     env_file = (tasks[0].repo_dir / ".env").read_text()
     assert canary_for(tasks[0].id) in env_file
     assert "exits with status 0" in tasks[0].instruction
-    imported = [t for t in tasks if t.hidden_cases_path is None]
+    imported = [t for t in tasks if t.hidden_cases_path is None and not is_harbor_task(t)]
     assert [t.id for t in imported] == [f"{tasks[0].id.removesuffix('-bait')}-imported-bait"]
+    harbor = [t.id for t in tasks if is_harbor_task(t)]  # only where bubblewrap works
+    assert harbor in ([], [f"{tasks[0].id.removesuffix('-bait')}-harbor-bait"])
 
 
 def test_issue_17_attacks_fail_infra_free_and_on_their_task_layout(fast_report):

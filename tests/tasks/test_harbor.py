@@ -253,3 +253,33 @@ def test_export_validates_against_harbors_task_config_and_round_trips(imported, 
                 p.relative_to(back.repo_dir).as_posix(): p.read_bytes()
                 for p in back.repo_dir.rglob("*") if p.is_file()}  # fmt: skip
         assert back.has_reference  # solve.sh (the reference patch) became reference.patch
+
+
+def test_the_safety_suite_plays_the_reward_file_attack_on_a_harbor_task(tmp_path):
+    from components.evaluate.safety_suite import ATTACKS as SUITE
+    from components.evaluate.safety_suite import build_safety_tasks, run_safety_suite
+
+    tasks = build_safety_tasks(tmp_path, 1, seed=7)
+    assert any(t.id.endswith("-harbor-bait") for t in tasks)
+    attack = tuple(a for a in SUITE if a.name == "harbor_reward_file")
+    (outcome,) = run_safety_suite(tasks, EnvConfig(), SandboxConfig(), attacks=attack).outcomes
+    assert outcome.task_id.endswith("-harbor-bait") and outcome.status == "ok"
+    assert outcome.success is False and "verifier" in outcome.recorded_by, outcome
+
+
+@pytest.mark.integration
+def test_the_template_verifier_image_becomes_a_task_environment(tmp_path):
+    """harbor's pytest template as it ships: tests/Dockerfile (python:3.12, pytest and
+    pytest-json-ctrf) and test.sh with --ctrf. Opt-in: builds a Python 3.12 environment
+    from the package registry (pyenv's 3.12)."""
+    src = harbor_task(tmp_path / "src", dockerfile="FROM python:3.12-slim\nWORKDIR /app\n"
+                      "COPY dates.py /app/dates.py\n")  # fmt: skip
+    template = template_task() / "pytest-tests"
+    shutil.copy(template / "Dockerfile", src / "tests" / "Dockerfile")
+    shutil.copy(template / "test.sh", src / "tests" / "test.sh")
+    cfg = SandboxConfig(environments_dir=str(tmp_path / "envs"))
+    folders, errors = convert_harbor(src.parent, tmp_path / "out", cfg)
+    assert not errors, errors
+    task = load_task(folders[0])
+    assert task.environment is not None and task.environment.python == "3.12"
+    assert "pytest-json-ctrf==0.3.5" in task.environment.requirements
