@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     p.add_argument("--engines", nargs="+", default=["in-process", "agentrl serve", "vLLM-CPU"])
     p.add_argument("--vllm-startup-s", type=float, default=600.0)
+    p.add_argument("--vllm-url", default="", help="a running vLLM on the same checkpoint (…/v1)")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--name", default="serve-speed")
     return p
@@ -188,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                                                         work / "agentrl.log")  # fmt: skip
             stops.append(proc.kill)
         if "vLLM-CPU" in engines:
-            if reason := vllm_available():
+            if args.vllm_url:
+                urls["vLLM-CPU"] = args.vllm_url
+            elif reason := vllm_available():
                 engines.remove("vLLM-CPU")
                 notes.append(f"vLLM-CPU left out: {reason}")
             else:

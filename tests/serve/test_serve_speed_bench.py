@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from bench import serve_speed
-from tests.serve.served import skip_without_vllm
+from tests.serve.served import shared_vllm
 
 
-def run_bench(checkpoint, tmp_path, capsys, engines: list[str]) -> list[list[str]]:
+def run_bench(checkpoint, tmp_path, capsys, engines: list[str], *extra: str) -> list[list[str]]:
     code = serve_speed.main(["--checkpoint", str(checkpoint), "--prompts", "2", "--max-tokens",
                              "4", "--rounds", "1", "--concurrency", "1", "2", "--threads", "1",
-                             "--out", str(tmp_path), "--engines", *engines])  # fmt: skip
+                             "--out", str(tmp_path), "--engines", *engines, *extra])  # fmt: skip
     assert code == 0
     (written,) = tmp_path.glob("serve-speed-*.md")
     assert written.read_text() in capsys.readouterr().out
@@ -38,9 +38,11 @@ def test_serve_speed_bench_runs_on_a_tiny_budget(checkpoint, tmp_path, capsys):
 
 
 @pytest.mark.vllm
+@pytest.mark.timeout(900)  # vLLM starts in ~3 min on a loaded machine
 def test_serve_speed_bench_with_vllm(checkpoint, tmp_path, capsys):
-    skip_without_vllm()
-    rows = run_bench(checkpoint, tmp_path, capsys, ["in-process", "agentrl serve", "vLLM-CPU"])
+    url = shared_vllm(checkpoint)  # the tier's server on this checkpoint
+    rows = run_bench(checkpoint, tmp_path, capsys, ["in-process", "agentrl serve", "vLLM-CPU"],
+                     "--vllm-url", url)  # fmt: skip
     assert [r[0].removeprefix("| ") for r in rows] == ["in-process", "agentrl serve",
                                                        "vLLM-CPU"] * 2  # fmt: skip
     assert all(float(r[2]) > 0 for r in rows)
