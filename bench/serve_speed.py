@@ -74,6 +74,16 @@ def default_checkpoint(work: Path) -> Path:
     return save_policy(*build_policy(config), work / "tiny")
 
 
+def own_checkpoint(checkpoint: Path):
+    """(model, tokenizer) as the checkpoint ships them, plain transformers: its own tokenizer
+    and chat template, no tokens added (what vLLM loads)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint), local_files_only=True)
+    return model.eval(), tokenizer
+
+
 def prompt_batch(tokenizer, n: int) -> list[list[int]]:
     """`n` chat prompts as ids, through the checkpoint's own template (nothing added)."""
     out = []
@@ -87,14 +97,30 @@ def prompt_batch(tokenizer, n: int) -> list[list[int]]:
 
 
 def in_process(model, tokenizer, prompts, max_tokens: int, concurrency: int):
-    """Completions of `prompts`, `concurrency` of them per `generate` call."""
-    from components.rollout.engine import generate_transformers
+    """Greedy completions of `prompts` with transformers' `generate`, `concurrency` per call
+    (left-padded), each ending at the checkpoint's own end of sequence (generation_config)."""
+    import torch
 
+    from components.rollout.completion import Completion
+
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     out = []
     for start in range(0, len(prompts), concurrency):
         chunk = prompts[start : start + concurrency]
-        out += generate_transformers(model, tokenizer, chunk, [max_tokens] * len(chunk),
-                                     temperature=0.0, top_p=1.0, seed=0)  # fmt: skip
+        width = max(len(p) for p in chunk)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        with torch.no_grad():
+            rows = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens,
+                                  do_sample=False, pad_token_id=pad)[:, width:]  # fmt: skip
+        for row in rows.tolist():
+            end = next((i for i, t in enumerate(row) if t in eos), None)
+            if end is None:
+                out.append(Completion(row[:max_tokens], [], "length"))
+            else:
+                out.append(Completion(row[: end + 1], [], "stop"))
     return out
 
 
@@ -172,15 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import torch
 
-    from components.policy.model import load_policy
     from components.serve.vllm_launcher import VLLMConfig, start_vllm, vllm_available
 
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="serve-speed-"))
     checkpoint = args.checkpoint or default_checkpoint(work)
-    model, tokenizer = load_policy(checkpoint)
-    model.eval()
+    model, tokenizer = own_checkpoint(checkpoint)
     prompts = prompt_batch(tokenizer, args.prompts)
     engines, notes, stops, urls = list(args.engines), [], [], {}
     try:
@@ -200,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                     startup_timeout_s=args.vllm_startup_s), work)  # fmt: skip
                 stops.append(server.stop)
                 urls["vLLM-CPU"] = server.url
-                notes.append(f"vLLM-CPU started in {time.monotonic() - started:.0f} s")
+                notes.append(f"vLLM-CPU started in {time.monotonic() - started:.0f} s (its CPU "
+                             "threads bound by VLLM_CPU_OMP_THREADS_BIND=auto: on 2 cores, one "
+                             "engine core and one reserved)")  # fmt: skip
         rows: dict = {"prompt_tokens": statistics.mean(len(p) for p in prompts)}
         for _ in range(args.rounds):
             for c in args.concurrency:

@@ -172,13 +172,17 @@ def start_vllm(model: str | Path, config: VLLMConfig, log_dir: str | Path) -> VL
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + config.startup_timeout_s
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    return VLLMServer(f"http://127.0.0.1:{port}/v1", proc, log)
-            except httpx.TransportError:
-                pass
-            time.sleep(1.0)
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        return VLLMServer(f"http://127.0.0.1:{port}/v1", proc, log)
+                except httpx.TransportError:
+                    pass
+                time.sleep(1.0)
+        except BaseException:  # interrupted while waiting: never leave vLLM running
+            _stop_group(proc, grace_s=10)
+            raise
         _stop_group(proc, grace_s=10)
     raise VLLMStartError(
         f"vllm serve {model}: not healthy within {config.startup_timeout_s:.0f} s in "
