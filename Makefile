@@ -67,7 +67,7 @@ vllm: $(VLLM_STAMP)
 
 # The vllm tier: served sampling, policy sync and async GRPO against real vLLM (opt-in).
 test-vllm: install vllm
-	$(PY) -m pytest -m vllm tests/serve tests/rollout tests/train/test_grpo_served.py
+	$(PY) -m pytest -m vllm tests/serve tests/rollout tests/train/test_grpo_vllm.py
 
 bench: install
 	$(PY) bench/env_throughput.py
