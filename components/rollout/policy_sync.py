@@ -10,7 +10,8 @@ a cluster; the same path on both sides) and calls `PolicySync.sync(name, folder)
 - Full weights ("full"): `POST /update_weights_from_disk {model_path, weight_version}`
   (SGLang's endpoint, implemented by `agentrl serve`; vLLM has no stable HTTP endpoint
   for it, see components/serve/versions.py and docs/scale-out.md); the served name becomes
-  the version.
+  the version. A server without it (vLLM: a 404) stops the run at once with a one-line
+  PolicySyncError saying to train with LoRA; retrying cannot help.
 
 Several replicas behind one Service (vLLM's Deployment with replicas > 1): each must load
 the version, or a request balanced to one that did not would fail. `sync_url` names a
@@ -88,6 +89,8 @@ class PolicySync:
                 if name in self.served():
                     return
                 last = f"a replica does not list {name} after loading it"
+            except PolicySyncError:
+                raise  # no retry changes what the server implements
             except (httpx.HTTPError, RuntimeError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
         last = " ".join(last.split())[:300]
@@ -104,6 +107,13 @@ class PolicySync:
             url = f"{_root(base_url)}/update_weights_from_disk"
             payload = {"model_path": folder, "weight_version": name}
         response = httpx.post(url, json=payload, timeout=self.timeout_s)
+        if self.mode == "full" and response.status_code == 404:
+            raise PolicySyncError(
+                f"policy sync failed: the server at {base_url} has no full-weight reload "
+                f"(POST /update_weights_from_disk: HTTP 404). vLLM has no stable endpoint for "
+                f"one: train with LoRA (policy.lora) to sample on vLLM; `agentrl serve` needs "
+                f"--allow-runtime-updates"
+            )
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
 

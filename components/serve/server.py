@@ -5,9 +5,12 @@ unchanged. Endpoints: GET /v1/models, POST /v1/completions (prompt as a string o
 of token ids), POST /v1/chat/completions (messages through the tokenizer's chat template).
 Responses carry vLLM's extension fields: `token_ids` / `prompt_token_ids` with
 `return_token_ids`, "token_id:{id}" strings in `logprobs.tokens` with
-`return_tokens_as_token_ids`. Log-probs are log softmax(logits / T) of the sampled tokens
-(T = 1 when greedy), the same numbers the in-process backend stores. A response's `model`
-is the name of the policy version that answered.
+`return_tokens_as_token_ids` (on the chat endpoint `prompt_token_ids` is at the top level,
+as vLLM puts it). Log-probs are log softmax(logits / T) of the sampled tokens (T = 1 when
+greedy), the same numbers the in-process backend stores and vLLM returns with
+`--logprobs-mode processed_logprobs`; `top_logprobs` holds the top k and the sampled token
+when it is not among them (vLLM's rule). A response's `model` is the name of the policy
+version that answered. Errors are vLLM's body, `{"error": {message, type, param, code}}`.
 
 Policy versions (`versions.py`), with `--allow-runtime-updates` (off by default, like vLLM's
 VLLM_ALLOW_RUNTIME_LORA_UPDATING): `POST /v1/load_lora_adapter`, `POST
@@ -15,14 +18,24 @@ VLLM_ALLOW_RUNTIME_LORA_UPDATING): `POST /v1/load_lora_adapter`, `POST
 no stable equivalent). The chat endpoint ends a turn at the checkpoint's own end-of-turn
 token (its chat template's, `chat.end_of_turn_id`), not ours.
 
-One request generates at a time (a lock around the model): no batching, which is fine for
-tests and a laptop; scale is vLLM's job. Binds 127.0.0.1 unless told otherwise.
+Batching: requests that arrive together (within `batch_window_s`) or while a batch runs are
+generated together in the next batch, one `generate` call per policy version and sampling
+setting: static batching of concurrent requests (a batch runs until its longest row ends),
+not vLLM's continuous batching, which also admits requests into a running batch. A `seed`
+reproduces a sample when its request is batched alone (vLLM seeds each request). Prompts
+sent as messages are rendered with the checkpoint's own chat template (nothing added);
+generation ends at the checkpoint's end-of-turn token. Binds 127.0.0.1 unless told
+otherwise.
 """
 
 from __future__ import annotations
 
+import queue
 import secrets
+import threading
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
@@ -99,21 +112,28 @@ def _apply_stop(tokenizer, completion: Completion, stops: list[str], skip: bool)
     return completion, None
 
 
-def create_app(model, tokenizer, model_name: str = "policy", runtime_updates: bool = False):
+def create_app(
+    model, tokenizer, model_name: str = "policy", runtime_updates: bool = False,
+    batch_window_s: float = 0.01, max_batch: int = 32,
+):  # fmt: skip
     """The FastAPI app serving `model` (already loaded) as `model_name`; with
-    `runtime_updates`, the adapter and weight-reload endpoints too."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    `runtime_updates`, the adapter and weight-reload endpoints too. Requests arriving within
+    `batch_window_s` of each other (or while a batch runs) share a batch of <= `max_batch`."""
+    from fastapi import FastAPI, HTTPException, Request
 
     app = FastAPI(title="agentrl serve")
     context = getattr(model.config, "max_position_embeddings", None)
     model.eval()
     policies = ServedPolicies(model, model_name)
-    generate = _generator(policies, tokenizer, context)
+    generate = _generator(policies, tokenizer, context, batch_window_s, max_batch)
 
     @app.exception_handler(VersionError)
     def version_error(_request: Request, exc: VersionError):
-        return JSONResponse({"error": {"message": str(exc), "code": exc.status}}, exc.status)
+        return _error(str(exc), exc.status)
+
+    @app.exception_handler(HTTPException)
+    def http_error(_request: Request, exc: HTTPException):
+        return _error(str(exc.detail), exc.status_code)
 
     @app.get("/v1/models")
     def models():
@@ -143,6 +163,20 @@ def create_app(model, tokenizer, model_name: str = "policy", runtime_updates: bo
     return app
 
 
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 409: "ConflictError",
+                500: "InternalServerError"}  # fmt: skip
+
+
+def _error(message: str, status: int):
+    """vLLM's error body."""
+    from fastapi.responses import JSONResponse
+
+    kind = _ERROR_TYPES.get(status, "Error")
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}, status
+    )
+
+
 def _add_update_routes(app, policies: ServedPolicies) -> None:
     """vLLM's runtime LoRA endpoints and SGLang's weight reload (versions.py)."""
     from fastapi.responses import PlainTextResponse
@@ -169,11 +203,74 @@ def _add_update_routes(app, policies: ServedPolicies) -> None:
                 "weight_version": name}  # fmt: skip
 
 
-def _generator(policies: ServedPolicies, tokenizer, context: int | None):
-    """generate(model name, ids, max_tokens, temperature, top_p, seed, top_k) -> (Completion,
-    the name that answered), one request at a time; the completion is cut to fit the
-    context, a prompt that does not is a 400, an unknown model a 404."""
+@dataclass
+class _Request:
+    name: str | None
+    ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    top_k: int
+    done: Future
+
+
+class _Batcher:
+    """One thread that generates the queued requests in batches (see the module docstring)."""
+
+    def __init__(self, policies: ServedPolicies, tokenizer, window_s: float, max_batch: int):
+        self.policies, self.tokenizer = policies, tokenizer
+        self.window_s, self.max_batch = window_s, max_batch
+        self.queue: queue.Queue[_Request] = queue.Queue()
+        threading.Thread(target=self._loop, name="agentrl-serve-batcher", daemon=True).start()
+
+    def submit(self, request: _Request) -> Completion:
+        self.queue.put(request)
+        return request.done.result()
+
+    def _loop(self) -> None:
+        while True:
+            batch = [self.queue.get()]
+            deadline = time.monotonic() + self.window_s
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.queue.get(timeout=max(deadline - time.monotonic(), 0)))
+                except queue.Empty:
+                    break
+            groups: dict[tuple, list[_Request]] = {}
+            for r in batch:
+                groups.setdefault((r.name, r.temperature, r.top_p), []).append(r)
+            for group in groups.values():
+                self._run(group)
+
+    def _run(self, group: list[_Request]) -> None:
+        first = group[0]
+        try:
+            with self.policies.selected(first.name) as (model, answered):
+                completions = generate_transformers(
+                    model, self.tokenizer, [r.ids for r in group], [r.max_tokens for r in group],
+                    temperature=first.temperature, top_p=first.top_p, seed=first.seed,
+                    top_logprobs=max(r.top_k for r in group),
+                )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - each waiting request gets the error
+            for r in group:
+                r.done.set_exception(exc)
+            return
+        for r, c in zip(group, completions, strict=True):
+            c.policy_version = answered
+            c.top_logprobs = [dict(list(top.items())[: r.top_k]) for top in c.top_logprobs]
+            r.done.set_result(c)
+
+
+def _generator(policies: ServedPolicies, tokenizer, context: int | None, batch_window_s: float,
+               max_batch: int):  # fmt: skip
+    """generate(model name, ids, max_tokens, temperature, top_p, seed, top_k) -> Completion
+    (its policy_version the name that answered), batched with concurrent requests; the
+    completion is cut to fit the context, a prompt that does not is a 400, an unknown model
+    a 404."""
     from fastapi import HTTPException
+
+    batcher = _Batcher(policies, tokenizer, batch_window_s, max_batch)
 
     def generate(name, ids: list[int], max_tokens: int, temperature, top_p, seed, top_k: int):
         if not ids:
@@ -184,16 +281,18 @@ def _generator(policies: ServedPolicies, tokenizer, context: int | None):
             max_tokens = context - len(ids)
         if any(not 0 <= t < len(tokenizer) for t in ids):
             raise HTTPException(400, "prompt token id out of range")
+        if name not in (None, "") and name not in policies.names():
+            raise VersionError(404, f"The model `{name}` does not exist.")
         seed = secrets.randbits(31) if seed is None else seed
-        with policies.selected(name) as (model, answered):
-            (c,) = generate_transformers(
-                model, tokenizer, [ids], [max_tokens],
-                temperature=temperature, top_p=top_p, seed=seed, top_logprobs=top_k,
-            )  # fmt: skip
-        c.policy_version = answered
-        return c
+        return batcher.submit(_Request(name, ids, max_tokens, temperature, top_p, seed, top_k,
+                                       Future()))  # fmt: skip
 
     return generate
+
+
+def _with_sampled(top: dict, token: int, logprob: float) -> dict:
+    """vLLM's top_logprobs: the top k, and the sampled token when it is not among them."""
+    return top if token in top else {**top, token: logprob}
 
 
 def _token_str(tokenizer, t: int, as_ids: bool) -> str:
@@ -268,8 +367,9 @@ def _completion_logprobs(tokenizer, c: Completion, as_ids: bool, top_k: int) -> 
         "tokens": tokens,
         "token_logprobs": c.logprobs,
         "top_logprobs": [
-            {_token_str(tokenizer, t, as_ids): lp for t, lp in top.items()}
-            for top in c.top_logprobs
+            {_token_str(tokenizer, t, as_ids): lp
+             for t, lp in _with_sampled(top, token, sampled).items()}
+            for top, token, sampled in zip(c.top_logprobs, c.token_ids, c.logprobs, strict=True)
         ] if top_k else [None] * len(tokens),
         "text_offset": offsets,
     }  # fmt: skip
@@ -304,15 +404,16 @@ def _chat_completion(req: ChatCompletionRequest, tokenizer, generate) -> dict:
             "content": [
                 {"token": _token_str(tokenizer, t, False), "logprob": lp,
                  "top_logprobs": [{"token": _token_str(tokenizer, a, False), "logprob": b}
-                                  for a, b in (top.items() if top else [])]}
+                                  for a, b in (top or {}).items()]}
                 for t, lp, top in zip(c.token_ids, c.logprobs,
                                       c.top_logprobs or [None] * len(c.token_ids), strict=True)
             ]
         }  # fmt: skip
-    if req.return_token_ids:
+    body = _response("chat.completion", c.policy_version, choice, ids, c)
+    if req.return_token_ids:  # vLLM: generated ids in the choice, the prompt's at the top
         choice["token_ids"] = c.token_ids
-        choice["prompt_token_ids"] = ids
-    return _response("chat.completion", c.policy_version, choice, ids, c)
+        body["prompt_token_ids"] = ids
+    return body
 
 
 def serve(

@@ -4,7 +4,8 @@ What it mirrors, so that the trainer's policy sync drives the production code pa
 - LoRA: vLLM's runtime adapter endpoints (vLLM with `--enable-lora` and
   VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): `POST /v1/load_lora_adapter {lora_name,
   lora_path}` adds an adapter that requests then name as their `model`; loading a name
-  that is already loaded is a 400 unless `load_inplace: true`; `POST
+  that is already loaded is a 400 unless `load_inplace: true`, a folder with no adapter a
+  404, a broken adapter (a tensor missing, a truncated file) a 500, as vLLM answers; `POST
   /v1/unload_lora_adapter {lora_name}`; `/v1/models` lists the base and every adapter
   (with `parent`).
 - Full weights: vLLM has no stable HTTP endpoint that reloads weights from a checkpoint on
@@ -80,8 +81,8 @@ class ServedPolicies:
             raise VersionError(400, f"invalid lora_name {name!r}")
         if name in self.adapters and not inplace:
             raise VersionError(400, f"The lora adapter '{name}' has already been loaded.")
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise VersionError(400, f"no LoRA adapter at {path} (no adapter_config.json)")
+        if not (Path(path) / "adapter_config.json").is_file():  # vLLM: a 404
+            raise VersionError(404, f"Loading lora {name} failed: No adapter found for {path}")
         with self.lock:
             internal = f"a{next(self._counter)}"
             try:
@@ -89,7 +90,8 @@ class ServedPolicies:
             except Exception as exc:  # noqa: BLE001 - any failure leaves the old versions
                 self._drop(internal)
                 self._unwrap_if_empty()
-                raise VersionError(400, f"loading adapter '{name}' failed: {exc}") from exc
+                # vLLM answers a broken adapter folder with a 500 (its worker's error).
+                raise VersionError(500, f"loading adapter '{name}' failed: {exc}") from exc
             old = self.adapters.get(name)
             self.adapters[name] = (internal, str(path))
             if old is not None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.serve.served import ENGINES
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -57,10 +59,17 @@ def checkpoint(policy, tmp_path_factory):
     return save_policy(*policy, tmp_path_factory.mktemp("ckpt"))
 
 
+@pytest.fixture(scope="session", params=ENGINES)
+def engine(request):
+    """Which server the served tests run on: `agentrl serve`, and real vLLM in the vllm tier."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
-def server_url(checkpoint):
-    """`python -m components.serve` (the real command line) on a free loopback port."""
+def server_url(checkpoint, engine):
+    """`python -m components.serve` (the real command line) on a free loopback port, or the
+    session's vLLM on the same checkpoint."""
     from tests.serve.served import running_server
 
-    with running_server(checkpoint, runtime_updates=False) as url:
+    with running_server(checkpoint, runtime_updates=False, engine=engine) as url:
         yield url

@@ -1,6 +1,8 @@
-"""Sampling a saved policy on `agentrl serve` outside GRPO (the sample stage feeding RS and
-DPO): `serve_checkpoint` loads it by name, and the episodes sampled on the server are
-token for token the in-process ones of that policy, each turn recording the name."""
+"""Sampling a saved policy on `agentrl serve` (and real vLLM, in the vllm tier) outside GRPO
+(the sample stage feeding RS and DPO): `serve_checkpoint` loads it by name, and the episodes
+sampled on the server are token for token the in-process ones of that policy, each turn
+recording the name. A full-weight candidate needs `agentrl serve`: on vLLM the sync stops
+with one line."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from components.env.config import EnvConfig
 from components.env.sandbox import SandboxConfig
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
-from components.rollout.policy_sync import PolicySync, serve_checkpoint
-from tests.serve.served import running_server
+from components.rollout.policy_sync import PolicySync, PolicySyncError, serve_checkpoint
+from tests.serve.served import ENGINES, running_server
 
 GREEDY = RolloutConfig(
     temperature=0.0, max_new_tokens=16, max_episode_tokens=1500, batch_size=2,
@@ -44,12 +46,14 @@ def assert_served_equals_local(local_model, tokenizer, tasks, config):
 
 
 @pytest.mark.slow  # its own server, two policies sampled twice: ~30 s on 2 shared cores
-def test_sampling_a_saved_policy_on_the_server(model, tokenizer, tasks, checkpoint, tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sampling_a_saved_policy_on_the_server(model, tokenizer, tasks, checkpoint, tmp_path,
+                                               engine):  # fmt: skip
     from components.policy.config import LoRAConfig
     from components.policy.lora import add_adapters
     from components.policy.model import load_policy, save_policy
 
-    with running_server(checkpoint) as url:
+    with running_server(checkpoint, engine=engine) as url:
         base = dataclasses.replace(GREEDY, backend="openai", base_url=url)
         # A LoRA candidate: loaded as an adapter on the server's base.
         fresh, _ = load_policy(checkpoint)
@@ -62,6 +66,10 @@ def test_sampling_a_saved_policy_on_the_server(model, tokenizer, tasks, checkpoi
         # A full-weight candidate: the server's weights are replaced, under its name.
         full = moved(copy.deepcopy(model), seed=2)
         folder = save_policy(full, tokenizer, tmp_path / "candidate-full")
+        if engine == "vllm":
+            with pytest.raises(PolicySyncError, match="no full-weight reload"):
+                serve_checkpoint(base, folder)
+            return
         config = serve_checkpoint(base, folder)
         assert PolicySync(url, "full").served() == ["candidate-full"]
         assert_served_equals_local(full, tokenizer, tasks, config)

