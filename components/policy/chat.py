@@ -22,8 +22,8 @@ and the segments, the assistant mask, the environment turns of a rollout and the
 parser all follow it. A checkpoint whose template renders no tools (SmolLM2-Instruct's)
 keeps its template too, and the tools travel as plain text in the messages (`text_tools`):
 the format above, written with the tokens the model already has (the tags are several
-ordinary tokens, never new ones), with one demonstrated call in the system prompt (given
-the tool descriptions alone SmolLM2-135M wrote no valid call). Its parser also takes a bare
+ordinary tokens, never new ones), with one demonstrated call as a turn before the task
+(given the tool descriptions alone SmolLM2-135M wrote no valid call). Its parser also takes a bare
 JSON call (in a code fence or not): a model that was never trained on the tags writes
 those. Every function that takes a tokenizer dispatches on it; a tokenizer with our
 CHAT_TEMPLATE (every tiny policy) gets the format above.
@@ -129,20 +129,30 @@ def system_prompt(compact: bool = True, tool_set: str = DEFAULT_TOOL_SET) -> str
     )
 
 
-# One example call per tool set (its first tool that has one), for a text_tools prompt.
+# One demonstrated exchange per tool set (its first tool that has one), for a text_tools
+# prompt: a request and the call that answers it, as a turn before the task. Measured on
+# SmolLM2-135M-Instruct: with the example only inside the system prompt it echoed the task;
+# after a demonstrated turn it wrote the call.
 _DEMOS = {
-    "run_command": ("to run the tests", {"cmd": "python -m pytest -q"}),
-    "list_fixes": ("to list the candidate fixes", {}),
+    "run_command": ("Run the tests.", {"cmd": "python -m pytest -q"}),
+    "list_fixes": ("List the candidate fixes.", {}),
 }
 
 
-def text_tools_prompt(compact: bool = True, tool_set: str = DEFAULT_TOOL_SET) -> str:
-    """The tools prompt of `tool_set` plus one demonstrated call, for a checkpoint whose
-    template renders no tools."""
+def demonstration(tool_set: str = DEFAULT_TOOL_SET) -> list[dict]:
+    """The demonstrated exchange of a text_tools prompt: context, never trained on (the
+    assistant message carries `"demo": True`, which templates ignore)."""
     tool = next(t for t in tool_set_specs(tool_set) if t in _DEMOS)
-    purpose, arguments = _DEMOS[tool]
-    example = format_tool_call(tool, arguments)
-    return f"{system_prompt(compact, tool_set)}\nFor example, {purpose} write exactly:\n{example}"
+    request, arguments = _DEMOS[tool]
+    call = format_tool_call(tool, arguments)
+    return [{"role": "user", "content": request},
+            {"role": "assistant", "content": call, "demo": True}]  # fmt: skip
+
+
+def first_turn(messages: list[dict]) -> int:
+    """Index of the first assistant message the model generated (not a demonstration)."""
+    turns = (i for i, m in enumerate(messages) if m["role"] == "assistant" and not m.get("demo"))
+    return next(turns, len(messages))
 
 
 def render_messages(events: list[dict], compact: bool = True, fmt: ChatFormat = OURS) -> list[dict]:
@@ -153,14 +163,15 @@ def render_messages(events: list[dict], compact: bool = True, fmt: ChatFormat = 
     With a checkpoint's own template (`fmt.template`) the system message only states the
     task: the template lists the tools (`template_tools`) in its own way. With a template
     that renders no tools (`fmt.text_tools`), the tools, calls and observations are text in
-    the messages' content, and observations are user turns (every template renders those).
+    the messages' content, observations are user turns (every template renders those),
+    and one demonstrated exchange (`demonstration`) comes before the task.
     """
     tool_set = events_tool_set(events)
-    if fmt.text_tools:
-        system = text_tools_prompt(compact, tool_set)
-    else:
-        system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact, tool_set)
+    system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact, tool_set)
     messages: list[dict] = [{"role": "system", "content": system}]
+    if fmt.text_tools:
+        messages = [{"role": "system", "content": system_prompt(compact, tool_set)},
+                    *demonstration(tool_set)]  # fmt: skip
     for i, event in enumerate(events):
         role = event.get("role")
         if role == "user":
@@ -276,7 +287,7 @@ def trajectory_segments(tokenizer, events: list[dict], compact: bool = True):
     segments = template_segments(tokenizer, fmt, messages)
     # template_segments renders the prompt (its first piece: every message before the first
     # assistant turn) with every known tool; the episode's prompt lists its set's only.
-    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    first = first_turn(messages)
     tools = None if fmt.text_tools else template_tools(events_tool_set(events))
     prompt = tokenizer.apply_chat_template(
         messages[:first], tools=tools, tokenize=False, add_generation_prompt=False

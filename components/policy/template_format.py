@@ -234,7 +234,9 @@ def template_segments(tokenizer, fmt: ChatFormat, messages: list[dict]) -> list[
     """(text, generated) pieces of `messages` in the template's format; their concatenation
     is `apply_chat_template(messages, tools=TOOLS)` (no tools for `text_tools`). The prompt
     (every message before the first assistant turn) is one piece rendered by the template."""
-    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    # A demonstrated turn (chat.demonstration, `"demo": True`) is part of the prompt.
+    turns = (i for i, m in enumerate(messages) if m["role"] == "assistant" and not m.get("demo"))
+    first = next(turns, len(messages))
     if any(m["role"] == "system" for m in messages[first:]):
         raise TemplateFormatError("a system message after the first assistant turn")
     tools = None if fmt.text_tools else TOOLS

@@ -213,8 +213,8 @@ def test_a_template_without_tools_keeps_its_vocabulary_and_writes_calls_as_text(
 
 def test_text_tools_transcripts_are_the_templates_rendering(chatml_dir, events):
     """The segments add up to the template's own rendering of the plain-text messages; the
-    system prompt lists the set's tools and demonstrates one call; the mask covers exactly
-    the assistant turns, calls written as text."""
+    system prompt lists the set's tools, one demonstrated call follows as context; the mask
+    covers exactly the episode's assistant turns, calls written as text."""
     model, tokenizer = build_policy(PolicyConfig(pretrained_path=str(chatml_dir)))
     fmt = chat_format(tokenizer)
     for tool_set, demo in (("free_form", "run_command"), ("fix_search", "list_fixes")):
@@ -223,9 +223,10 @@ def test_text_tools_transcripts_are_the_templates_rendering(chatml_dir, events):
         assert all("tool_calls" not in m and m["role"] != "tool" for m in messages)
         expected = tokenizer.apply_chat_template(messages, tokenize=False)
         assert "".join(piece for piece, _ in trajectory_segments(tokenizer, marked)) == expected
-        system = messages[0]["content"]
-        assert f'<tool_call>\n{{"name": "{demo}", "arguments": ' in system
+        system, request, shown = messages[0]["content"], messages[1], messages[2]
         assert ("edit_file" in system) == (tool_set == "free_form")
+        assert request["role"] == "user" and shown["demo"]
+        assert shown["content"].startswith(f'<tool_call>\n{{"name": "{demo}", "arguments": ')
     out = tokenize_trajectory(tokenizer, events)
     text = tokenizer.decode([t for t, m in zip(out["input_ids"], out["assistant_mask"],
                                                strict=True) if m], skip_special_tokens=False)  # fmt: skip
@@ -236,6 +237,9 @@ def test_text_tools_transcripts_are_the_templates_rendering(chatml_dir, events):
     assert "<tool_response>" not in text  # observations are context
     prompt = prompt_ids(tokenizer, events[:1])
     assert out["input_ids"][: len(prompt)] == prompt
+    assert not any(out["assistant_mask"][: len(prompt)])  # the demonstration is context
+    demo = format_tool_call("run_command", {"cmd": "python -m pytest -q"})
+    assert f"assistant\n{demo}<|im_end|>" in tokenizer.decode(prompt)
 
 
 def test_sft_on_the_checkpoint_saves_its_own_format(own_dir, events, tmp_path):
