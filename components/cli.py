@@ -26,6 +26,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("data", "rollback"): ("components.data.__main__:main_rollback", "restore a data version"),
     ("data", "repair"): ("components.data.__main__:main_repair", "rebuild a damaged data.dvc"),
     ("policy", "init"): ("components.train.__main__:main_policy_init", "build the tiny policy"),
+    ("policy", "fetch"): ("components.policy.__main__:main_fetch", "registry checkpoint -> HF"),
     ("policy", "merge"): ("components.train.__main__:main_policy_merge", "fold LoRA into base"),
     ("train", "sft"): ("components.train.__main__:main_sft", "supervised fine-tuning"),
     ("rollout", "sample"): ("components.train.__main__:main_sample", "sample + verify episodes"),

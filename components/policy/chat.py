@@ -19,9 +19,14 @@ A checkpoint brought with its own tokenizer keeps its own format when its chat t
 renders tools (`apply_chat_template(messages, tools=...)`): `chat_format(tokenizer)` then
 describes that template's wire format (derived from it once, policy/template_format.py),
 and the segments, the assistant mask, the environment turns of a rollout and the tool-call
-parser all follow it. Every function that takes a tokenizer dispatches on it; a tokenizer
-with our CHAT_TEMPLATE (every tiny policy, and a checkpoint whose template renders no
-tools) gets the format above.
+parser all follow it. A checkpoint whose template renders no tools (SmolLM2-Instruct's)
+keeps its template too, and the tools travel as plain text in the messages (`text_tools`):
+the format above, written with the tokens the model already has (the tags are several
+ordinary tokens, never new ones), with one demonstrated call as a turn before the task
+(given the tool descriptions alone SmolLM2-135M wrote no valid call). Its parser also takes a bare
+JSON call (in a code fence or not): a model that was never trained on the tags writes
+those. Every function that takes a tokenizer dispatches on it; a tokenizer with our
+CHAT_TEMPLATE (every tiny policy) gets the format above.
 
 The system prompt lists the tools of the episode's tool set (components/env/tool_sets.py)
 and only those: the set is read from the transcript's first event (`"tool_set"`, written by
@@ -34,19 +39,22 @@ No torch here: the CLI and the environment import this module.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from components.env.episode import Action
 from components.env.tool_specs import DEFAULT_TOOL_SET, argument_errors, tool_set_specs
 from components.policy.template_format import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
     ChatFormat,
     derive_format,
     template_segments,
 )
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
-TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
-TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 ASSISTANT_HEADER = f"{IM_START}assistant\n"
 
 _TASK_LINE = "You are a coding agent. Fix the failing unit tests, then call finish."
@@ -121,16 +129,49 @@ def system_prompt(compact: bool = True, tool_set: str = DEFAULT_TOOL_SET) -> str
     )
 
 
+# One demonstrated exchange per tool set (its first tool that has one), for a text_tools
+# prompt: a request and the call that answers it, as a turn before the task. Measured on
+# SmolLM2-135M-Instruct: with the example only inside the system prompt it echoed the task;
+# after a demonstrated turn it wrote the call.
+_DEMOS = {
+    "run_command": ("Run the tests.", {"cmd": "python -m pytest -q"}),
+    "list_fixes": ("List the candidate fixes.", {}),
+}
+
+
+def demonstration(tool_set: str = DEFAULT_TOOL_SET) -> list[dict]:
+    """The demonstrated exchange of a text_tools prompt: context, never trained on (the
+    assistant message carries `"demo": True`, which templates ignore)."""
+    tool = next(t for t in tool_set_specs(tool_set) if t in _DEMOS)
+    request, arguments = _DEMOS[tool]
+    call = format_tool_call(tool, arguments)
+    return [{"role": "user", "content": request},
+            {"role": "assistant", "content": call, "demo": True}]  # fmt: skip
+
+
+def first_turn(messages: list[dict]) -> int:
+    """Index of the first assistant message the model generated (not a demonstration)."""
+    turns = (i for i, m in enumerate(messages) if m["role"] == "assistant" and not m.get("demo"))
+    return next(turns, len(messages))
+
+
 def render_messages(events: list[dict], compact: bool = True, fmt: ChatFormat = OURS) -> list[dict]:
     """Canonical events -> chat messages (system prompt first; observations as `tool` turns).
 
     An assistant event with `action: null` (an unparseable output) keeps its raw text as the
     message content and has no tool call, so the model is trained on what it actually wrote.
     With a checkpoint's own template (`fmt.template`) the system message only states the
-    task: the template lists the tools (`template_tools`) in its own way.
+    task: the template lists the tools (`template_tools`) in its own way. With a template
+    that renders no tools (`fmt.text_tools`), the tools, calls and observations are text in
+    the messages' content, observations are user turns (every template renders those),
+    and one demonstrated exchange (`demonstration`) comes before the task.
     """
-    system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact, events_tool_set(events))
+    tool_set = events_tool_set(events)
+    system = TEMPLATE_SYSTEM if fmt.template else system_prompt(compact, tool_set)
     messages: list[dict] = [{"role": "system", "content": system}]
+    if fmt.text_tools:
+        messages = [{"role": "system", "content": system_prompt(compact, tool_set)},
+                    *demonstration(tool_set)]  # fmt: skip
     for i, event in enumerate(events):
         role = event.get("role")
         if role == "user":
@@ -140,7 +181,12 @@ def render_messages(events: list[dict], compact: bool = True, fmt: ChatFormat = 
             if event.get("action") is not None:
                 call = {"name": event["action"], "arguments": event.get("arguments") or {}}
                 message["tool_calls"] = [{"type": "function", "function": call}]
+            if fmt.text_tools:
+                message = {"role": "assistant", "content": assistant_body(message)}
             messages.append(message)
+        elif role == "environment" and fmt.text_tools:
+            text = f"{TOOL_RESPONSE_OPEN}\n{event['observation']}\n{TOOL_RESPONSE_CLOSE}"
+            messages.append({"role": "user", "content": text})
         elif role == "environment":
             messages.append({"role": "tool", "content": event["observation"]})
         else:
@@ -224,7 +270,8 @@ def render_prompt(tokenizer, events: list[dict], compact: bool = True) -> str:
     template also gets the tools.
     """
     fmt = chat_format(tokenizer)
-    tools = template_tools(events_tool_set(events)) if fmt.template else None
+    own_tools = fmt.template and not fmt.text_tools
+    tools = template_tools(events_tool_set(events)) if own_tools else None
     return tokenizer.apply_chat_template(
         render_messages(events, compact, fmt), tools=tools,
         tokenize=False, add_generation_prompt=True,
@@ -240,11 +287,11 @@ def trajectory_segments(tokenizer, events: list[dict], compact: bool = True):
     segments = template_segments(tokenizer, fmt, messages)
     # template_segments renders the prompt (its first piece: every message before the first
     # assistant turn) with every known tool; the episode's prompt lists its set's only.
-    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    first = first_turn(messages)
+    tools = None if fmt.text_tools else template_tools(events_tool_set(events))
     prompt = tokenizer.apply_chat_template(
-        messages[:first], tools=template_tools(events_tool_set(events)), tokenize=False,
-        add_generation_prompt=False,
-    )  # fmt: skip
+        messages[:first], tools=tools, tokenize=False, add_generation_prompt=False
+    )
     return [(prompt, False), *segments[1:]]
 
 
@@ -332,12 +379,31 @@ def parse_tool_call_with_notes(text: str, fmt: ChatFormat = OURS) -> tuple[Actio
     expected = f"{opener}{{json}}{closer}"
     # Generation stops at the end-of-turn token; anything after it was never meant as output.
     body = text.split(fmt.end_of_turn, 1)[0]
+    # Nor is an observation the model writes itself: from its opening on, it imagines the
+    # environment's answer, so a call inside that echo is not the model's action (one after
+    # a real call is trailing text; an argument may contain the tag, e.g. an edit of this file).
+    notes = []
     start = _call_start(body, fmt)
+    markers = {TOOL_RESPONSE_OPEN, fmt.tool_turn[0].strip()} - {""}
+    echo = min((body.find(m) for m in markers if m in body), default=-1)
+    if echo >= 0 and (start < 0 or echo < start):
+        body = body[:echo]
+        notes.append("text from an observation the model wrote on is ignored")
+        start = _call_start(body, fmt)
+    if start < 0 and fmt.text_tools and closer not in body:
+        # A model never trained on the tags writes a bare JSON call (often in a code fence).
+        opener = closer = ""
+        fmt = dataclasses.replace(fmt, call_open="", call_close="")
+        start = _call_start(body, fmt)
+        if start >= 0:
+            notes.append(f"a bare JSON call, without {expected}")
     if start < 0:
         if closer and closer in body:
             return _failure(body, f"found {closer} without {opener}")
         return _failure(body, f"no tool call: expected {expected}")
     content = body[:start].strip()
+    if not opener:
+        content = content.removesuffix("```json").removesuffix("```").strip()
     # Decode the JSON first and look for the closing tag after it: an argument may itself
     # contain "</tool_call>" (an agent editing chat code), which a plain find() would cut.
     payload = body[start + len(opener) :].lstrip()
@@ -348,7 +414,8 @@ def parse_tool_call_with_notes(text: str, fmt: ChatFormat = OURS) -> tuple[Actio
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
         return _failure(body, f"tool call is not valid JSON: {str(exc)[:200]}")
     after = payload[used:].lstrip()
-    notes = []
+    if not opener and after.startswith("```"):
+        after = after[3:]
     if closer and after.startswith(closer):
         after = after[len(closer) :]
     elif closer and not after:

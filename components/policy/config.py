@@ -74,6 +74,15 @@ class PolicyConfig:
         ),
     )
 
+    add_chat_tokens: bool = field(
+        default=False,
+        metadata=doc(
+            "give a pretrained checkpoint without a usable chat template our chat tokens: "
+            "new, untrained embedding rows; off, such a checkpoint is refused, and every other "
+            "pretrained checkpoint keeps its vocabulary and embeddings as they are"
+        ),
+    )
+
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
             if getattr(self, name) < 1:

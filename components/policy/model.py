@@ -2,10 +2,12 @@
 
 The tiny model is a real transformers architecture (Qwen2 or Llama) with tied embeddings,
 so every engine downstream (vLLM, DeepSpeed, PEFT) takes it unchanged; only its size is
-small. A local checkpoint (`pretrained_path`) keeps its own tokenizer, and its own chat
-template when that template renders tools (chat.chat_format follows it); otherwise it gets
-ours, with the chat special tokens added as single ids. Either way the tokenizer leaves
-here with a pad token, and generation stops at the format's end-of-turn token.
+small. A local checkpoint (`pretrained_path`) keeps its own tokenizer and its own chat
+template (chat.chat_format follows it: its own tool-call syntax, or plain-text calls when
+it renders no tools), and so its vocabulary and embeddings. Only a checkpoint with no
+usable template gets ours, and only when its preset says so (`policy.add_chat_tokens`:
+the chat tokens are added as single ids with new embedding rows). Either way the tokenizer
+leaves here with a pad token, and generation stops at the format's end-of-turn token.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def build_policy(
     from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 
     if config.pretrained_path:
-        return load_policy(config.pretrained_path, dtype=config.dtype)
+        return load_policy(config.pretrained_path, config.dtype, config.add_chat_tokens)
     if config.tokenizer_path:
         tokenizer = load_tokenizer(config.tokenizer_path)
     else:
@@ -147,16 +149,22 @@ def save_policy(model, tokenizer, directory: str | Path) -> Path:
     return directory
 
 
-def load_policy(directory: str | Path, dtype: str | None = None) -> tuple:
+def load_policy(
+    directory: str | Path, dtype: str | None = None, add_chat_tokens: bool = False
+) -> tuple:
     """(model, tokenizer) from a local checkpoint directory; never touches the network. An
-    adapter folder (policy/lora.py) gives its base with the adapters, trainable."""
+    adapter folder (policy/lora.py) gives its base with the adapters, trainable.
+    `add_chat_tokens`: see PolicyConfig; without it, a checkpoint that would need new
+    tokens is refused (ValueError naming the folder)."""
     from transformers import AutoModelForCausalLM
 
     directory = Path(directory)
     if is_adapter_dir(directory):
         from components.policy.lora import base_directory, load_adapters
 
-        base, _ = load_policy(base_directory(directory), dtype)
+        # The base as it was trained: if it got our chat tokens then, it gets them again
+        # (a base that keeps its own format is untouched either way).
+        base, _ = load_policy(base_directory(directory), dtype, add_chat_tokens=True)
         tokenizer = load_tokenizer(directory)
         return load_adapters(base, directory), tokenizer
     if not (directory / "config.json").is_file():
@@ -167,6 +175,14 @@ def load_policy(directory: str | Path, dtype: str | None = None) -> tuple:
     model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
     tokenizer = load_tokenizer(directory)
     if tokenizer.chat_template == CHAT_TEMPLATE:
+        vocab = tokenizer.get_vocab()
+        missing = [t for t in (*SPECIAL_TOKENS, *TOOL_TAG_TOKENS) if t not in vocab]
+        if missing and not add_chat_tokens:
+            raise ValueError(
+                f"{directory}: no chat template that can carry tool calls, and the tokenizer "
+                f"lacks {', '.join(missing)}; set policy.add_chat_tokens: true to add them "
+                "(new, untrained embedding rows) or bring a checkpoint with a chat template"
+            )
         ensure_chat_tokens(model, tokenizer)
     else:
         own_format_tokens(model, tokenizer)

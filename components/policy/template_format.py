@@ -16,7 +16,13 @@ probe context), so the text the model is trained on is exactly what the template
 The derived pieces must add up: `template_segments` of a transcript must equal the
 template's own rendering of it (a test checks it on every event kind), which holds for
 templates that render each message on its own (Llama 3.x, Qwen2.5, Hermes and most
-others). A template that renders no tools gets our format instead (`model.load_tokenizer`).
+others).
+
+A template that renders no tools (SmolLM2-Instruct's) still gives the turns: header, end of
+turn, user turn. Tools and calls then travel as plain text inside messages, with tokens the
+model already has (`text_tools`: Hermes/Qwen's `<tool_call>{json}</tool_call>`, observations
+as a user turn in `<tool_response>` tags, the tools and one demonstrated call in the system
+prompt, chat.py); nothing is added to the vocabulary.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ import json
 from dataclasses import dataclass
 
 from components.env.tool_specs import TOOL_SPECS
+
+# Hermes/Qwen's tags around a call and an observation: ours (chat.OURS, as single tokens of
+# the tiny tokenizer) and a text_tools format's (as plain text).
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 
 # The tools as OpenAI-style function specs, for a template's `tools` argument.
 TOOLS = [{"type": "function", "function": {"name": n, **spec}} for n, spec in TOOL_SPECS.items()]
@@ -41,7 +52,9 @@ class ChatFormat:
     {name_key: ..., arguments_key: {...}} + `call_close`. `template` is '' for ours
     (chat.OURS: the body is chat.assistant_body, the prompt chat.chat_segments);
     otherwise the checkpoint's own Jinja template, which renders the prompt and each
-    assistant body. Here rather than in chat.py, which imports this module.
+    assistant body. `text_tools`: the template renders no tools, so the call syntax and
+    observation tags are plain text that chat.py writes into the messages' content.
+    Here rather than in chat.py, which imports this module.
     """
 
     end_of_turn: str
@@ -54,6 +67,7 @@ class ChatFormat:
     name_key: str
     arguments_key: str
     template: str = ""
+    text_tools: bool = False
 
 
 _S, _U, _C, _O = "SYSPROBE", "USERPROBE", "CONTENTPROBE", "OBSERVATIONPROBE"
@@ -69,9 +83,9 @@ class TemplateFormatError(ValueError):
     """The template's pieces cannot be found or do not add up to its own rendering."""
 
 
-def _render(tokenizer, messages: list[dict], generation: bool = False) -> str:
+def _render(tokenizer, messages: list[dict], generation: bool = False, tools=TOOLS) -> str:
     return tokenizer.apply_chat_template(
-        messages, tools=TOOLS, tokenize=False, add_generation_prompt=generation
+        messages, tools=tools, tokenize=False, add_generation_prompt=generation
     )
 
 
@@ -131,13 +145,53 @@ def _call_syntax(body: str) -> dict:
 def derive_format(tokenizer) -> ChatFormat:
     """The tokenizer's template as a ChatFormat (cached per template)."""
     key = (tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token)
-    if key in _DERIVED:
-        return _DERIVED[key]
-    plain = _render(tokenizer, _BASE)
-    prompt = _render(tokenizer, _BASE, generation=True)
+    if key not in _DERIVED:
+        own = _tool_format(tokenizer) if renders_tools(tokenizer) else _text_format(tokenizer)
+        _DERIVED[key] = own
+    return _DERIVED[key]
+
+
+def _turns(tokenizer, tools) -> tuple[str, str, str, str]:
+    """(plain conversation, its generation prompt, assistant header, text after an assistant
+    message's content) of the probe conversation."""
+    plain = _render(tokenizer, _BASE, tools=tools)
+    prompt = _render(tokenizer, _BASE, generation=True, tools=tools)
     header = _after(prompt, plain, "the generation prompt")
     answered = [*_BASE, {"role": "assistant", "content": _C}]
-    _, tail = _cut(_after(_render(tokenizer, answered), prompt, "an assistant turn"), _C, "it")
+    text = _after(_render(tokenizer, answered, tools=tools), prompt, "an assistant turn")
+    _, tail = _cut(text, _C, "it")
+    return plain, prompt, header, tail
+
+
+def _text_format(tokenizer) -> ChatFormat:
+    """A template that renders no tools: its own turns, Hermes-style calls as plain text."""
+    _, prompt, header, tail = _turns(tokenizer, None)
+    end_of_turn = _end_of_turn(tokenizer, tail)
+    answered = [*_BASE, {"role": "assistant", "content": _C}]
+    closed = _render(tokenizer, answered, tools=None)
+    user = _after(_render(tokenizer, [*answered, {"role": "user", "content": _O}], tools=None),
+                  closed, "a user turn")  # fmt: skip
+    before, after = _cut(user, _O, "a user turn")
+    _PROBE[tokenizer.chat_template] = (prompt, tail)
+    return ChatFormat(
+        end_of_turn=end_of_turn,
+        assistant_header=header,
+        after_turn=tail[len(end_of_turn) :],
+        tool_turn=(f"{before}{TOOL_RESPONSE_OPEN}\n", f"\n{TOOL_RESPONSE_CLOSE}{after}"),
+        user_turn=(before, after),
+        call_open=TOOL_CALL_OPEN,
+        call_close=TOOL_CALL_CLOSE,
+        name_key="name",
+        arguments_key="arguments",
+        template=tokenizer.chat_template,
+        text_tools=True,
+    )
+
+
+def _tool_format(tokenizer) -> ChatFormat:
+    """A template that renders tools: its own turns and its own call syntax."""
+    _, prompt, header, tail = _turns(tokenizer, TOOLS)
+    answered = [*_BASE, {"role": "assistant", "content": _C}]
     end_of_turn = _end_of_turn(tokenizer, tail)
     message = {"role": "assistant", "content": "",
                "tool_calls": [{"type": "function", "function": _CALL}]}  # fmt: skip
@@ -161,7 +215,6 @@ def derive_format(tokenizer) -> ChatFormat:
         template=tokenizer.chat_template,
         **syntax,
     )
-    _DERIVED[key] = fmt
     _PROBE[tokenizer.chat_template] = (prompt, tail)
     return fmt
 
@@ -170,7 +223,8 @@ def assistant_body(tokenizer, fmt: ChatFormat, message: dict) -> str:
     """What the model generates for an assistant message, without the end of turn, as the
     template renders it after the probe context."""
     prompt, tail = _PROBE[fmt.template]
-    text = _after(_render(tokenizer, [*_BASE, message]), prompt, "an assistant turn")
+    tools = None if fmt.text_tools else TOOLS
+    text = _after(_render(tokenizer, [*_BASE, message], tools=tools), prompt, "an assistant turn")
     if not text.endswith(tail):
         raise TemplateFormatError("an assistant turn does not end like the probe's")
     return text[: -len(tail)]
@@ -178,12 +232,15 @@ def assistant_body(tokenizer, fmt: ChatFormat, message: dict) -> str:
 
 def template_segments(tokenizer, fmt: ChatFormat, messages: list[dict]) -> list[tuple[str, bool]]:
     """(text, generated) pieces of `messages` in the template's format; their concatenation
-    is `apply_chat_template(messages, tools=TOOLS)`. The prompt (every message before the
-    first assistant turn) is one piece rendered by the template."""
-    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    is `apply_chat_template(messages, tools=TOOLS)` (no tools for `text_tools`). The prompt
+    (every message before the first assistant turn) is one piece rendered by the template."""
+    # A demonstrated turn (chat.demonstration, `"demo": True`) is part of the prompt.
+    turns = (i for i, m in enumerate(messages) if m["role"] == "assistant" and not m.get("demo"))
+    first = next(turns, len(messages))
     if any(m["role"] == "system" for m in messages[first:]):
         raise TemplateFormatError("a system message after the first assistant turn")
-    segments = [(_render(tokenizer, messages[:first]), False)]
+    tools = None if fmt.text_tools else TOOLS
+    segments = [(_render(tokenizer, messages[:first], tools=tools), False)]
     for message in messages[first:]:
         if message["role"] == "assistant":
             body = assistant_body(tokenizer, fmt, message)

@@ -148,8 +148,9 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 3072, min_frequency: in
 
 def load_tokenizer(path: str | Path):
     """A tokenizer saved with `save_pretrained` (local files only). It keeps its own chat
-    template if that template renders tools (a checkpoint's own format, chat.chat_format);
-    otherwise it gets ours.
+    template if a chat format can be read off it (chat.chat_format: its own tool calls, or
+    plain-text ones when it renders no tools); otherwise (no template, or one without an
+    end-of-turn token) it gets ours.
 
     A `tokenizer.json` is loaded as is. AutoTokenizer is not used for it: in transformers 5
     it rebuilds the pipeline from the model family (a qwen2 config.json gets
@@ -162,8 +163,13 @@ def load_tokenizer(path: str | Path):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
     else:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    from components.policy.template_format import renders_tools
+    from components.policy.template_format import TemplateFormatError, derive_format
 
-    if tokenizer.chat_template != CHAT_TEMPLATE and not renders_tools(tokenizer):
+    if tokenizer.chat_template and tokenizer.chat_template != CHAT_TEMPLATE:
+        try:
+            derive_format(tokenizer)
+        except TemplateFormatError:
+            tokenizer.chat_template = CHAT_TEMPLATE
+    if not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer

@@ -4,7 +4,10 @@ Llama-3-style: header tokens around each role, `<|eot_id|>` ends a turn, tools l
 JSON in the system turn, a call is `<|python_tag|>{"name": ..., "parameters": {...}}`, a
 tool result is an `ipython` turn. Its tokenizer has none of our chat tokens (`<|im_start|>`,
 `<tool_call>` ...), so anything of our format that leaked into its transcripts would show.
-`PLAIN_TEMPLATE` renders no tools: a checkpoint with it gets our format.
+`CHATML_NO_TOOLS_TEMPLATE` is SmolLM2-Instruct's: ChatML turns, no tools; with
+`CHATML_SPECIALS` the tokenizer has `<|im_start|>`/`<|im_end|>` but no tool tags, as
+SmolLM2's. `PLAIN_TEMPLATE` renders no tools and has no end-of-turn token: a checkpoint
+with it can only get our format, with new tokens, when asked.
 """
 
 from __future__ import annotations
@@ -36,6 +39,16 @@ LLAMA3_STYLE_TEMPLATE = r"""{{- bos_token -}}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}"""
 
+# SmolLM2-135M-Instruct's own template (as its converted folder's chat_template.jinja).
+CHATML_NO_TOOLS_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CHATML_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
 PLAIN_TEMPLATE = r"""{%- for message in messages -%}
 {{- message['role'] + ': ' + (message['content'] or '') + '\n' -}}
 {%- endfor -%}"""
@@ -45,9 +58,11 @@ SPECIALS = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|en
 
 
 def save_llama3_style_checkpoint(directory: Path, corpus: list[str],
-                                 template: str = LLAMA3_STYLE_TEMPLATE) -> Path:  # fmt: skip
-    """Train a byte-level BPE tokenizer on `corpus` with the Llama-3 special tokens, build a
-    random LlamaForCausalLM (2 layers, 64 wide) for it and save both to `directory`."""
+                                 template: str = LLAMA3_STYLE_TEMPLATE,
+                                 specials: tuple[str, ...] = SPECIALS) -> Path:  # fmt: skip
+    """Train a byte-level BPE tokenizer on `corpus` with the Llama-3 special tokens (or
+    `specials`: the first two are document start and end), build a random LlamaForCausalLM
+    (2 layers, 64 wide) for it and save both to `directory`."""
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -58,9 +73,9 @@ def save_llama3_style_checkpoint(directory: Path, corpus: list[str],
     trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)  # fmt: skip
     backend.train_from_iterator(corpus, trainer=trainer)
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|begin_of_text|>",
-                                        eos_token="<|end_of_text|>",
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=specials[0],
+                                        eos_token=specials[1],
                                         clean_up_tokenization_spaces=False)  # fmt: skip
     tokenizer.chat_template = template
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,

@@ -22,9 +22,12 @@ from components.policy.chat import (
     trajectory_segments,
 )
 from components.policy.config import PolicyConfig
+from components.policy.model import build_policy
 from components.policy.template_format import TOOLS
 from tests.policy.conftest import SAMPLE_EVENTS
 from tests.policy.own_checkpoint import (
+    CHATML_NO_TOOLS_TEMPLATE,
+    CHATML_SPECIALS,
     LLAMA3_STYLE_TEMPLATE,
     PLAIN_TEMPLATE,
     save_llama3_style_checkpoint,
@@ -40,8 +43,6 @@ def own_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def own(own_dir):
-    from components.policy.model import build_policy
-
     return build_policy(PolicyConfig(pretrained_path=str(own_dir)))
 
 
@@ -167,14 +168,78 @@ def test_a_rollout_follows_the_template(own, tmp_path):
     assert not any(tokens["assistant_mask"][n:])
 
 
-def test_a_template_without_tools_gets_ours(tmp_path):
+def test_a_template_without_usable_turns_is_refused_unless_the_preset_asks(tmp_path):
+    """No end-of-turn token in the template: only our format fits, which needs new tokens;
+    they are added (embeddings grow) only when `add_chat_tokens` says so."""
     from components.policy.model import load_policy
 
     directory = save_llama3_style_checkpoint(tmp_path / "plain", CORPUS, PLAIN_TEMPLATE)
-    model, tokenizer = load_policy(directory)
+    with pytest.raises(ValueError, match="add_chat_tokens"):
+        load_policy(directory)
+    config = PolicyConfig(pretrained_path=str(directory), add_chat_tokens=True)
+    model, tokenizer = build_policy(config)
     assert tokenizer.chat_template == CHAT_TEMPLATE and chat_format(tokenizer) is OURS
     assert "<|im_start|>" in tokenizer.get_vocab()
-    assert len(tokenizer) == model.get_input_embeddings().weight.shape[0]
+    assert len(tokenizer) == model.get_input_embeddings().weight.shape[0] > 400
+
+
+@pytest.fixture(scope="module")
+def chatml_dir(tmp_path_factory):
+    """SmolLM2-Instruct's shape: its ChatML template (no tools), no tool tags in the vocab."""
+    return save_llama3_style_checkpoint(tmp_path_factory.mktemp("chatml"), CORPUS,
+                                        CHATML_NO_TOOLS_TEMPLATE, CHATML_SPECIALS)  # fmt: skip
+
+
+def test_a_template_without_tools_keeps_its_vocabulary_and_writes_calls_as_text(chatml_dir):
+    from safetensors import safe_open
+
+    with safe_open(str(chatml_dir / "model.safetensors"), framework="pt") as f:
+        saved_rows = f.get_tensor("model.embed_tokens.weight").shape[0]
+    model, tokenizer = build_policy(PolicyConfig(pretrained_path=str(chatml_dir)))
+    assert tokenizer.chat_template == CHATML_NO_TOOLS_TEMPLATE
+    assert len(tokenizer) == saved_rows == model.get_input_embeddings().weight.shape[0]
+    assert "<tool_call>" not in tokenizer.get_vocab()
+    fmt = chat_format(tokenizer)
+    assert fmt.text_tools and fmt.template == CHATML_NO_TOOLS_TEMPLATE
+    assert (fmt.end_of_turn, fmt.assistant_header) == ("<|im_end|>", "<|im_start|>assistant\n")
+    assert fmt.tool_turn == (
+        "<|im_start|>user\n<tool_response>\n",
+        "\n</tool_response><|im_end|>\n",
+    )
+    assert len(tokenizer("<tool_call>", add_special_tokens=False)["input_ids"]) > 1
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert model.generation_config.eos_token_id == eos
+
+
+def test_text_tools_transcripts_are_the_templates_rendering(chatml_dir, events):
+    """The segments add up to the template's own rendering of the plain-text messages; the
+    system prompt lists the set's tools, one demonstrated call follows as context; the mask
+    covers exactly the episode's assistant turns, calls written as text."""
+    model, tokenizer = build_policy(PolicyConfig(pretrained_path=str(chatml_dir)))
+    fmt = chat_format(tokenizer)
+    for tool_set, demo in (("free_form", "run_command"), ("fix_search", "list_fixes")):
+        marked = [{**events[0], "tool_set": tool_set}, *events[1:]]
+        messages = render_messages(marked, fmt=fmt)
+        assert all("tool_calls" not in m and m["role"] != "tool" for m in messages)
+        expected = tokenizer.apply_chat_template(messages, tokenize=False)
+        assert "".join(piece for piece, _ in trajectory_segments(tokenizer, marked)) == expected
+        system, request, shown = messages[0]["content"], messages[1], messages[2]
+        assert ("edit_file" in system) == (tool_set == "free_form")
+        assert request["role"] == "user" and shown["demo"]
+        assert shown["content"].startswith(f'<tool_call>\n{{"name": "{demo}", "arguments": ')
+    out = tokenize_trajectory(tokenizer, events)
+    text = tokenizer.decode([t for t, m in zip(out["input_ids"], out["assistant_mask"],
+                                               strict=True) if m], skip_special_tokens=False)  # fmt: skip
+    assert text.count("<|im_end|>") == sum(e["role"] == "assistant" for e in events)
+    assert (
+        '<tool_call>\n{"name": "run_command", "arguments": {"cmd": "python -m pytest -q"}}' in text
+    )
+    assert "<tool_response>" not in text  # observations are context
+    prompt = prompt_ids(tokenizer, events[:1])
+    assert out["input_ids"][: len(prompt)] == prompt
+    assert not any(out["assistant_mask"][: len(prompt)])  # the demonstration is context
+    demo = format_tool_call("run_command", {"cmd": "python -m pytest -q"})
+    assert f"assistant\n{demo}<|im_end|>" in tokenizer.decode(prompt)
 
 
 def test_sft_on_the_checkpoint_saves_its_own_format(own_dir, events, tmp_path):
@@ -189,3 +254,47 @@ def test_sft_on_the_checkpoint_saves_its_own_format(own_dir, events, tmp_path):
     assert result.steps == 2 and all(x == x for x in result.losses)
     _, reloaded = load_policy(result.checkpoint_dir)
     assert reloaded.chat_template == LLAMA3_STYLE_TEMPLATE
+
+
+def test_the_text_tools_parser_is_lenient_on_form_and_strict_on_what_counts(chatml_dir):
+    """A model that never saw the tags as tokens writes bare or fenced JSON: one call. What
+    cannot count: a call inside an observation the model wrote itself (it imagines the
+    environment), a second call after the first (one action per turn), junk inside the
+    tags, a tool outside the set's registry or bad arguments."""
+    from components.policy.chat import parse_tool_call_with_notes
+    from components.policy.tokenizer import load_tokenizer
+
+    fmt = chat_format(load_tokenizer(chatml_dir))
+    run = {"cmd": "python -m pytest -q"}
+    tagged = parse_tool_call(format_tool_call("run_command", run) + "<|im_end|>", fmt)
+    assert (tagged.tool, tagged.arguments) == ("run_command", run)
+    fenced, notes = parse_tool_call_with_notes(
+        'I will run the tests.\n```json\n{"name": "run_command", "arguments": '
+        '{"cmd": "python -m pytest -q"}}\n```', fmt)  # fmt: skip
+    assert (fenced.tool, fenced.arguments, fenced.content) == ("run_command", run,
+                                                               "I will run the tests.")  # fmt: skip
+    assert any("bare JSON" in n for n in notes)
+    bare = parse_tool_call('{"name": "finish", "arguments": {"summary": "done"}}', fmt)
+    assert bare.tool == "finish"
+    # Ours stays strict: the tiny policy learned the tags.
+    assert parse_tool_call('{"name": "finish", "arguments": {}}').tool is None
+    # A hallucinated observation that "contains" the model's call: not an action.
+    echo = ('<tool_response>\nall tests passed\n</tool_response>\n'
+            + format_tool_call("finish", {"summary": "done"}))  # fmt: skip
+    assert parse_tool_call(echo, fmt).tool is None
+    assert parse_tool_call(echo.replace("<tool_call>\n", "").replace("\n</tool_call>", ""),
+                           fmt).tool is None  # fmt: skip
+    # A real call, then an echo and more calls: the first call, once.
+    twice, notes = parse_tool_call_with_notes(
+        format_tool_call("run_command", run) + "\n<tool_response>\nok\n</tool_response>\n"
+        + format_tool_call("finish", {}) + '\n{"name": "finish", "arguments": {}}', fmt)  # fmt: skip
+    assert (twice.tool, twice.arguments) == ("run_command", run)
+    assert any("tool calls in one turn" in n for n in notes)
+    junk = parse_tool_call(
+        '<tool_call>\n{"name": "finish", "arguments": {}} rm -rf /\n</tool_call>', fmt
+    )
+    assert junk.tool is None and "unexpected text" in junk.parse_error
+    assert parse_tool_call('{"name": "rm", "arguments": {}}', fmt).tool is None
+    bad = parse_tool_call('```json\n{"name": "run_command", "arguments": {"cmd": 3}}\n```', fmt)
+    assert bad.tool is None and bad.parse_error
+    assert parse_tool_call("The capital of France is Paris.", fmt).tool is None

@@ -94,7 +94,8 @@ def test_save_load_round_trip(tokenizer_dir, events, tmp_path):
 
 
 def test_foreign_checkpoint_gets_the_chat_tokens(tmp_path):
-    """A checkpoint whose tokenizer lacks the chat tokens: they are added, embeddings grow."""
+    """A checkpoint whose tokenizer lacks the chat tokens and has no chat template: they are
+    added and the embeddings grow, when asked (policy.add_chat_tokens)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -104,7 +105,9 @@ def test_foreign_checkpoint_gets_the_chat_tokens(tmp_path):
     foreign = LlamaForCausalLM(LlamaConfig(vocab_size=3, hidden_size=32, intermediate_size=64,
                                            num_hidden_layers=1, num_attention_heads=2))  # fmt: skip
     save_policy(foreign, foreign_tok, tmp_path)
-    model, tokenizer = load_policy(tmp_path)
+    with pytest.raises(ValueError, match="add_chat_tokens"):
+        load_policy(tmp_path)  # new embedding rows only when the preset asks
+    model, tokenizer = load_policy(tmp_path, add_chat_tokens=True)
     assert len(tokenizer) == 3 + 7
     assert model.get_input_embeddings().weight.shape[0] == 10
     (im_end,) = tokenizer(IM_END, add_special_tokens=False)["input_ids"]
