@@ -28,7 +28,8 @@ For one Python repository with a pytest suite:
    mutant with no such case (a method, arguments or results that are not plain values,
    no call that tells the bug from the fix) is dropped with the reason: its verdict could
    only come from pytest in the process of the code under test, which that code can
-   forge (a printed verdict line). A kept mutant becomes a
+   forge (a printed verdict line). Candidates in methods are passed over untried
+   (`methods_passed_over`): they could never get cases. A kept mutant becomes a
    task folder (docs/tasks.md): `repo/` = the mutated repository (every test visible),
    `hidden_tests/` = the test files that failed, verbatim, `hidden_cases.json` = the
    recorded cases, `reference.patch` = the reverse
@@ -217,6 +218,7 @@ class MineReport:
     mutant_tests_s: float = 0.0
     gate_s: float = 0.0
     cases_s: float = 0.0  # recording and checking the hidden cases of kept mutants
+    methods_passed_over: int = 0  # candidates in methods, left untried: no hidden cases
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -1118,6 +1120,9 @@ def _mine(repo_path: Path, out: Path, work: Path, report: MineReport, config: Mi
             break
         if per_function[(cand.module, cand.function)] >= config.max_per_function:
             continue  # enough from this function; not a try
+        if "." in cand.function:  # a method gets no hidden cases (derive_hidden_cases)
+            report.methods_passed_over += 1  # so it could never be a task: not a try
+            continue
         report.tried += 1
         t0 = time.monotonic()
         buggy, failing, reason = try_candidate(repo, cand, work, sandbox, config)
