@@ -17,13 +17,23 @@ components.cli train dpo ...`, the k8s trainer Job): rank 0 writes the result.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    existing_dir,
+    existing_path,
+    output_dir,
+    positive_float,
+    positive_int,
+    preset_file,
+)
+from components.outputs import check_output_dir, record_outputs, write_atomic
 from components.preset import DEFAULT_PRESET
 
 
@@ -40,19 +50,52 @@ def read_records(sources: list[str]) -> list[dict]:
         elif src.is_file():
             records.extend(_jsonl(src))
         else:
-            raise SystemExit(f"agentrl: no records at {src} (a .jsonl file or a dataset folder)")
+            raise CommandError(f"no records at {src} (a .jsonl file or a dataset folder)")
     return records
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise CommandError(f"{path}:{number}: not a JSON record ({e.msg})") from None
+    return records
 
 
-def _parser(prog: str, doc: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=doc)
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
-    p.add_argument("--out", required=True, type=Path, help="output folder")
+def _parser(prog: str, doc: str) -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description=doc)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
+                   help="preset YAML (configs/)")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="output folder (empty, or a previous run of this stage: it resumes)")  # fmt: skip
     return p
+
+
+def _policy_dir(text: str) -> str:
+    """A saved policy folder (config.json, or an adapter policy's metadata)."""
+    import argparse
+
+    folder = existing_dir(text)
+    if not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
+        raise argparse.ArgumentTypeError(f"{text} is not a saved policy (no config.json)")
+    return str(folder)
+
+
+def _claim(out: Path) -> None:
+    """Before any work: `out` is empty, or this stage's own folder (it carries the output
+    manifest from its start, or a finished run's result.json), which the stage resumes or
+    rewrites; a folder holding anything else is refused with what it holds."""
+    from components.outputs import MANIFEST
+
+    if out.is_dir() and any(out.iterdir()):
+        if not ((out / MANIFEST).is_file() or (out / "result.json").is_file()):
+            check_output_dir(out, overwrite=True, what="stage output")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / MANIFEST, '{"entries": []}\n')
 
 
 def _section(args, name: str, **overrides):
@@ -62,8 +105,8 @@ def _section(args, name: str, **overrides):
 
 
 def _write_result(out: Path, result: dict) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_atomic(out / "result.json", json.dumps(result, indent=2, default=str) + "\n")
+    record_outputs(out)
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}, default=str))
     return 0
 
@@ -71,8 +114,10 @@ def _write_result(out: Path, result: dict) -> int:
 def main_policy_init(argv: list[str]) -> int:
     """Build the tiny policy from the preset (tokenizer trained on the records) and save it."""
     p = _parser("agentrl policy init", main_policy_init.__doc__)
-    p.add_argument("--records", nargs="*", default=[], help="trajectories for the tokenizer")
+    p.add_argument("--records", nargs="*", default=[], type=existing_path,
+                   help="trajectories for the tokenizer")  # fmt: skip
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import build_policy, save_policy
 
     t0 = time.monotonic()
@@ -89,15 +134,17 @@ def main_policy_init(argv: list[str]) -> int:
 
 def main_policy_merge(argv: list[str]) -> int:
     """Fold a LoRA adapter policy into its base: a plain checkpoint for serving."""
-    p = argparse.ArgumentParser(prog="agentrl policy merge", description=main_policy_merge.__doc__)
-    p.add_argument("--policy", required=True, help="adapter folder (a stage run with lora)")
-    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p = ArgumentParser(prog="agentrl policy merge", description=main_policy_merge.__doc__)
+    p.add_argument("--policy", required=True, type=existing_dir,
+                   help="adapter folder (a stage run with lora)")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_dir, help="output folder")
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.lora import base_directory, is_adapter_dir, merge_adapters
     from components.policy.model import load_policy, save_policy
 
     if not is_adapter_dir(args.policy):
-        raise SystemExit(f"agentrl: {args.policy} is not an adapter policy (no adapter metadata)")
+        raise CommandError(f"{args.policy} is not an adapter policy (no adapter metadata)")
     model, tokenizer = load_policy(args.policy)
     merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
     return _write_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
@@ -107,11 +154,13 @@ def main_policy_merge(argv: list[str]) -> int:
 def main_sft(argv: list[str]) -> int:
     """Supervised fine-tuning on expert trajectories (loss on assistant tokens only)."""
     p = _parser("agentrl train sft", main_sft.__doc__)
-    p.add_argument("--policy", required=True, help="policy folder to start from")
-    p.add_argument("--records", nargs="+", required=True, help="JSONL files / dataset folders")
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--epochs", type=float)
+    p.add_argument("--policy", required=True, type=_policy_dir, help="policy folder to start from")
+    p.add_argument("--records", nargs="+", required=True, type=existing_path,
+                   help="JSONL files / dataset folders")  # fmt: skip
+    p.add_argument("--max-steps", type=positive_int, help="override sft.max_steps")
+    p.add_argument("--epochs", type=positive_float, help="override sft.epochs")
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.sft import train_sft
@@ -133,11 +182,14 @@ def main_sample(argv: list[str]) -> int:
     """Sample K episodes per task with the policy (the preset's rollout, env and sandbox
     sections), verify them, save records + summary."""
     p = _parser("agentrl rollout sample", main_sample.__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--tasks", required=True, type=Path)
-    p.add_argument("--split", default="train")
-    p.add_argument("--limit", type=int, help="only the first N tasks")
+    from components.tasks.task import SPLITS
+
+    p.add_argument("--policy", required=True, type=_policy_dir)
+    p.add_argument("--tasks", required=True, type=existing_dir)
+    p.add_argument("--split", default="train", choices=SPLITS)
+    p.add_argument("--limit", type=positive_int, help="only the first N tasks")
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.preset import load_preset
     from components.rollout.engine import rollout_summary, sample_episodes
@@ -146,8 +198,11 @@ def main_sample(argv: list[str]) -> int:
     preset = load_preset(args.preset)
     tasks, errors = load_tasks(args.tasks, split=args.split)
     if errors:
-        print("\n".join(f"agentrl: invalid task: {e}" for e in errors), file=sys.stderr)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CommandError(f"invalid task: {errors[0]}{more}")
     tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        raise CommandError(f"no {args.split} tasks in {args.tasks}")
     model, tokenizer = load_policy(args.policy)
     rollout = preset.section("rollout")
     t0 = time.monotonic()
@@ -178,9 +233,10 @@ def main_sample(argv: list[str]) -> int:
 def main_rejection_sampling(argv: list[str]) -> int:
     """Keep the verified successes among sampled episodes and fine-tune on them."""
     p = _parser("agentrl train rs", main_rejection_sampling.__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--samples", nargs="+", required=True)
+    p.add_argument("--policy", required=True, type=_policy_dir)
+    p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.rejection_sampling import train_rejection_sampling
@@ -201,9 +257,10 @@ def main_rejection_sampling(argv: list[str]) -> int:
 def main_dpo(argv: list[str]) -> int:
     """DPO on success-vs-failure pairs of the same task (whole multi-turn trajectories)."""
     p = _parser("agentrl train dpo", main_dpo.__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--samples", nargs="+", required=True)
+    p.add_argument("--policy", required=True, type=_policy_dir)
+    p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.train.data import preference_pairs
     from components.train.dpo import train_dpo
