@@ -105,8 +105,16 @@ def existing_file(text: str) -> Path:
 
 
 def preset_file(text: str) -> str:
-    """A preset path that exists and is a file (its content is checked when loaded)."""
-    return str(existing_file(text))
+    """A preset that exists and is valid as a whole (every section, components/preset.py),
+    checked while parsing: a command never starts on a bad preset."""
+    from components.preset import load_preset, validate_preset
+    from components.typed_config import ConfigError
+
+    try:
+        validate_preset(load_preset(existing_file(text)))
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def output_file(text: str) -> Path:

@@ -121,6 +121,8 @@ def _read_yaml(path: Path):
 def load_preset(path: str | Path) -> Preset:
     path = Path(path)
     data = _read_yaml(path)
+    if data is None:  # only comments
+        raise PresetError(f"{path}: empty preset (give at least its name and sections)")
     if not isinstance(data, dict):
         raise PresetError(f"{path}: top level must be a mapping of sections")
     unknown = sorted(set(map(str, data)) - set(SECTIONS) - {"name"})

@@ -116,8 +116,8 @@ class RunScope:
         self.saved_tmp = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = tempfile.tempdir = self.tmp
         self.server: subprocess.Popen | None = None
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+        self.handlers = {sig: signal.signal(sig, self._on_signal)
+                         for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
 
     def _on_signal(self, signum, frame) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -134,6 +134,8 @@ class RunScope:
         stop_descendants()
         self.server = None
         shutil.rmtree(self.tmp, ignore_errors=True)
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler)
         tempfile.tempdir = None
         if self.saved_tmp is None:
             os.environ.pop("TMPDIR", None)

@@ -90,12 +90,19 @@ def _claim(out: Path) -> None:
     rewrites; a folder holding anything else is refused with what it holds."""
     from components.outputs import MANIFEST
 
-    if out.is_dir() and any(out.iterdir()):
-        if not ((out / MANIFEST).is_file() or (out / "result.json").is_file()):
-            check_output_dir(out, overwrite=True, what="stage output")
-        return
+    ours = (out / MANIFEST).is_file() or (out / "result.json").is_file()
+    if out.is_dir() and any(out.iterdir()) and not ours:
+        check_output_dir(out, overwrite=True, what="stage output")
+
+
+def _start(out: Path) -> None:
+    """Mark `out` as this stage's folder once its inputs are read, before the long work:
+    a run killed now is resumed, not refused, by the next."""
+    from components.outputs import MANIFEST
+
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / MANIFEST, '{"entries": []}\n')
+    if not (out / MANIFEST).is_file():
+        write_atomic(out / MANIFEST, '{"entries": []}\n')
 
 
 def _section(args, name: str, **overrides):
@@ -122,7 +129,9 @@ def main_policy_init(argv: list[str]) -> int:
 
     t0 = time.monotonic()
     config = _section(args, "policy")
-    model, tokenizer = build_policy(config, records=read_records(args.records))
+    records = read_records(args.records)
+    _start(args.out)
+    model, tokenizer = build_policy(config, records=records)
     save_policy(model, tokenizer, args.out / "policy")
     return _write_result(args.out, {
         "policy_dir": str(args.out / "policy"),
@@ -139,12 +148,13 @@ def main_policy_merge(argv: list[str]) -> int:
                    help="adapter folder (a stage run with lora)")  # fmt: skip
     p.add_argument("--out", required=True, type=output_dir, help="output folder")
     args = p.parse_args(argv)
-    _claim(args.out)
     from components.policy.lora import base_directory, is_adapter_dir, merge_adapters
     from components.policy.model import load_policy, save_policy
 
     if not is_adapter_dir(args.policy):
         raise CommandError(f"{args.policy} is not an adapter policy (no adapter metadata)")
+    _claim(args.out)
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
     merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
     return _write_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
@@ -170,8 +180,10 @@ def main_sft(argv: list[str]) -> int:
     code = relaunch_as_ranks(["train", "sft", *argv]) if config.deepspeed is not None else None
     if code is not None:
         return code
+    records = read_records(args.records)  # a bad record is found before the model loads
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
-    result = train_sft(model, tokenizer, read_records(args.records), config)
+    result = train_sft(model, tokenizer, records, config)
     if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
         return 0
     return _write_result(args.out, {**dataclasses.asdict(result),
@@ -203,6 +215,7 @@ def main_sample(argv: list[str]) -> int:
     tasks = tasks[: args.limit] if args.limit else tasks
     if not tasks:
         raise CommandError(f"no {args.split} tasks in {args.tasks}")
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
     rollout = preset.section("rollout")
     t0 = time.monotonic()
@@ -247,8 +260,10 @@ def main_rejection_sampling(argv: list[str]) -> int:
     ranks = relaunch_as_ranks(["train", "rs", *argv]) if config.sft.deepspeed else None
     if ranks is not None:
         return ranks
+    samples = read_records(args.samples)
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
-    result = train_rejection_sampling(model, tokenizer, read_records(args.samples), config)
+    result = train_rejection_sampling(model, tokenizer, samples, config)
     if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
         return 0
     return _write_result(args.out, dataclasses.asdict(result))
@@ -271,6 +286,7 @@ def main_dpo(argv: list[str]) -> int:
     if not pairs:
         return _write_result(args.out, {"skipped": "no success/failure pair on any task",
                                         "num_pairs": 0, "policy_dir": args.policy})  # fmt: skip
+    _start(args.out)
     if (code := relaunch_as_ranks(["train", "dpo", *argv])) is not None:
         return code
     rank, _ = join_process_group()
