@@ -117,6 +117,14 @@ def preset_file(text: str) -> str:
     return text
 
 
+def saved_policy(text: str) -> str:
+    """A saved policy folder: config.json (a full checkpoint) or adapter_config.json."""
+    folder = existing_dir(text)
+    if not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
+        raise argparse.ArgumentTypeError(f"{text} is not a saved policy (no config.json)")
+    return str(folder)
+
+
 def output_file(text: str) -> Path:
     """A file the command will write: not a folder, and its folder writable (or creatable),
     checked before any work is done."""

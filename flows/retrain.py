@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 if __name__ == "__main__":  # checks before Prefect's import (seconds): flows/retrain_main.py
-    from flows.retrain_main import main
+    import runpy  # (run as that module's script: it imports this one, as `flows.retrain`)
 
-    sys.exit(main())
+    runpy.run_module("flows.retrain_main", run_name="__main__", alter_sys=True)
 
 from prefect import flow  # noqa: E402
 

@@ -296,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(f"usage: python -m components.data {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
         return 2
-    return COMMANDS[argv[0]](argv[1:])
+    from components.cli import run
+
+    return run(["data", *argv])
 
 
 if __name__ == "__main__":

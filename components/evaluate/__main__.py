@@ -343,4 +343,6 @@ if __name__ == "__main__":
         print("usage: python -m components.evaluate {run,safety,episodes,demo} [options]",
               file=sys.stderr)  # fmt: skip
         sys.exit(2)
-    sys.exit(commands[sys.argv[1]](sys.argv[2:]))
+    from components.cli import boundary
+
+    sys.exit(boundary(lambda: commands[sys.argv[1]](sys.argv[2:]), f"agentrl {sys.argv[1]}"))

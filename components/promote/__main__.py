@@ -217,4 +217,6 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(f"usage: python -m components.promote {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
         sys.exit(2)
-    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))
+    from components.cli import run
+
+    sys.exit(run(["promote", *sys.argv[1:]]))

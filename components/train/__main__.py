@@ -32,6 +32,7 @@ from components.cli_args import (
     positive_float,
     positive_int,
     preset_file,
+    saved_policy,
 )
 from components.outputs import check_output_dir, record_outputs, write_atomic
 from components.preset import DEFAULT_PRESET
@@ -72,16 +73,6 @@ def _parser(prog: str, doc: str) -> ArgumentParser:
     p.add_argument("--out", required=True, type=output_dir,
                    help="output folder (empty, or a previous run of this stage: it resumes)")  # fmt: skip
     return p
-
-
-def _policy_dir(text: str) -> str:
-    """A saved policy folder (config.json, or an adapter policy's metadata)."""
-    import argparse
-
-    folder = existing_dir(text)
-    if not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
-        raise argparse.ArgumentTypeError(f"{text} is not a saved policy (no config.json)")
-    return str(folder)
 
 
 def _claim(out: Path) -> None:
@@ -164,7 +155,7 @@ def main_policy_merge(argv: list[str]) -> int:
 def main_sft(argv: list[str]) -> int:
     """Supervised fine-tuning on expert trajectories (loss on assistant tokens only)."""
     p = _parser("agentrl train sft", main_sft.__doc__)
-    p.add_argument("--policy", required=True, type=_policy_dir, help="policy folder to start from")
+    p.add_argument("--policy", required=True, type=saved_policy, help="policy folder to start from")
     p.add_argument("--records", nargs="+", required=True, type=existing_path,
                    help="JSONL files / dataset folders")  # fmt: skip
     p.add_argument("--max-steps", type=positive_int, help="override sft.max_steps")
@@ -196,7 +187,7 @@ def main_sample(argv: list[str]) -> int:
     p = _parser("agentrl rollout sample", main_sample.__doc__)
     from components.tasks.task import SPLITS
 
-    p.add_argument("--policy", required=True, type=_policy_dir)
+    p.add_argument("--policy", required=True, type=saved_policy)
     p.add_argument("--tasks", required=True, type=existing_dir)
     p.add_argument("--split", default="train", choices=SPLITS)
     p.add_argument("--limit", type=positive_int, help="only the first N tasks")
@@ -246,7 +237,7 @@ def main_sample(argv: list[str]) -> int:
 def main_rejection_sampling(argv: list[str]) -> int:
     """Keep the verified successes among sampled episodes and fine-tune on them."""
     p = _parser("agentrl train rs", main_rejection_sampling.__doc__)
-    p.add_argument("--policy", required=True, type=_policy_dir)
+    p.add_argument("--policy", required=True, type=saved_policy)
     p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
     _claim(args.out)
@@ -272,7 +263,7 @@ def main_rejection_sampling(argv: list[str]) -> int:
 def main_dpo(argv: list[str]) -> int:
     """DPO on success-vs-failure pairs of the same task (whole multi-turn trajectories)."""
     p = _parser("agentrl train dpo", main_dpo.__doc__)
-    p.add_argument("--policy", required=True, type=_policy_dir)
+    p.add_argument("--policy", required=True, type=saved_policy)
     p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
     _claim(args.out)

@@ -772,15 +772,20 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     grpo, rollout, env and sandbox (a missing section means its defaults). Launched by
     torchrun (`python -m torch.distributed.run --nproc_per_node N -m components.cli train
     grpo ...`), the ranks share the sampling and the update; rank 0 writes the results."""
-    from components.cli_args import ArgumentParser, existing_dir, output_dir, preset_file
+    from components.cli_args import (
+        ArgumentParser,
+        existing_dir,
+        output_dir,
+        preset_file,
+        saved_policy,
+    )
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.task import SPLITS
-    from components.train.__main__ import _policy_dir
 
     p = ArgumentParser(prog="agentrl train grpo", description=main_grpo.__doc__)
     p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
                    help="preset YAML (configs/)")  # fmt: skip
-    p.add_argument("--policy", required=True, type=_policy_dir,
+    p.add_argument("--policy", required=True, type=saved_policy,
                    help="policy checkpoint (save_policy output)")  # fmt: skip
     p.add_argument("--tasks", required=True, type=existing_dir, help="task suite folder")
     p.add_argument("--split", default="train", choices=("", *SPLITS),
