@@ -124,8 +124,9 @@ class RunScope:
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up
         self.close()
         name = "interrupted" if signum == signal.SIGINT else "terminated"
-        print(f"{PROG}: {name}; stopped the run's processes and removed {self.tmp}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        # os.write: the flow's print() goes through Prefect's logging (log_prints).
+        os.write(2, f"{PROG}: {name}; stopped the run's processes and removed {self.tmp}\n"
+                 .encode())  # fmt: skip
         os._exit(128 + signum)
 
     def close(self) -> None:

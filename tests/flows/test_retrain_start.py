@@ -44,6 +44,7 @@ def _left_behind(marker: str) -> list[str]:
 
 
 @pytest.mark.slow  # a fresh Prefect database and the first stages on a loaded machine: minutes
+@pytest.mark.timeout(1800)
 def test_flow_starts_on_a_busy_machine_and_ctrl_c_in_the_gate_leaves_nothing(tmp_path):
     repo = tmp_path / "checkout"  # the flow writes runs/ and mlruns/ where it runs
     shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
@@ -65,16 +66,19 @@ def test_flow_starts_on_a_busy_machine_and_ctrl_c_in_the_gate_leaves_nothing(tmp
         seen = []
         for line in proc.stdout:
             seen.append(line)
-            if line.startswith("==> gate"):
+            print(line, end="", flush=True)  # shown if the test fails
+            if "==> gate" in line:  # (the flow's prints carry Prefect's log prefix)
                 break
         assert any(line.startswith("Prefect API server: http://127.0.0.1:") for line in seen)
-        assert seen and seen[-1].startswith("==> gate"), "".join(seen[-30:])
+        assert seen and "==> gate" in seen[-1], "".join(seen[-30:])
         time.sleep(3)  # the gate's sandboxes are running
         os.killpg(proc.pid, signal.SIGINT)
         rest, _ = proc.communicate(timeout=5)  # the acceptance bound: within 5 s
     finally:
         for burner in burners:
             burner.kill()
+        if proc.poll() is None:  # a failed check: do not leave the run behind
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, rest
     assert "Traceback" not in rest and "interrupted" in rest
     time.sleep(0.5)
