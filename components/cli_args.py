@@ -125,6 +125,18 @@ def saved_policy(text: str) -> str:
     return str(folder)
 
 
+def tracking_uri(text: str) -> str:
+    """An MLflow tracking URI of a scheme MLflow stores runs in: a path, file:, sqlite:
+    (or another SQLAlchemy database), http(s): or databricks."""
+    scheme = text.split(":", 1)[0].lower() if "://" in text or text.startswith("file:") else ""
+    known = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+    if scheme and scheme.split("+")[0] not in known:
+        raise argparse.ArgumentTypeError(
+            f"unknown scheme {scheme!r} in {text!r}; use a path or one of {', '.join(known)}"
+        )
+    return text
+
+
 def output_file(text: str) -> Path:
     """A file the command will write: not a folder, and its folder writable (or creatable),
     checked before any work is done."""

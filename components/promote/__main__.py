@@ -23,6 +23,7 @@ import json
 import sys
 
 from components.cli_args import ArgumentParser, nonempty, positive_int, preset_file
+from components.cli_args import tracking_uri as tracking_uri_arg
 from components.promote.audit import default_actor
 from components.promote.config import PromotionConfig, promotion_config
 from components.promote.errors import PromotionError
@@ -36,24 +37,10 @@ def _parser(prog: str, description: str) -> ArgumentParser:
     )  # fmt: skip
     p.add_argument("--model", default=None, type=nonempty,
                    help="registered model name (default agentrl-coder)")  # fmt: skip
-    p.add_argument("--tracking-uri", default=None, type=tracking_uri,
+    p.add_argument("--tracking-uri", default=None, type=tracking_uri_arg,
                    help="MLflow URI (default embedded SQLite)")  # fmt: skip
     p.add_argument("--audit-path", default=None, help="JSONL audit log (default mlruns/)")
     return p
-
-
-def tracking_uri(text: str) -> str:
-    """An MLflow tracking URI of a scheme MLflow stores runs in: a path, file:, sqlite:
-    (or another SQLAlchemy database), http(s): or databricks."""
-    import argparse
-
-    scheme = text.split(":", 1)[0].lower() if "://" in text or text.startswith("file:") else ""
-    known = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
-    if scheme and scheme.split("+")[0] not in known:
-        raise argparse.ArgumentTypeError(
-            f"unknown scheme {scheme!r} in {text!r}; use a path or one of {', '.join(known)}"
-        )
-    return text
 
 
 def _person(p: ArgumentParser) -> None:
