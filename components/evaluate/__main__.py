@@ -22,6 +22,7 @@ from pathlib import Path
 from components.cli_args import (
     ArgumentParser,
     CommandError,
+    UsageError,
     choice_list,
     existing_dir,
     existing_file,
@@ -243,9 +244,7 @@ def _attacks(names: str | None):
     try:
         wanted = set(choice_list(a.name for a in ATTACKS)(names))
     except argparse.ArgumentTypeError as e:
-        raise CommandError(
-            f"argument --attacks: {e}",
-        ) from None
+        raise UsageError(f"argument --attacks: {e}") from None
     return tuple(a for a in ATTACKS if a.name in wanted)
 
 
