@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,32 +50,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def start_server(checkpoint: Path, threads: int):
-    """(process, base URL) of `agentrl serve` on a free loopback port, runtime updates on."""
+def start_server(checkpoint: Path, threads: int, budget_s: float | None = None):
+    """(process, base URL) of `agentrl serve` on a free loopback port, runtime updates on,
+    healthy within `budget_s` (default: the `runtime` section's start-up budget; one retry);
+    its output in runs/bench-serve.log."""
     import socket
 
-    import httpx
+    from components.runtime import RuntimeConfig, http_probe, start_service
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
-         str(port), "--threads", str(threads), "--allow-runtime-updates"],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("agentrl serve exited")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except httpx.TransportError:
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("agentrl serve did not start")
+    ports: list[int] = []
+
+    def argv() -> list[str]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
+                str(ports[-1]), "--threads", str(threads), "--allow-runtime-updates"]  # fmt: skip
+
+    budget = budget_s or RuntimeConfig().startup_timeout_s
+    proc = start_service("agentrl serve", argv,
+                         lambda: http_probe(f"http://127.0.0.1:{ports[-1]}/health")(), budget,
+                         REPO / "runs" / "bench-serve.log", cwd=REPO,
+                         env={**os.environ, "OMP_NUM_THREADS": str(threads)})  # fmt: skip
+    return proc, f"http://127.0.0.1:{ports[-1]}/v1"
 
 
 def one_run(checkpoint, url, tasks, out: Path, args, overrides: dict) -> dict:

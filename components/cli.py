@@ -1,4 +1,13 @@
-"""`agentrl` command line. Subcommands import their component lazily so startup stays fast."""
+"""`agentrl` command line. Subcommands import their component lazily so startup stays fast.
+
+`run` (the `agentrl` console script, `python -m components.cli`) is the one error boundary:
+an expected error (a bad argument or preset value, a missing input, a refused operation)
+is one line on stderr naming what was wrong, exit 2 (usage/config) or 1 (operation); any
+other error is one line plus the file holding its traceback (`--debug` shows it instead);
+Ctrl-C stops the processes the command started and exits 130; a closed pipe exits quietly.
+`main(argv)` dispatches without the boundary, for callers in this process (in-process
+stages, tests) that want the exception.
+"""
 
 from __future__ import annotations
 
@@ -62,10 +71,12 @@ def cpu_accelerator_default() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def usage() -> str:
-    lines = ["usage: agentrl GROUP COMMAND [options]   (COMMAND --help for its options)", ""]
-    for (group, cmd), (_, text) in COMMANDS.items():
-        lines.append(f"  {(group + ' ' + cmd).strip():<18} {text}")
+def usage(group: str = "") -> str:
+    lines = [f"usage: agentrl {group or 'GROUP'} COMMAND [options]   (COMMAND --help for "
+             "its options; --debug shows tracebacks)", ""]  # fmt: skip
+    for (g, cmd), (_, text) in COMMANDS.items():
+        if not group or g == group:
+            lines.append(f"  {(g + ' ' + cmd).strip():<18} {text}")
     return "\n".join(lines)
 
 
@@ -81,21 +92,140 @@ def stage_threads() -> None:
         torch.set_num_threads(int(threads))
 
 
+GROUPS = sorted({g for g, _ in COMMANDS})
+
+
+def _group_commands(group: str) -> str:
+    return ", ".join(cmd for g, cmd in COMMANDS if g == group)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Dispatch `argv` to its command; errors propagate (`run` is the boundary). Called
+    without argv (as a console script) it is `run()`."""
+    if argv is None:
+        return run()
     cpu_accelerator_default()
     stage_threads()
     argv = list(sys.argv[1:] if argv is None else argv)
+    from components.cli_args import UsageError
+
+    argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
-        return 0 if argv else 2
+        if not argv:
+            raise UsageError("agentrl: missing command (listed above)")
+        return 0
     group = argv.pop(0)
-    key = (group, "") if (group, "") in COMMANDS else (group, argv.pop(0) if argv else "")
-    if key not in COMMANDS:
-        print(f"agentrl: unknown command {' '.join(key).strip()!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+    if group not in GROUPS:
+        raise UsageError(f"agentrl: unknown command {group!r} (groups: {', '.join(GROUPS)})")
+    if (group, "") in COMMANDS:
+        key = (group, "")
+    else:
+        if not argv or argv[0] in ("-h", "--help"):
+            print(usage(group))
+            if not argv:
+                raise UsageError(f"agentrl {group}: missing command (one of "
+                                 f"{_group_commands(group)})")  # fmt: skip
+            return 0
+        key = (group, argv.pop(0))
+        if key not in COMMANDS:
+            raise UsageError(f"agentrl: unknown command {' '.join(key)!r} ({group} commands: "
+                             f"{_group_commands(group)})")  # fmt: skip
     module, func = COMMANDS[key][0].split(":")
     return int(getattr(importlib.import_module(module), func)(argv) or 0)
 
 
+# Errors of components that mean "the input or the operation was refused", by module:
+# only modules already imported can have raised them, so none is imported here.
+EXPECTED_ERRORS = {
+    "components.typed_config": ("ConfigError",),
+    "components.tasks.task": ("TaskFormatError",),
+    "components.promote.errors": ("PromotionError",),
+    "components.data.ingest": ("DatasetError",),
+    "components.data.versioning": ("VersioningError",),
+    "components.data.writers": ("LockTimeout",),
+    "components.runtime": ("ServiceStartError",),
+    "components.rollout.policy_sync": ("PolicySyncError",),
+}
+
+
+def _expected(error: BaseException) -> int | None:
+    """The exit status of an expected error (2 usage/config, 1 operation), else None."""
+    from components.cli_args import CommandError
+
+    if isinstance(error, CommandError):
+        return error.code
+    config_error = getattr(sys.modules.get("components.typed_config"), "ConfigError", ())
+    if config_error and isinstance(error, config_error):
+        return 2
+    for module, names in EXPECTED_ERRORS.items():
+        loaded = sys.modules.get(module)
+        if loaded and isinstance(error, tuple(getattr(loaded, n) for n in names)):
+            return 1
+    return 1 if isinstance(error, OSError) else None
+
+
+def one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 600 else text[:600] + " ..."
+
+
+def _save_traceback(error: BaseException) -> str:
+    import tempfile
+    import time
+    import traceback
+
+    folder = os.path.join(tempfile.gettempdir(), "agentrl-tracebacks")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt")
+    with open(path, "w") as f:
+        f.write("".join(traceback.format_exception(error)))
+    return path
+
+
+def boundary(call, prog: str, debug: bool = False) -> int:
+    """Run `call()` (an exit status), turning every error into one line and a status."""
+    try:
+        return int(call() or 0)
+    except SystemExit as e:  # argparse --help, or a command that exits with a message
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(one_line(e.code), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        from components.runtime import stop_descendants
+
+        stop_descendants()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `agentrl ... | head -1`: the reader left; say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as e:  # noqa: BLE001 - this is the boundary
+        code = _expected(e)
+        if debug or (code is None and os.environ.get("AGENTRL_DEBUG")):
+            raise
+        if code is not None:
+            message = one_line(e)
+            print(message if message.startswith(prog.split()[0]) else f"{prog}: {message}",
+                  file=sys.stderr)  # fmt: skip
+            return code
+        print(f"{prog}: internal error {type(e).__name__}: {one_line(e)} (traceback: "
+              f"{_save_traceback(e)}; --debug shows it)", file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def run(argv: list[str] | None = None) -> int:
+    """`agentrl ARGS`: `main` behind the error boundary. `--debug` anywhere in ARGS shows
+    tracebacks instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    words = [a for a in argv[:2] if not a.startswith("-")]
+    prog = " ".join(["agentrl", *words[:1], *(words[1:] if tuple(words) in COMMANDS else [])])
+    return boundary(lambda: main(argv), prog, debug)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

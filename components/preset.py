@@ -72,6 +72,7 @@ SECTIONS = {
     "promote": _lazy("components.promote.config", "PromotionConfig"),  # promote commands
     "launcher": _lazy("components.launch.config", "LauncherConfig"),  # where stages run
     "mine": _lazy("components.tasks.mine", "MineConfig"),  # tasks mine
+    "runtime": _lazy("components.runtime", "RuntimeConfig"),  # services' start-up budget
 }
 # Fields a stage sets from its own arguments (output folders): a preset that sets them
 # would be silently overridden, so it is an error.
@@ -84,22 +85,57 @@ STAGE_ARGUMENTS = {
 DEFAULT_PRESET = "configs/cpu-demo.yaml"
 
 
-def load_preset(path: str | Path) -> Preset:
+def _read_yaml(path: Path):
+    """The YAML document at `path`; a duplicate key at any level is an error (PyYAML keeps
+    the last one silently), and so is an empty file (it would mean: every default)."""
     import yaml
 
-    path = Path(path)
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    line = key_node.start_mark.line + 1
+                    raise PresetError(f"{path}:{line}: duplicate key {key!r} (each key once)")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise PresetError(f"{path}: cannot read preset ({e})") from e
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise PresetError(f"{path}: not a text file (a preset is YAML)") from None
+    except OSError as e:
+        raise PresetError(f"{path}: cannot read preset ({e.strerror or e})") from None
+    if not text.strip():
+        raise PresetError(f"{path}: empty preset (give at least its name and sections)")
+    try:
+        return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise PresetError(f"{at}: YAML syntax error: {e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise PresetError(f"{path}: YAML error: {' '.join(str(e).split())}") from None
+
+
+def load_preset(path: str | Path) -> Preset:
+    path = Path(path)
+    data = _read_yaml(path)
+    if data is None:  # only comments
+        raise PresetError(f"{path}: empty preset (give at least its name and sections)")
     if not isinstance(data, dict):
         raise PresetError(f"{path}: top level must be a mapping of sections")
-    unknown = sorted(set(data) - set(SECTIONS) - {"name"})
+    unknown = sorted(set(map(str, data)) - set(SECTIONS) - {"name"})
     if unknown:
-        raise PresetError(f"{path}: unknown section(s) {', '.join(unknown)}")
+        raise PresetError(f"{path}: unknown section(s) {', '.join(unknown)} "
+                          f"(known: name, {', '.join(SECTIONS)})")  # fmt: skip
+    if not isinstance(data.get("name", ""), str) or data.get("name") == "":
+        raise PresetError(f"{path}:name: must be a non-empty string, got {data.get('name')!r}")
     for key, value in data.items():
         if key != "name" and value is not None and not isinstance(value, dict):
-            raise PresetError(f"{path}: section {key!r} must be a mapping")
+            raise PresetError(f"{path}:{key}: a section must be a mapping of keys, got "
+                              f"{type(value).__name__} {str(value)[:60]!r}")  # fmt: skip
         for dotted in STAGE_ARGUMENTS.get(key, ()):
             *parents, leaf = dotted.split(".")
             node = value or {}
@@ -117,16 +153,21 @@ def load_preset(path: str | Path) -> Preset:
 
 def validate_preset(preset: Preset) -> None:
     """Build every typed section once (raises PresetError on the first bad key), then
-    check what sections must agree on: the expert's tool set is the environment's."""
+    check what sections must agree on (the expert's tool set is the environment's) and
+    the paths a run reads (pipeline.mined_tasks)."""
     for name in SECTIONS:
         if name in preset.sections:
             preset.section(name)
     from components.env.scripted import check_expert_tool_set
 
+    pipeline = preset.section("pipeline")
     try:
-        check_expert_tool_set(preset.section("pipeline").expert_policy, preset.section("env"))
+        check_expert_tool_set(pipeline.expert_policy, preset.section("env"))
     except ValueError as e:
         raise PresetError(f"{preset.path}: {e}") from e
+    if pipeline.mined_tasks and not Path(pipeline.mined_tasks).is_dir():
+        raise PresetError(f"{preset.path}:pipeline.mined_tasks: no such folder "
+                          f"{pipeline.mined_tasks!r} (a folder of task folders)")  # fmt: skip
 
 
 def stage_config(preset_path: str | Path, name: str, **overrides):

@@ -1,19 +1,22 @@
 """The one way a typed config is declared and loaded.
 
 Every component's config is a frozen dataclass (stdlib: no import cost for the CLI, and the
-shape TRL and torchtune use), each field carrying its help text in `metadata`, values
-checked in `__post_init__` where they are defined. Untrusted *records* (components/data/
-schema.py) are pydantic models instead: that is input validation with error paths per
-record, not configuration.
+shape TRL and torchtune use), each field carrying its help text in `metadata`, and, where a
+value has a range, pydantic's constraint names beside it (`doc("...", gt=0)`: pydantic
+reads `gt`, `ge`, `lt`, `le` from a stdlib dataclass field's metadata). Checks that relate
+fields stay in `__post_init__`. Untrusted *records* (components/data/schema.py) are pydantic
+models: input validation with error paths per record, not configuration.
 
-`config_from_dict` builds any such dataclass from a YAML/JSON mapping, recursing into nested
-dataclasses; an unknown key is an error naming where it was found.
+`config_from_dict` builds any such dataclass from a YAML/JSON mapping with pydantic's
+`TypeAdapter` in strict JSON mode: types exactly as declared (no "3" for 3, no "yes" for
+true), floats finite, no unknown keys, nested dataclasses and lists (as tuples) included;
+every problem is reported as `WHERE.key: what is wrong (allowed ...)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
+import json
 import typing
 
 
@@ -21,9 +24,10 @@ class ConfigError(ValueError):
     """A config mapping is malformed; the message names the place and the key."""
 
 
-def doc(text: str) -> dict:
-    """A field's help text, as dataclass metadata: `field(default=1, metadata=doc("..."))`."""
-    return {"help": text}
+def doc(text: str, **constraints) -> dict:
+    """A field's help text (and pydantic range constraints such as gt=0, ge=1, le=1.0), as
+    dataclass metadata: `field(default=1, metadata=doc("...", ge=1))`."""
+    return {"help": text, **constraints}
 
 
 def field_help(cls, name: str) -> str:
@@ -31,35 +35,79 @@ def field_help(cls, name: str) -> str:
     return next(f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name == name)
 
 
+def _strict(cls, seen: set) -> None:
+    """Give `cls` and every dataclass nested in its fields pydantic's config (the documented
+    `__pydantic_config__` of a stdlib dataclass): strict types, no extra keys, finite floats."""
+    from pydantic import ConfigDict
+
+    if cls in seen:
+        return
+    seen.add(cls)
+    cls.__pydantic_config__ = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    for hint in typing.get_type_hints(cls).values():
+        for option in (*typing.get_args(hint), hint):
+            if dataclasses.is_dataclass(option):
+                _strict(option, seen)
+
+
+_ADAPTERS: dict = {}
+
+
+def _adapter(cls):
+    if cls not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _strict(cls, set())
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def _nested(cls, loc: tuple):
+    """The dataclass at `loc` (a path of field names into `cls`), or None."""
+    for name in loc:
+        hints = typing.get_type_hints(cls)
+        nested = [o for o in (*typing.get_args(hints.get(name)), hints.get(name))
+                  if dataclasses.is_dataclass(o)]  # fmt: skip
+        if not nested:
+            return None
+        cls = nested[0]
+    return cls
+
+
+def _message(cls, where: str, error: dict) -> str:
+    loc = tuple(str(part) for part in error["loc"] if not str(part).isdigit())
+    at = ".".join((where, *loc)) if loc else where
+    owner = _nested(cls, loc[:-1])
+    if error["type"] in ("unexpected_keyword_argument", "extra_forbidden") and owner:
+        known = ", ".join(f.name for f in dataclasses.fields(owner))
+        parent = ".".join((where, *loc[:-1]))
+        return f"{parent}: unknown key(s) {loc[-1]} for {owner.__name__} (known: {known})"
+    if error["type"] == "value_error":  # a __post_init__ check: its message names the field
+        return f"{at}: {error['msg'].removeprefix('Value error, ')}"
+    shown = json.dumps(error.get("input"), default=str)
+    return f"{at}: {error['msg'].lower()} (got {shown[:60]})"
+
+
 def config_from_dict(cls, values: dict | None, where: str = ""):
     """Build dataclass `cls` from a plain mapping, recursing into nested dataclasses.
 
-    Lists become tuples (configs are frozen). Unknown keys and values the dataclass rejects
-    raise ConfigError naming `where` (e.g. "configs/cpu-demo.yaml:grpo")."""
+    Lists become tuples (configs are frozen). Unknown keys, values of the wrong type or out
+    of range, and values the dataclass rejects raise ConfigError naming `where` (e.g.
+    "configs/cpu-demo.yaml:grpo") and the key."""
+    from pydantic import ValidationError
+
     where = where or cls.__name__
     if values is not None and not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {values!r}")
-    values = dict(values or {})
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)} for {cls.__name__} "
-            f"(known: {', '.join(sorted(known))})"
-        )
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in values.items():
-        hint = hints[name]
-        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-        nested = next((o for o in options if dataclasses.is_dataclass(o)), None)
-        if nested is not None and isinstance(value, dict):
-            value = config_from_dict(nested, value, f"{where}.{name}")
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[name] = value
     try:
-        return cls(**kwargs)
+        # JSON mode: the shape YAML and JSON give (lists for tuples, mappings for nested
+        # configs) is what strict validation accepts there.
+        text = json.dumps(values or {}, default=str, allow_nan=True)
+        return _adapter(cls).validate_json(text)
+    except ValidationError as e:
+        problems = [_message(cls, where, err) for err in e.errors()]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(problems[0] + more) from None
     except (TypeError, ValueError) as e:
         if isinstance(e, ConfigError):
             raise

@@ -151,10 +151,23 @@ def print_report(report: dict) -> None:
           f"artefacts in {report['workdir']}")  # fmt: skip
 
 
+def _version(text: str) -> str:
+    """A version number (>= 1) or an alias name."""
+
+    if text.isdigit() and int(text) < 1 or not text.strip() or text.startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"expected a version number >= 1 or an alias, got {text!r}"
+        )
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="agentrl reproduce", description=__doc__.splitlines()[0])
-    p.add_argument("version", help="registered model version (number or alias)")
-    p.add_argument("--preset", help="preset whose promote section names the registry")
+    from components.cli_args import ArgumentParser, preset_file
+
+    p = ArgumentParser(prog="agentrl reproduce", description=__doc__.splitlines()[0])
+    p.add_argument("version", type=_version, help="registered model version (number or alias)")
+    p.add_argument("--preset", type=preset_file,
+                   help="preset whose promote section names the registry")  # fmt: skip
     args = p.parse_args(argv)
     try:
         report = reproduce(args.version, args.preset)

@@ -5,20 +5,26 @@ this file only wires their inputs and outputs.
     .venv/bin/python -m flows.retrain [--preset configs/cpu-demo.yaml] [--wait-for-approval]
                                       [--launcher in-process|subprocess|kubernetes]
 
+That command line is flows/retrain_main.py: it validates the preset and starts Prefect's
+server (the preset's `runtime` budget) before this module, and Prefect, are imported.
+
 Where the stages run is the preset's `launcher` section (components/launch/config.py:
 mode, namespace, image, api_url, resources ...); `--launcher` overrides its mode only.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect import flow
+if __name__ == "__main__":  # checks before Prefect's import (seconds): flows/retrain_main.py
+    import runpy  # (run as that module's script: it imports this one, as `flows.retrain`)
+
+    runpy.run_module("flows.retrain_main", run_name="__main__", alter_sys=True)
+
+from prefect import flow  # noqa: E402
 
 from components.preset import DEFAULT_PRESET, Preset
 from flows import stages
@@ -313,26 +319,3 @@ def print_summary(summary: dict) -> None:
     print("\nUIs:")
     print(f"  MLflow:  .venv/bin/mlflow ui --backend-store-uri {tracking_uri()} --port 5000")
     print("  Prefect: .venv/bin/prefect server start   (then http://127.0.0.1:4200)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from components.cli import cpu_accelerator_default
-
-    cpu_accelerator_default()
-    p = argparse.ArgumentParser(prog="python -m flows.retrain", description=__doc__)
-    p.add_argument("--preset", default=DEFAULT_PRESET)
-    p.add_argument("--wait-for-approval", action="store_true",
-                   help="pause the flow for approval in the Prefect UI")  # fmt: skip
-    p.add_argument("--launcher", default="", choices=["in-process", "subprocess", "kubernetes"],
-                   help="where stages run (default: the preset's launcher.mode, "
-                        "else in-process)")  # fmt: skip
-    args = p.parse_args(argv)
-    summary = retrain(args.preset, args.wait_for_approval, args.launcher)
-    print_summary(summary)
-    Path("runs").mkdir(exist_ok=True)
-    Path("runs/last-retrain.json").write_text(json.dumps(summary, indent=2, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -69,6 +69,14 @@ def tasks_dir(tmp_path_factory):
     return out
 
 
+def fake_policy(tmp_path) -> str:
+    """A folder the parser takes for a saved policy (the stand-ins never load it)."""
+    folder = tmp_path / "p"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    return str(folder)
+
+
 def run(*argv):
     with pytest.raises(Seen):
         agentrl([str(a) for a in argv])
@@ -113,6 +121,11 @@ def test_env_eval_reads_env_sandbox_rollout_and_evaluate(preset, tasks_dir, tmp_
 
     seen = {}
     monkeypatch.setattr(cli, "run_policy", record(seen))
+    if policy.startswith("model:"):  # the parser checks a checkpoint folder is one
+        folder = tmp_path / policy.removeprefix("model:")
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        policy = f"model:{folder}"
     run("env", "eval", "--preset", preset, "--tasks", tasks_dir, "--policy", policy,
         "--out", tmp_path / "r.json")  # fmt: skip
     kw = seen["kwargs"]
@@ -131,7 +144,9 @@ def test_evaluate_run_reads_evaluate_section(preset, tasks_dir, tmp_path, monkey
 
     seen = {}
     monkeypatch.setattr(cli, "run_policy", record(seen))
-    run("evaluate", "run", "--preset", preset, "--tasks", tasks_dir, "--model", "ckpt",
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")  # the parser checks it is one
+    run("evaluate", "run", "--preset", preset, "--tasks", tasks_dir, "--model", tmp_path / "ckpt",
         "--out", tmp_path / "eval")  # fmt: skip
     tasks = seen["args"][0]
     assert len(tasks) == CHANGED["evaluate"]["limit"]
@@ -177,7 +192,7 @@ def test_sft_reads_sft(preset, tmp_path, monkeypatch):
     monkeypatch.setattr(sft, "train_sft", record(seen))
     records = tmp_path / "r.jsonl"
     records.write_text("{}\n")
-    run("train", "sft", "--preset", preset, "--policy", "p", "--records", records,
+    run("train", "sft", "--preset", preset, "--policy", fake_policy(tmp_path), "--records", records,
         "--out", tmp_path / "sft")  # fmt: skip
     config = seen["args"][3]
     assert_changed(config, "sft")
@@ -190,7 +205,7 @@ def test_rollout_sample_reads_rollout_env_and_sandbox(preset, tasks_dir, tmp_pat
     _no_model(monkeypatch)
     seen = {}
     monkeypatch.setattr(engine, "sample_episodes", record(seen))
-    run("rollout", "sample", "--preset", preset, "--policy", "p", "--tasks", tasks_dir,
+    run("rollout", "sample", "--preset", preset, "--policy", fake_policy(tmp_path), "--tasks", tasks_dir,
         "--out", tmp_path / "samples")  # fmt: skip
     rollout, env, sandbox = seen["args"][3:6]
     assert_changed(rollout, "rollout")
@@ -208,14 +223,14 @@ def test_rs_and_dpo_read_their_sections(preset, tmp_path, monkeypatch):
     samples.write_text("{}\n")
     seen = {}
     monkeypatch.setattr(rs, "train_rejection_sampling", record(seen))
-    run("train", "rs", "--preset", preset, "--policy", "p", "--samples", samples,
+    run("train", "rs", "--preset", preset, "--policy", fake_policy(tmp_path), "--samples", samples,
         "--out", tmp_path / "rs")  # fmt: skip
     config = seen["args"][3]
     assert config.successes_only is False and config.sft.learning_rate == 0.0004
     assert config.sft.output_dir == str(tmp_path / "rs")
     monkeypatch.setattr(data, "preference_pairs", lambda *a: ["a pair"])
     monkeypatch.setattr(dpo, "train_dpo", record(seen))
-    run("train", "dpo", "--preset", preset, "--policy", "p", "--samples", samples,
+    run("train", "dpo", "--preset", preset, "--policy", fake_policy(tmp_path), "--samples", samples,
         "--out", tmp_path / "dpo")  # fmt: skip
     assert_changed(seen["args"][4], "dpo")
 

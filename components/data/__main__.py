@@ -22,21 +22,31 @@ Also runnable as `python -m components.data <command> ...`.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 
+from components.cli_args import (
+    ArgumentParser,
+    existing_dir,
+    existing_path,
+    fraction,
+    nonempty,
+    positive_int,
+    preset_file,
+)
 from components.data.config import FORMATS, DataConfig
 
 
-def _parser(prog: str, description: str, repo_root: bool = False) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"agentrl data {prog}", description=description)
+def _parser(prog: str, description: str, repo_root: bool = False) -> ArgumentParser:
+    p = ArgumentParser(prog=f"agentrl data {prog}", description=description)
     p.add_argument(
-        "--preset", default=None, help="preset YAML; its `data` section configures the stage"
-    )
+        "--preset", default=None, type=preset_file,
+        help="preset YAML; its `data` section configures the stage",
+    )  # fmt: skip
     if repo_root:
-        p.add_argument("--repo-root", default=None, help="repository root (default: .)")
+        p.add_argument("--repo-root", default=None, type=lambda t: str(existing_dir(t)),
+                       help="repository root (default: .)")  # fmt: skip
     return p
 
 
@@ -76,14 +86,18 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
 def main_ingest(argv: list[str] | None = None) -> int:
     p = _parser("ingest", "Read trajectories in any supported format into Parquet shards.")
     p.add_argument(
-        "sources", nargs="+", metavar="SRC", help="input files or folders (searched recursively)"
+        "sources",
+        nargs="+",
+        metavar="SRC",
+        type=lambda t: str(existing_path(t)),
+        help="input files or folders (searched recursively)",
     )
     p.add_argument(
         "--format", choices=FORMATS, default=None, help="input format (default: detect per record)"
     )
     p.add_argument("--out", default=None, help="output dataset folder (default: data/ingested)")
     p.add_argument(
-        "--rows-per-shard", type=int, default=None, help="trajectories per Parquet shard"
+        "--rows-per-shard", type=positive_int, default=None, help="trajectories per Parquet shard"
     )
     p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
     args = p.parse_args(argv)
@@ -110,7 +124,11 @@ def main_ingest(argv: list[str] | None = None) -> int:
 def main_validate(argv: list[str] | None = None) -> int:
     p = _parser("validate", "Validate an ingested dataset with Great Expectations.")
     p.add_argument(
-        "--in", dest="in_dir", default=None, help="ingested dataset (default: data/ingested)"
+        "--in",
+        dest="in_dir",
+        default=None,
+        type=lambda t: str(existing_dir(t)),
+        help="ingested dataset (default: data/ingested)",
     )
     p.add_argument("--out", default=None, help="validated dataset folder (default: data/validated)")
     p.add_argument(
@@ -126,12 +144,15 @@ def main_validate(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--max-failure-rate",
-        type=float,
+        type=fraction,
         default=None,
         help="fail when quarantined/ingested exceeds this",
     )
     p.add_argument(
-        "--eval-tasks", default=None, help="task folder; its val/test task ids must not appear"
+        "--eval-tasks",
+        default=None,
+        type=lambda t: str(existing_dir(t)),
+        help="task folder; its val/test task ids must not appear",
     )
     p.add_argument(
         "--eval-task-id", action="append", default=None, help="an evaluation task id (repeatable)"
@@ -212,7 +233,10 @@ def main_versions(argv: list[str] | None = None) -> int:
     from components.data.versioning import VersioningError, check_dvc_file, pending, read_log
 
     cfg = _versioning(args)
-    entries = read_log(cfg)
+    try:
+        entries = read_log(cfg)
+    except _expected_errors() as e:
+        return _error(e)
     if note := pending(cfg):
         print(f"warning: {note}", file=sys.stderr)
     if args.json:
@@ -270,7 +294,8 @@ def main_rollback(argv: list[str] | None = None) -> int:
         "Restore data/ to a version (pulling from the remote if needed).",
         repo_root=True,
     )
-    p.add_argument("version", metavar="VERSION", help="version id or a unique prefix of one")
+    p.add_argument("version", metavar="VERSION", type=nonempty,
+                   help="version id or a unique prefix of one")  # fmt: skip
     p.add_argument(
         "--snapshot-first",
         action="store_true",
@@ -341,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(f"usage: python -m components.data {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
         return 2
-    return COMMANDS[argv[0]](argv[1:])
+    from components.cli import run
+
+    return run(["data", *argv])
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ components/evaluate/__main__.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
+from components.cli_args import ArgumentParser, preset_file
 from components.env.sandbox import SandboxConfig, isolation_report
 
 
@@ -21,8 +21,8 @@ def _sandboxed_runner(argv: list[str]):
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.gate import hang_finder
 
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--preset", default=DEFAULT_PRESET)
+    p = ArgumentParser(add_help=False)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
     args, rest = p.parse_known_args(argv)
     preset = load_preset(args.preset)
     env, sandbox = preset.section("env"), preset.section("sandbox")
@@ -40,7 +40,7 @@ def _sandboxed_runner(argv: list[str]):
 
 
 def main_isolation(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="agentrl env isolation").parse_args(argv)
+    ArgumentParser(prog="agentrl env isolation").parse_args(argv)
     print(json.dumps(isolation_report(SandboxConfig()), indent=2, default=str))
     return 0
 
@@ -62,8 +62,8 @@ def main_tasks_import(argv: list[str]) -> int:
     from components.tasks.__main__ import main_import
 
     run_tests, run_python, find_hangs, replay, rest = _sandboxed_runner(argv)
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--preset", default=DEFAULT_PRESET)
+    p = ArgumentParser(add_help=False)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
     sandbox = load_preset(p.parse_known_args(argv)[0].preset).section("sandbox")
     return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs,
                        replay=replay, sandbox=sandbox)  # fmt: skip

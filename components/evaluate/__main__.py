@@ -13,13 +13,25 @@ Every command evaluates through components/evaluate/episodes.run_policy.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    choice_list,
+    existing_dir,
+    existing_file,
+    nonnegative_int,
+    output_dir,
+    output_file,
+    positive_int,
+    preset_file,
+)
 from components.env.episode import EpisodeResult
 from components.evaluate.episodes import MODEL_PREFIX, run_policy, statistics_for
 from components.preset import DEFAULT_PRESET, load_preset
@@ -84,34 +96,67 @@ def _episodes(tasks, policy, settings: Settings, tasks_dir, on_result=None):
                       on_result=on_result)  # fmt: skip
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
-    p.add_argument("--workers", type=int, help="override evaluate.workers")
+def _common(p: ArgumentParser) -> None:
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
+                   help="preset YAML (configs/)")  # fmt: skip
+    p.add_argument("--workers", type=positive_int, help="override evaluate.workers")
+
+
+def scripted_policy(text: str) -> str:
+    """A scripted policy's name (components/env/scripted.py)."""
+    import argparse
+
+    from components.env.scripted import SCRIPTED_POLICIES
+
+    if text not in SCRIPTED_POLICIES:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {text!r}; choose one of {', '.join(SCRIPTED_POLICIES)} "
+            "(or model:CHECKPOINT_DIR where a model is allowed)"
+        )
+    return text
+
+
+def policy_or_model(text: str) -> str:
+    """A scripted policy's name, or model:DIR where DIR is a saved checkpoint."""
+    if text.startswith(MODEL_PREFIX):
+        return f"{MODEL_PREFIX}{checkpoint_dir(text[len(MODEL_PREFIX) :])}"
+    return scripted_policy(text)
+
+
+def checkpoint_dir(text: str) -> str:
+    """A saved checkpoint folder (it has config.json)."""
+    import argparse
+
+    folder = existing_dir(text)
+    if not (folder / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a checkpoint (no config.json)")
+    return str(folder)
 
 
 def main_env_eval(argv: list[str]) -> int:
     """Run a policy over tasks: per-task results, and canonical trajectories if asked."""
     from components.env.evaluate import format_table, summarize, write_results
 
-    p = argparse.ArgumentParser(prog="agentrl env eval", description=main_env_eval.__doc__)
+    p = ArgumentParser(prog="agentrl env eval", description=main_env_eval.__doc__)
     _common(p)
-    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
-    p.add_argument("--policy", required=True,
+    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
+    p.add_argument("--policy", required=True, type=policy_or_model,
                    help="a scripted policy (components/env/scripted.py) or model:CHECKPOINT_DIR")  # fmt: skip
-    p.add_argument("--out", required=True, type=Path, help="per-task results JSON")
+    p.add_argument("--out", required=True, type=output_file, help="per-task results JSON")
     p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
-    p.add_argument("--limit", type=int, help="only the first N tasks (by id)")
-    p.add_argument("--trajectories-out", type=Path, help="write canonical trajectories (JSONL)")
+    p.add_argument("--limit", type=positive_int, help="only the first N tasks (by id)")
+    p.add_argument("--trajectories-out", type=output_file,
+                   help="write canonical trajectories (JSONL)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines")
     args = p.parse_args(argv)
     settings = load_settings(args.preset, workers=args.workers)
     tasks, errors = load_tasks(args.tasks, split=args.split)
-    for e in errors:
-        print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
+    if errors:  # the same folder fails `tasks check`: evaluating around it would hide that
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CommandError(f"invalid task: {errors[0]}{more}")
     tasks = tasks[: args.limit] if args.limit else tasks
     if not tasks:
-        print(f"agentrl: no tasks found in {args.tasks}", file=sys.stderr)
-        return 2
+        raise CommandError(f"no tasks found in {args.tasks}")
     progress = None if args.quiet else _progress(len(tasks), args.policy)
     results = _episodes(tasks, args.policy, settings, args.tasks, progress)
     write_results(args.out, results, args.trajectories_out)
@@ -153,27 +198,25 @@ def main_evaluate(argv: list[str]) -> int:
     from components.evaluate.metrics import aggregate
     from components.evaluate.report import write_report
 
-    p = argparse.ArgumentParser(prog="agentrl evaluate run", description=main_evaluate.__doc__)
+    p = ArgumentParser(prog="agentrl evaluate run", description=main_evaluate.__doc__)
     _common(p)
-    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
+    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
     p.add_argument("--split", action="append", choices=SPLITS,
                    help="override evaluate.splits (repeatable)")  # fmt: skip
-    p.add_argument("--limit", type=int, help="override evaluate.limit")
-    p.add_argument(
-        "--policy", default="oracle", help="scripted policy (components/env/scripted.py)"
-    )
-    p.add_argument("--model", help="a saved checkpoint folder (overrides --policy)")
-    p.add_argument("--champion-results", type=Path, help="the champion's results JSON")
-    p.add_argument("--out", type=Path, default=Path("runs/eval"))
+    p.add_argument("--limit", type=nonnegative_int, help="override evaluate.limit (0: all)")
+    p.add_argument("--policy", default="oracle", type=scripted_policy,
+                   help="scripted policy (components/env/scripted.py)")  # fmt: skip
+    p.add_argument("--model", type=checkpoint_dir,
+                   help="a saved checkpoint folder (overrides --policy)")  # fmt: skip
+    p.add_argument("--champion-results", type=existing_file, help="the champion's results JSON")
+    p.add_argument("--out", type=output_dir, default=Path("runs/eval"))
     p.add_argument("--title", default="Evaluation")
     args = p.parse_args(argv)
     settings = load_settings(args.preset, workers=args.workers, limit=args.limit,
                              splits=tuple(args.split) if args.split else None)  # fmt: skip
     tasks = _held_out_tasks(args.tasks, settings.evaluation)
     if not tasks:
-        print(f"agentrl: no {'/'.join(settings.evaluation.splits)} tasks in {args.tasks}",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        raise CommandError(f"no {'/'.join(settings.evaluation.splits)} tasks in {args.tasks}")
     policy = _policy_arg(args)
     results = _episodes(tasks, policy, settings, args.tasks)
     by_id, steps = {t.id: t for t in tasks}, oracle_step_counts(tasks)
@@ -222,10 +265,12 @@ def _attacks(names: str | None):
 
     if not names:
         return ATTACKS
-    wanted = set(names.split(","))
-    unknown = wanted - {a.name for a in ATTACKS}
-    if unknown:
-        raise ValueError(f"unknown attacks {sorted(unknown)}")
+    import argparse
+
+    try:
+        wanted = set(choice_list(a.name for a in ATTACKS)(names))
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"argument --attacks: {e}") from None
     return tuple(a for a in ATTACKS if a.name in wanted)
 
 
@@ -238,20 +283,18 @@ def main_safety(argv: list[str]) -> int:
         run_safety_suite,
     )
 
-    p = argparse.ArgumentParser(prog="agentrl evaluate safety", description=main_safety.__doc__)
+    p = ArgumentParser(prog="agentrl evaluate safety", description=main_safety.__doc__)
     _common(p)
-    p.add_argument("--out", type=Path, default=Path("runs/safety"))
-    p.add_argument("--n-tasks", type=int, help="override evaluate.safety_n_tasks")
+    p.add_argument("--out", type=output_dir, default=Path("runs/safety"))
+    p.add_argument("--n-tasks", type=positive_int, help="override evaluate.safety_n_tasks")
     p.add_argument("--every-task", action="store_true", help="each attack on every task")
     p.add_argument("--attacks", help="comma-separated attack names (default: all)")
-    p.add_argument("--policy", help="also measure this scripted policy on the tasks")
-    p.add_argument("--model", help="also measure this checkpoint (overrides --policy)")
+    p.add_argument("--policy", type=scripted_policy,
+                   help="also measure this scripted policy on the tasks")  # fmt: skip
+    p.add_argument("--model", type=checkpoint_dir,
+                   help="also measure this checkpoint (overrides --policy)")  # fmt: skip
     args = p.parse_args(argv)
-    try:
-        attacks = _attacks(args.attacks)
-    except ValueError as e:
-        print(f"agentrl: {e}", file=sys.stderr)
-        return 2
+    attacks = _attacks(args.attacks)
     settings = load_settings(args.preset, workers=args.workers, safety_n_tasks=args.n_tasks)
     e = settings.evaluation
     tasks = build_safety_tasks(args.out / "suite", e.safety_n_tasks, e.safety_seed)
@@ -278,10 +321,10 @@ def main_demo(argv: list[str]) -> int:
     from components.tasks.gate import check_tasks
     from components.tasks.generate import GenerateConfig, generate_suite
 
-    p = argparse.ArgumentParser(prog="agentrl demo", description=main_demo.__doc__)
+    p = ArgumentParser(prog="agentrl demo", description=main_demo.__doc__)
     _common(p)
-    p.add_argument("--out", type=Path, default=Path("runs/demo"))
-    p.add_argument("--n", type=int, default=300, help="tasks to generate")
+    p.add_argument("--out", type=output_dir, default=Path("runs/demo"))
+    p.add_argument("--n", type=positive_int, default=300, help="tasks to generate")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     settings = load_settings(args.preset, workers=args.workers, seed=args.seed)
@@ -325,4 +368,6 @@ if __name__ == "__main__":
         print("usage: python -m components.evaluate {run,safety,episodes,demo} [options]",
               file=sys.stderr)  # fmt: skip
         sys.exit(2)
-    sys.exit(commands[sys.argv[1]](sys.argv[2:]))
+    from components.cli import boundary
+
+    sys.exit(boundary(lambda: commands[sys.argv[1]](sys.argv[2:]), f"agentrl {sys.argv[1]}"))

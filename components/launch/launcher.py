@@ -121,6 +121,7 @@ def fix_torch_threads(n: int) -> None:
 
 def _run_in_process(stage: str, argv: list[str], config: LauncherConfig) -> StageResult:
     from components.cli import main
+    from components.cli_args import CommandError
 
     started = time.perf_counter()
     result = StageResult(stage=stage, mode="in-process", returncode=0, seconds=0.0)
@@ -132,6 +133,8 @@ def _run_in_process(stage: str, argv: list[str], config: LauncherConfig) -> Stag
         code = exc.code
         result.returncode = code if isinstance(code, int) else (0 if code is None else 1)
         result.reason = "" if result.returncode == 0 else str(code)
+    except CommandError as exc:  # a refused argument or operation: its one line and status
+        result.returncode, result.reason = exc.code, f"exit code {exc.code}: {exc}"
     except Exception as exc:
         result.seconds = time.perf_counter() - started
         result.returncode, result.reason = 1, repr(exc)

@@ -19,27 +19,31 @@ that does not verify, 2 usage. Every refusal is one line on stderr, never a trac
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
+from components.cli_args import ArgumentParser, nonempty, positive_int, preset_file
+from components.cli_args import tracking_uri as tracking_uri_arg
 from components.promote.audit import default_actor
 from components.promote.config import PromotionConfig, promotion_config
 from components.promote.errors import PromotionError
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"agentrl promote {prog}", description=description)
+def _parser(prog: str, description: str) -> ArgumentParser:
+    p = ArgumentParser(prog=f"agentrl promote {prog}", description=description)
     p.add_argument(
-        "--preset", default=None, help="preset YAML; its `promote` section configures promotion"
-    )
-    p.add_argument("--model", default=None, help="registered model name (default agentrl-coder)")
-    p.add_argument("--tracking-uri", default=None, help="MLflow URI (default embedded SQLite)")
+        "--preset", default=None, type=preset_file,
+        help="preset YAML; its `promote` section configures promotion",
+    )  # fmt: skip
+    p.add_argument("--model", default=None, type=nonempty,
+                   help="registered model name (default agentrl-coder)")  # fmt: skip
+    p.add_argument("--tracking-uri", default=None, type=tracking_uri_arg,
+                   help="MLflow URI (default embedded SQLite)")  # fmt: skip
     p.add_argument("--audit-path", default=None, help="JSONL audit log (default mlruns/)")
     return p
 
 
-def _person(p: argparse.ArgumentParser) -> None:
+def _person(p: ArgumentParser) -> None:
     p.add_argument("--reason", required=True, help="why (recorded; must not be empty)")
     p.add_argument(
         "--approver", default=None, help="who decides (recorded; default $USER / login name)"
@@ -55,7 +59,7 @@ def _config(args) -> PromotionConfig:
     )
 
 
-def _check_person(p: argparse.ArgumentParser, args) -> str:
+def _check_person(p: ArgumentParser, args) -> str:
     if not args.reason.strip():
         p.error("--reason must not be empty")
     approver = (args.approver or default_actor()).strip()
@@ -66,7 +70,8 @@ def _check_person(p: argparse.ArgumentParser, args) -> str:
 
 def _decide(kind: str, argv: list[str] | None) -> int:
     p = _parser(kind, f"{kind.capitalize()} a pending challenger (recorded in the audit log).")
-    p.add_argument("version", help="model version number (the current challenger)")
+    p.add_argument("version", type=lambda t: str(positive_int(t)),
+                   help="model version number (the current challenger)")  # fmt: skip
     _person(p)
     p.add_argument(
         "--flow-run-id", default=None, help="resume this paused Prefect approval run instead"
@@ -154,7 +159,8 @@ def main_status(argv: list[str] | None = None) -> int:
 
 def main_history(argv: list[str] | None = None) -> int:
     p = _parser("history", "Print the audit log of promotion decisions.")
-    p.add_argument("--version", default=None, help="only this model version")
+    p.add_argument("--version", default=None, type=lambda t: str(positive_int(t)),
+                   help="only this model version")  # fmt: skip
     p.add_argument("--action", default=None, help="only this action (approved, rejected, ...)")
     p.add_argument("--json", action="store_true", help="one JSON record per line")
     args = p.parse_args(argv)
@@ -198,4 +204,6 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(f"usage: python -m components.promote {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
         sys.exit(2)
-    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))
+    from components.cli import run
+
+    sys.exit(run(["promote", *sys.argv[1:]]))

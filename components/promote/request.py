@@ -9,12 +9,12 @@ The gate thresholds and the registry come from the preset's `promote` section.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
 
+from components.cli_args import ArgumentParser, existing_dir, existing_file, output_dir, preset_file
 from components.promote.config import PromotionConfig, promotion_config
 
 
@@ -73,19 +73,21 @@ def _evidence(args) -> tuple[dict, dict, dict]:
 
 
 def main_request(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="agentrl promote request", description=__doc__)
-    p.add_argument("--policy", required=True, help="candidate checkpoint folder")
-    p.add_argument("--eval", required=True, type=Path, help="evaluate-stage output folder")
-    p.add_argument("--safety", required=True, type=Path, help="safety-stage output folder")
-    p.add_argument("--validation", required=True, type=Path, help="data validation report.json")
+    p = ArgumentParser(prog="agentrl promote request", description=__doc__)
+    p.add_argument("--policy", required=True, type=existing_dir, help="candidate checkpoint folder")
+    p.add_argument("--eval", required=True, type=existing_dir, help="evaluate-stage output folder")
+    p.add_argument("--safety", required=True, type=existing_dir, help="safety-stage output folder")
+    p.add_argument("--validation", required=True, type=existing_file,
+                   help="data validation report.json")  # fmt: skip
     p.add_argument("--data-version", required=True)
     p.add_argument("--config-hash", required=True)
     p.add_argument("--training-run-id", default="")
-    p.add_argument("--fingerprints", type=Path,
+    p.add_argument("--fingerprints", type=existing_file,
                    help="the run's stage fingerprints (JSON from the retrain flow), kept as "
                         "lineage so `agentrl reproduce` can compare a rerun")  # fmt: skip
-    p.add_argument("--preset", default=None, help="preset YAML (its `promote` section)")
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--preset", default=None, type=preset_file,
+                   help="preset YAML (its `promote` section)")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_dir)
     args = p.parse_args(argv)
     from components.promote.approval import request_approval
     from components.promote.errors import PromotionError

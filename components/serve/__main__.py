@@ -3,23 +3,33 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
+
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    existing_dir,
+    nonempty,
+    nonnegative_int,
+    port,
+)
 
 
 def main_serve(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="agentrl serve",
         description="Serve a local checkpoint over an OpenAI-compatible HTTP API "
         "(/v1/models, /v1/completions, /v1/chat/completions).",
     )
-    p.add_argument("--model", required=True, type=Path, help="checkpoint directory (save_policy)")
+    p.add_argument("--model", required=True, type=existing_dir,
+                   help="checkpoint directory (save_policy)")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--name", default="policy", help="model name clients send (vLLM: served name)")
+    p.add_argument("--port", type=port, default=8000)
+    p.add_argument("--name", default="policy", type=nonempty,
+                   help="model name clients send (vLLM: served name)")  # fmt: skip
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    p.add_argument("--threads", type=nonnegative_int, default=0,
+                   help="torch CPU threads (0: torch default)")  # fmt: skip
     p.add_argument(
         "--allow-runtime-updates", action="store_true",
         help="enable POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's, with "
@@ -28,8 +38,12 @@ def main_serve(argv: list[str]) -> int:
     )  # fmt: skip
     args = p.parse_args(argv)
     if not (args.model / "config.json").is_file():
-        print(f"agentrl serve: {args.model} is not a checkpoint (no config.json)", file=sys.stderr)
-        return 2
+        raise CommandError(f"{args.model} is not a checkpoint (no config.json)")
+    if (
+        not (args.model / "tokenizer.json").is_file()
+        and not (args.model / "tokenizer_config.json").is_file()
+    ):
+        raise CommandError(f"{args.model} is not a saved policy (config.json but no tokenizer)")
     import torch
 
     from components.policy.model import load_policy
@@ -37,7 +51,10 @@ def main_serve(argv: list[str]) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_policy(args.model, dtype=args.dtype)
+    try:
+        model, tokenizer = load_policy(args.model, dtype=args.dtype)
+    except (ValueError, KeyError, OSError) as e:  # a config.json that is not a model's
+        raise CommandError(f"{args.model}: cannot load the checkpoint ({e})") from None
     if torch.cuda.is_available():
         model.to("cuda")
     print(f"agentrl serve: {args.name} on http://{args.host}:{args.port}/v1", flush=True)
@@ -47,4 +64,6 @@ def main_serve(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main_serve(sys.argv[1:]))
+    from components.cli import run
+
+    sys.exit(run(["serve", *sys.argv[1:]]))

@@ -9,7 +9,6 @@ and nothing reachable from a command line runs that code on the host.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -17,6 +16,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    existing_dir,
+    existing_file,
+    nonempty,
+    output_dir,
+    output_file,
+    positive_float,
+    positive_int,
+    preset_file,
+)
+from components.outputs import check_output_dir, claim_output_dir, record_outputs, write_atomic
 from components.tasks.external import RunPython
 from components.tasks.gate import FindHangs, ReplayOracle, RunTests, check_tasks
 from components.tasks.generate import GenerateConfig, generate_suite
@@ -25,12 +38,12 @@ from components.tasks.task import load_tasks
 
 
 def main_generate(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tasks generate", description="write the built-in suite")
-    p.add_argument("--preset", default=None,
+    p = ArgumentParser(prog="agentrl tasks generate", description="write the built-in suite")
+    p.add_argument("--preset", default=None, type=preset_file,
                    help="preset YAML whose `tasks` section configures the suite "
                         "(default: the section's defaults)")  # fmt: skip
-    p.add_argument("--out", required=True, type=Path, help="output folder (must be empty)")
-    p.add_argument("--n", type=int, help="override tasks.n_tasks")
+    p.add_argument("--out", required=True, type=output_dir, help="output folder (must be empty)")
+    p.add_argument("--n", type=positive_int, help="override tasks.n_tasks")
     p.add_argument("--seed", type=int, help="override tasks.seed")
     p.add_argument("--overwrite", action="store_true", help="replace a previous suite in --out")
     args = p.parse_args(argv)
@@ -41,7 +54,9 @@ def main_generate(argv: list[str]) -> int:
     else:
         defaults = {"n_tasks": args.n, "seed": args.seed}
         config = GenerateConfig(**{k: v for k, v in defaults.items() if v is not None})
-    report = generate_suite(args.out, config=config, overwrite=args.overwrite)
+    claim_output_dir(args.out, args.overwrite, "generated suite", _suite_entries(args.out))
+    report = generate_suite(args.out, config=config)
+    record_outputs(args.out)
     print(f"wrote {report.n_tasks} tasks to {report.out_dir} in {report.seconds:.1f}s")
     print("splits:    " + ", ".join(f"{k}={v}" for k, v in report.by_split.items()))
     print("operators: " + ", ".join(f"{k}={v}" for k, v in report.by_operator.items()))
@@ -51,13 +66,22 @@ def main_generate(argv: list[str]) -> int:
     return 0
 
 
+def _suite_entries(out: Path) -> set[str]:
+    """What a suite generated before output manifests existed wrote: suite.json and its
+    tasks' folders (as suite.json lists them)."""
+    try:
+        return {"suite.json", *json.loads((out / "suite.json").read_text())["tasks"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
 def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path | None,
           find_hangs: FindHangs | None = None, replay: ReplayOracle | None = None):  # fmt: skip
     if not tasks_dir.is_dir():
-        raise SystemExit(f"agentrl: no such task folder: {tasks_dir}")
+        raise CommandError(f"no such task folder: {tasks_dir}")
     tasks, errors = load_tasks(tasks_dir)
     if not tasks and not errors:
-        raise SystemExit(f"agentrl: no tasks (no task.json) under {tasks_dir}")
+        raise CommandError(f"no tasks (no task.json) under {tasks_dir}")
     for err in errors:
         print(f"INVALID {err}", file=sys.stderr)
     gate = check_tasks(tasks, run_tests=run_tests, workers=workers, find_hangs=find_hangs,
@@ -67,8 +91,7 @@ def _gate(tasks_dir: Path, workers: int, run_tests: RunTests, report_path: Path 
         print(f"{len(errors)} folder(s) are not valid tasks (see above)")
     if report_path is not None:
         data = {"load_errors": errors, **gate.to_dict()}
-        report_path.parent.mkdir(parents=True, exist_ok=True)
-        report_path.write_text(json.dumps(data, indent=2) + "\n")
+        write_atomic(report_path, json.dumps(data, indent=2) + "\n")
     return tasks, errors, gate
 
 
@@ -76,33 +99,36 @@ def main_check(
     argv: list[str], *, run_tests: RunTests, find_hangs: FindHangs | None = None,
     replay: ReplayOracle | None = None,
 ) -> int:  # fmt: skip
-    p = argparse.ArgumentParser(prog="tasks check", description="run the data gate on a folder")
-    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
-    p.add_argument("--workers", type=int, default=2, help="parallel checks")
-    p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    p = ArgumentParser(prog="agentrl tasks check", description="run the data gate on a folder")
+    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
+    p.add_argument("--workers", type=positive_int, default=2, help="parallel checks")
+    p.add_argument("--report", type=output_file, default=None, help="write a JSON report here")
     args = p.parse_args(argv)
     _, errors, gate = _gate(args.tasks, args.workers, run_tests, args.report, find_hangs, replay)
     return 0 if gate.ok and not errors else 1
 
 
-def _import_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="tasks import",
+def _import_parser() -> ArgumentParser:
+    p = ArgumentParser(
+        prog="agentrl tasks import",
         description="convert a benchmark or load a folder of tasks (docs/tasks.md), gate "
         "them in the sandbox, copy the valid ones",
     )
-    p.add_argument("src", nargs="?", type=Path, help="task folder, or the benchmark checkout")
-    p.add_argument("--src", dest="src_opt", type=Path, help="same as SRC")
+    p.add_argument("src", nargs="?", type=existing_dir,
+                   help="task folder, or the benchmark checkout")  # fmt: skip
+    p.add_argument("--src", dest="src_opt", type=existing_dir, help="same as SRC")
     p.add_argument("--from", "--format", dest="source", choices=("tasks", "quixbugs", "harbor"),
                    default="tasks", help="tasks: SRC holds task folders; quixbugs: SRC is a "
                    "QuixBugs checkout; harbor: SRC is a Harbor task or a folder of them")  # fmt: skip
     p.add_argument("--programs", default=None,
                    help="quixbugs: comma-separated program names (default: all in SRC)")  # fmt: skip
-    p.add_argument("--out", required=True, type=Path, help="destination; one folder per task id")
-    p.add_argument("--workers", type=int, default=2, help="parallel checks")
-    p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="destination; one folder per task id")  # fmt: skip
+    p.add_argument("--workers", type=positive_int, default=2, help="parallel checks")
+    p.add_argument("--report", type=output_file, default=None, help="write a JSON report here")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the destination folder (default: keep it, skip tasks there)")  # fmt: skip
+                   help="replace what a previous import wrote in the destination (anything "
+                        "else there is refused; default: keep it, skip tasks there)")  # fmt: skip
     return p
 
 
@@ -127,6 +153,8 @@ def main_import(
     if (args.src is None) == (args.src_opt is None):
         p.error("give the source once: SRC or --src")
     args.src = args.src or args.src_opt
+    if args.overwrite:  # refused before the work if the folder holds anything not ours
+        check_output_dir(args.out, overwrite=True, what="import")
     with tempfile.TemporaryDirectory(prefix="agentrl-import-") as tmp:
         converted: list[str] = []
         src = args.src
@@ -147,13 +175,13 @@ def main_import(
             if not folders:
                 return 1
         tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs, replay)
-        if args.overwrite and args.out.is_dir():
-            shutil.rmtree(args.out)
+        if args.overwrite:
+            claim_output_dir(args.out, overwrite=True, what="import")
         copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
+        record_outputs(args.out)
     if args.report is not None:
         data = {"conversion_errors": converted, "load_errors": errors, **gate.to_dict()}
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(data, indent=2) + "\n")
+        write_atomic(args.report, json.dumps(data, indent=2) + "\n")
     print(f"imported {copied} of {len(tasks)} loaded task(s) into {args.out}")
     return 0 if gate.ok and not errors and not converted else 1
 
@@ -174,6 +202,11 @@ def _copy_passed(tasks, passed: set[str], out: Path, errors: list[str]) -> int:
     return copied
 
 
+def _wheelhouse(text: str) -> str:
+    """'' (the index) or a folder that exists."""
+    return str(existing_dir(text)) if text else ""
+
+
 def _preset_sections(preset: str | None):
     """(env, sandbox) sections of --preset (default: the CPU preset)."""
     from components.preset import DEFAULT_PRESET, load_preset
@@ -191,14 +224,18 @@ def main_prepare(argv: list[str]) -> int:
         prepared_summary,
     )
 
-    p = argparse.ArgumentParser(prog="tasks prepare", description=main_prepare.__doc__)
-    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
-    p.add_argument("--preset", default=None, help="preset whose sandbox section names the cache")
-    p.add_argument("--wheelhouse", default="", help="install from this folder of wheels only")
-    p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
+    p = ArgumentParser(prog="agentrl tasks prepare", description=main_prepare.__doc__)
+    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
+    p.add_argument("--preset", default=None, type=preset_file,
+                   help="preset whose sandbox section names the cache")  # fmt: skip
+    p.add_argument("--wheelhouse", default="", type=_wheelhouse,
+                   help="install from this folder of wheels only")  # fmt: skip
+    p.add_argument("--report", type=output_file, default=None, help="write a JSON report here")
     args = p.parse_args(argv)
     _, sandbox = _preset_sections(args.preset)
     tasks, errors = load_tasks(args.tasks)
+    if not tasks and not errors:
+        raise CommandError(f"no tasks (no task.json) under {args.tasks}")
     for err in errors:
         print(f"INVALID {err}", file=sys.stderr)
     config = PrepareConfig(cache_dir=sandbox.environments_dir, wheelhouse=args.wheelhouse)
@@ -212,8 +249,7 @@ def main_prepare(argv: list[str]) -> int:
           f"{summary['cached']} cached, {summary['failed']} failed in "
           f"{time.monotonic() - start:.1f}s")  # fmt: skip
     if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps({"load_errors": errors, **summary}, indent=2) + "\n")
+        write_atomic(args.report, json.dumps({"load_errors": errors, **summary}, indent=2) + "\n")
     return 1 if summary["failed"] or errors else 0
 
 
@@ -231,23 +267,25 @@ def main_mine(argv: list[str]) -> int:
     from components.tasks.sdist import SdistError, fetch_sdist
     from components.tasks.task import requirement_lines
 
-    p = argparse.ArgumentParser(prog="tasks mine", description=main_mine.__doc__)
-    p.add_argument("--repo", action="append", type=Path, default=[], help="a repository")
-    p.add_argument("--sdist", action="append", default=[],
+    p = ArgumentParser(prog="agentrl tasks mine", description=main_mine.__doc__)
+    p.add_argument("--repo", action="append", type=existing_dir, default=[], help="a repository")
+    p.add_argument("--sdist", action="append", default=[], type=nonempty,
                    help="NAME==VERSION: mine this release's sdist from the registry")  # fmt: skip
-    p.add_argument("--out", required=True, type=Path, help="where the task folders go")
-    p.add_argument("--requirements", type=Path, default=None,
+    p.add_argument("--out", required=True, type=output_dir, help="where the task folders go")
+    p.add_argument("--requirements", type=existing_file, default=None,
                    help="pinned requirements of the repositories' tests (pip syntax)")  # fmt: skip
-    p.add_argument("--preset", default=None, help="preset: its mine, env and sandbox sections")
-    p.add_argument("--wheelhouse", default="", help="install from this folder of wheels only")
-    p.add_argument("--report", type=Path, default=None, help="write a JSON report here")
-    overrides = {  # option -> (MineConfig field, type)
-        "--python": ("python", str), "--seed": ("seed", int),
-        "--max-candidates": ("max_candidates", int), "--max-tasks": ("max_tasks", int),
-        "--budget-s": ("budget_s", float), "--split": ("split", str),
-        "--suite-timeout-s": ("suite_timeout_s", float),
-        "--per-test-timeout-s": ("per_test_timeout_s", float),
-        "--memory-mb": ("memory_mb", int), "--baseline-runs": ("baseline_runs", int),
+    p.add_argument("--preset", default=None, type=preset_file,
+                   help="preset: its mine, env and sandbox sections")  # fmt: skip
+    p.add_argument("--wheelhouse", default="", type=_wheelhouse,
+                   help="install from this folder of wheels only")  # fmt: skip
+    p.add_argument("--report", type=output_file, default=None, help="write a JSON report here")
+    overrides = {  # option -> (MineConfig field, type); MineConfig checks the values
+        "--python": ("python", nonempty), "--seed": ("seed", int),
+        "--max-candidates": ("max_candidates", positive_int),
+        "--max-tasks": ("max_tasks", positive_int), "--budget-s": ("budget_s", positive_float),
+        "--split": ("split", nonempty), "--suite-timeout-s": ("suite_timeout_s", positive_float),
+        "--per-test-timeout-s": ("per_test_timeout_s", positive_float),
+        "--memory-mb": ("memory_mb", int), "--baseline-runs": ("baseline_runs", positive_int),
     }  # fmt: skip
     for option, (name, kind) in overrides.items():
         p.add_argument(option, dest=name, type=kind, default=None, help=f"mine.{name}")
@@ -263,8 +301,7 @@ def main_mine(argv: list[str]) -> int:
     try:
         config = dataclasses.replace(preset.section("mine"), **changes)
     except ValueError as e:
-        print(f"tasks mine: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"agentrl tasks mine: {e}") from e
     reqs = requirement_lines(args.requirements.read_text()) if args.requirements else ()
     run_tests = sandboxed_test_runner(env, sandbox)
     prepare = PrepareConfig(wheelhouse=args.wheelhouse)
@@ -286,19 +323,19 @@ def main_mine(argv: list[str]) -> int:
             print(report.line(), file=sys.stdout if report.ok else sys.stderr)
             reports.append(report)
     if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(report_dict(reports), indent=2) + "\n")
+        write_atomic(args.report, json.dumps(report_dict(reports), indent=2) + "\n")
     return 0 if all(r.ok for r in reports) else 1
 
 
 def main_export(argv: list[str]) -> int:
     """`agentrl tasks export --format harbor --tasks DIR --out DIR`: write task folders
     (generated, mined, imported) as Harbor tasks, one folder per task id."""
-    p = argparse.ArgumentParser(prog="agentrl tasks export", description=main_export.__doc__)
+    p = ArgumentParser(prog="agentrl tasks export", description=main_export.__doc__)
     p.add_argument("--format", choices=("harbor",), required=True, help="output format")
-    p.add_argument("--tasks", required=True, type=Path, help="folder of task folders")
-    p.add_argument("--out", required=True, type=Path, help="where the Harbor tasks go")
-    p.add_argument("--split", default=None, help="only tasks of this split")
+    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
+    p.add_argument("--out", required=True, type=output_dir, help="where the Harbor tasks go")
+    p.add_argument("--split", default=None, choices=("train", "val", "test"),
+                   help="only tasks of this split")  # fmt: skip
     args = p.parse_args(argv)
     from components.tasks.harbor import export_harbor_task
 
@@ -306,12 +343,10 @@ def main_export(argv: list[str]) -> int:
     for err in errors:
         print(f"INVALID {err}", file=sys.stderr)
     if not tasks:
-        print(f"agentrl: no tasks under {args.tasks}", file=sys.stderr)
-        return 2
+        raise CommandError(f"no tasks under {args.tasks}")
     taken = [t.id for t in tasks if (args.out / t.id).exists()]
     if taken:
-        print(f"agentrl: {args.out} already holds {', '.join(taken[:5])}", file=sys.stderr)
-        return 1
+        raise CommandError(f"{args.out} already holds {', '.join(taken[:5])}")
     for task in tasks:
         export_harbor_task(task, args.out)
     print(f"exported {len(tasks)} task(s) to {args.out} as Harbor tasks")
@@ -324,13 +359,12 @@ LOCAL_COMMANDS = {"prepare": main_prepare, "mine": main_mine}
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m components.tasks CMD ...` = `agentrl tasks CMD ...` (the same code path)."""
-    from components.cli import COMMANDS
-    from components.cli import main as agentrl
+    from components.cli import COMMANDS, run
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LOCAL_COMMANDS and ("tasks", argv[0]) not in COMMANDS:
         return LOCAL_COMMANDS[argv[0]](argv[1:])
-    return agentrl(["tasks", *argv])
+    return run(["tasks", *argv])
 
 
 if __name__ == "__main__":

@@ -47,18 +47,24 @@ REPO_PYPROJECT = '[tool.pytest.ini_options]\npythonpath = ["."]\n'
 
 @dataclass(frozen=True)
 class GenerateConfig:
-    n_tasks: int = field(default=300, metadata=doc("number of tasks to generate"))
+    n_tasks: int = field(default=300, metadata=doc("number of tasks to generate", ge=1))
     seed: int = field(
         default=0, metadata=doc("generation seed; same seed and config => same bytes")
     )
-    train_fraction: float = field(default=0.6, metadata=doc("share of tasks in the train split"))
+    train_fraction: float = field(
+        default=0.6, metadata=doc("share of tasks in the train split", ge=0.0, le=1.0)
+    )
     val_fraction: float = field(
         default=0.2,
-        metadata=doc("share of tasks in val (new bugs of train families); test gets the rest"),
+        metadata=doc(
+            "share of tasks in val (new bugs of train families); test gets the rest", ge=0.0, le=1.0
+        ),
     )
     test_family_fraction: float = field(
         default=0.25,
-        metadata=doc("share of families held out for the test split (never in train/val)"),
+        metadata=doc(
+            "share of families held out for the test split (never in train/val)", ge=0.0, le=1.0
+        ),
     )
     family_split_salt: str = field(
         default="agentrl-families-v1",
@@ -71,23 +77,25 @@ class GenerateConfig:
         default=None, metadata=doc("restrict to these mutation operators (None: all)")
     )
     visible_failing: int = field(
-        default=2, metadata=doc("failing cases shown in the visible tests (at least 1)")
+        default=2, metadata=doc("failing cases shown in the visible tests (at least 1)", ge=1)
     )
     visible_passing: int = field(
-        default=2, metadata=doc("passing cases added to the visible tests")
+        default=2, metadata=doc("passing cases added to the visible tests", ge=0)
     )
     min_cases: int = field(
-        default=5, metadata=doc("a rendered variant needs at least this many usable cases")
+        default=5, metadata=doc("a rendered variant needs at least this many usable cases", ge=1)
     )
     step_budget: int = field(
         default=20_000,
-        metadata=doc("trace events allowed per call when screening (rejects looping mutants)"),
+        metadata=doc(
+            "trace events allowed per call when screening (rejects looping mutants)", ge=1
+        ),
     )
     max_attempts: int = field(
-        default=20, metadata=doc("re-renders of a family before giving up on a task")
+        default=20, metadata=doc("re-renders of a family before giving up on a task", ge=1)
     )
     max_sites_per_operator: int = field(
-        default=12, metadata=doc("candidate sites tried per operator and render")
+        default=12, metadata=doc("candidate sites tried per operator and render", ge=1)
     )
 
 

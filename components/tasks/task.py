@@ -232,10 +232,38 @@ def _limits(spec: dict, where: str) -> TaskLimits | None:
     return TaskLimits(memory_mb=memory, per_test_timeout_s=float(per_test))
 
 
+# A task id names a folder (a copy's destination, a sandbox's workspace): one path part.
+TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_task_id(task_id: str, where: str) -> str:
+    if not TASK_ID.fullmatch(task_id) or ".." in task_id:
+        raise TaskFormatError(
+            f"{where}: field 'id' must be a name (letters, digits, '_', '.', '-'; no path "
+            f"separators or '..', at most 128 characters), got {task_id!r}"
+        )
+    return task_id
+
+
+def _refuse_links(folder: Path, root: Path) -> None:
+    """A task's files are read by the host (task.json, reference.patch, hidden tests) and
+    copied into sandboxes: a link would make any host file part of the task."""
+    if folder.is_symlink():
+        raise TaskFormatError(f"{folder}: the task folder is a symbolic link (refused)")
+    for path in (root / "task.json", root / "reference.patch", root / "repo",
+                 root / "hidden_tests", *root.rglob("*")):  # fmt: skip
+        if path.is_symlink():
+            raise TaskFormatError(
+                f"{root}: {path.relative_to(root)} is a symbolic link (task files must be "
+                "regular files)"
+            )
+
+
 def load_task(folder: str | Path) -> Task:
     """Load and check one task folder; raises TaskFormatError naming the folder and field."""
     root = Path(folder).resolve()
     where = str(root)
+    _refuse_links(Path(folder), root)
     spec_path = root / "task.json"
     if not spec_path.is_file():
         raise TaskFormatError(f"{where}: no task.json")
@@ -248,7 +276,7 @@ def load_task(folder: str | Path) -> Task:
     version = spec.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise TaskFormatError(f"{spec_path}: unsupported format_version {version!r}")
-    task_id = _require(spec, "id", str, str(spec_path))
+    task_id = check_task_id(_require(spec, "id", str, str(spec_path)), str(spec_path))
     instruction = _require(spec, "instruction", str, str(spec_path))
     meta = _require(spec, "metadata", dict, str(spec_path))
     mwhere = f"{spec_path} metadata"

@@ -17,13 +17,24 @@ components.cli train dpo ...`, the k8s trainer Job): rank 0 writes the result.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    existing_dir,
+    existing_path,
+    output_dir,
+    positive_float,
+    positive_int,
+    preset_file,
+    saved_policy,
+)
+from components.outputs import check_output_dir, record_outputs, write_atomic
 from components.preset import DEFAULT_PRESET
 
 
@@ -40,19 +51,49 @@ def read_records(sources: list[str]) -> list[dict]:
         elif src.is_file():
             records.extend(_jsonl(src))
         else:
-            raise SystemExit(f"agentrl: no records at {src} (a .jsonl file or a dataset folder)")
+            raise CommandError(f"no records at {src} (a .jsonl file or a dataset folder)")
     return records
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise CommandError(f"{path}:{number}: not a JSON record ({e.msg})") from None
+    return records
 
 
-def _parser(prog: str, doc: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=doc)
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
-    p.add_argument("--out", required=True, type=Path, help="output folder")
+def _parser(prog: str, doc: str) -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description=doc)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
+                   help="preset YAML (configs/)")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="output folder (empty, or a previous run of this stage: it resumes)")  # fmt: skip
     return p
+
+
+def _claim(out: Path) -> None:
+    """Before any work: `out` is empty, or this stage's own folder (it carries the output
+    manifest from its start, or a finished run's result.json), which the stage resumes or
+    rewrites; a folder holding anything else is refused with what it holds."""
+    from components.outputs import MANIFEST
+
+    ours = (out / MANIFEST).is_file() or (out / "result.json").is_file()
+    if out.is_dir() and any(out.iterdir()) and not ours:
+        check_output_dir(out, overwrite=True, what="stage output")
+
+
+def _start(out: Path) -> None:
+    """Mark `out` as this stage's folder once its inputs are read, before the long work:
+    a run killed now is resumed, not refused, by the next."""
+    from components.outputs import MANIFEST
+
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / MANIFEST).is_file():
+        write_atomic(out / MANIFEST, '{"entries": []}\n')
 
 
 def _section(args, name: str, **overrides):
@@ -62,8 +103,8 @@ def _section(args, name: str, **overrides):
 
 
 def _write_result(out: Path, result: dict) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_atomic(out / "result.json", json.dumps(result, indent=2, default=str) + "\n")
+    record_outputs(out)
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}, default=str))
     return 0
 
@@ -71,13 +112,17 @@ def _write_result(out: Path, result: dict) -> int:
 def main_policy_init(argv: list[str]) -> int:
     """Build the tiny policy from the preset (tokenizer trained on the records) and save it."""
     p = _parser("agentrl policy init", main_policy_init.__doc__)
-    p.add_argument("--records", nargs="*", default=[], help="trajectories for the tokenizer")
+    p.add_argument("--records", nargs="*", default=[], type=existing_path,
+                   help="trajectories for the tokenizer")  # fmt: skip
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import build_policy, save_policy
 
     t0 = time.monotonic()
     config = _section(args, "policy")
-    model, tokenizer = build_policy(config, records=read_records(args.records))
+    records = read_records(args.records)
+    _start(args.out)
+    model, tokenizer = build_policy(config, records=records)
     save_policy(model, tokenizer, args.out / "policy")
     return _write_result(args.out, {
         "policy_dir": str(args.out / "policy"),
@@ -89,15 +134,18 @@ def main_policy_init(argv: list[str]) -> int:
 
 def main_policy_merge(argv: list[str]) -> int:
     """Fold a LoRA adapter policy into its base: a plain checkpoint for serving."""
-    p = argparse.ArgumentParser(prog="agentrl policy merge", description=main_policy_merge.__doc__)
-    p.add_argument("--policy", required=True, help="adapter folder (a stage run with lora)")
-    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p = ArgumentParser(prog="agentrl policy merge", description=main_policy_merge.__doc__)
+    p.add_argument("--policy", required=True, type=existing_dir,
+                   help="adapter folder (a stage run with lora)")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_dir, help="output folder")
     args = p.parse_args(argv)
     from components.policy.lora import base_directory, is_adapter_dir, merge_adapters
     from components.policy.model import load_policy, save_policy
 
     if not is_adapter_dir(args.policy):
-        raise SystemExit(f"agentrl: {args.policy} is not an adapter policy (no adapter metadata)")
+        raise CommandError(f"{args.policy} is not an adapter policy (no adapter metadata)")
+    _claim(args.out)
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
     merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
     return _write_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
@@ -107,11 +155,13 @@ def main_policy_merge(argv: list[str]) -> int:
 def main_sft(argv: list[str]) -> int:
     """Supervised fine-tuning on expert trajectories (loss on assistant tokens only)."""
     p = _parser("agentrl train sft", main_sft.__doc__)
-    p.add_argument("--policy", required=True, help="policy folder to start from")
-    p.add_argument("--records", nargs="+", required=True, help="JSONL files / dataset folders")
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--epochs", type=float)
+    p.add_argument("--policy", required=True, type=saved_policy, help="policy folder to start from")
+    p.add_argument("--records", nargs="+", required=True, type=existing_path,
+                   help="JSONL files / dataset folders")  # fmt: skip
+    p.add_argument("--max-steps", type=positive_int, help="override sft.max_steps")
+    p.add_argument("--epochs", type=positive_float, help="override sft.epochs")
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.sft import train_sft
@@ -121,8 +171,10 @@ def main_sft(argv: list[str]) -> int:
     code = relaunch_as_ranks(["train", "sft", *argv]) if config.deepspeed is not None else None
     if code is not None:
         return code
+    records = read_records(args.records)  # a bad record is found before the model loads
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
-    result = train_sft(model, tokenizer, read_records(args.records), config)
+    result = train_sft(model, tokenizer, records, config)
     if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
         return 0
     return _write_result(args.out, {**dataclasses.asdict(result),
@@ -133,11 +185,14 @@ def main_sample(argv: list[str]) -> int:
     """Sample K episodes per task with the policy (the preset's rollout, env and sandbox
     sections), verify them, save records + summary."""
     p = _parser("agentrl rollout sample", main_sample.__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--tasks", required=True, type=Path)
-    p.add_argument("--split", default="train")
-    p.add_argument("--limit", type=int, help="only the first N tasks")
+    from components.tasks.task import SPLITS
+
+    p.add_argument("--policy", required=True, type=saved_policy)
+    p.add_argument("--tasks", required=True, type=existing_dir)
+    p.add_argument("--split", default="train", choices=SPLITS)
+    p.add_argument("--limit", type=positive_int, help="only the first N tasks")
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.preset import load_preset
     from components.rollout.engine import rollout_summary, sample_episodes
@@ -146,8 +201,12 @@ def main_sample(argv: list[str]) -> int:
     preset = load_preset(args.preset)
     tasks, errors = load_tasks(args.tasks, split=args.split)
     if errors:
-        print("\n".join(f"agentrl: invalid task: {e}" for e in errors), file=sys.stderr)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CommandError(f"invalid task: {errors[0]}{more}")
     tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        raise CommandError(f"no {args.split} tasks in {args.tasks}")
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
     rollout = preset.section("rollout")
     t0 = time.monotonic()
@@ -178,9 +237,10 @@ def main_sample(argv: list[str]) -> int:
 def main_rejection_sampling(argv: list[str]) -> int:
     """Keep the verified successes among sampled episodes and fine-tune on them."""
     p = _parser("agentrl train rs", main_rejection_sampling.__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--samples", nargs="+", required=True)
+    p.add_argument("--policy", required=True, type=saved_policy)
+    p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.rejection_sampling import train_rejection_sampling
@@ -191,8 +251,10 @@ def main_rejection_sampling(argv: list[str]) -> int:
     ranks = relaunch_as_ranks(["train", "rs", *argv]) if config.sft.deepspeed else None
     if ranks is not None:
         return ranks
+    samples = read_records(args.samples)
+    _start(args.out)
     model, tokenizer = load_policy(args.policy)
-    result = train_rejection_sampling(model, tokenizer, read_records(args.samples), config)
+    result = train_rejection_sampling(model, tokenizer, samples, config)
     if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
         return 0
     return _write_result(args.out, dataclasses.asdict(result))
@@ -201,9 +263,10 @@ def main_rejection_sampling(argv: list[str]) -> int:
 def main_dpo(argv: list[str]) -> int:
     """DPO on success-vs-failure pairs of the same task (whole multi-turn trajectories)."""
     p = _parser("agentrl train dpo", main_dpo.__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--samples", nargs="+", required=True)
+    p.add_argument("--policy", required=True, type=saved_policy)
+    p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
+    _claim(args.out)
     from components.policy.model import load_policy
     from components.train.data import preference_pairs
     from components.train.dpo import train_dpo
@@ -214,6 +277,7 @@ def main_dpo(argv: list[str]) -> int:
     if not pairs:
         return _write_result(args.out, {"skipped": "no success/failure pair on any task",
                                         "num_pairs": 0, "policy_dir": args.policy})  # fmt: skip
+    _start(args.out)
     if (code := relaunch_as_ranks(["train", "dpo", *argv])) is not None:
         return code
     rank, _ = join_process_group()

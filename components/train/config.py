@@ -108,7 +108,10 @@ class SFTConfig:
     )
     epochs: float = field(default=1.0, metadata=doc("passes over the examples (if max_steps <= 0)"))
     max_steps: int = field(
-        default=-1, metadata=doc("optimizer steps; > 0 overrides epochs (the examples repeat)")
+        default=-1,
+        metadata=doc(
+            "optimizer steps; > 0 overrides epochs (the examples repeat), -1: epochs", ge=-1
+        ),
     )
     batch_size: int = field(default=4, metadata=doc("sequences per micro-batch (per device)"))
     grad_accum: int = field(

@@ -58,7 +58,6 @@ env and sandbox.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import hashlib
@@ -773,14 +772,26 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     grpo, rollout, env and sandbox (a missing section means its defaults). Launched by
     torchrun (`python -m torch.distributed.run --nproc_per_node N -m components.cli train
     grpo ...`), the ranks share the sampling and the update; rank 0 writes the results."""
+    from components.cli_args import (
+        ArgumentParser,
+        existing_dir,
+        output_dir,
+        preset_file,
+        saved_policy,
+    )
     from components.preset import DEFAULT_PRESET, load_preset
+    from components.tasks.task import SPLITS
 
-    p = argparse.ArgumentParser(prog="agentrl train grpo", description=main_grpo.__doc__)
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset YAML (configs/)")
-    p.add_argument("--policy", required=True, help="policy checkpoint (save_policy output)")
-    p.add_argument("--tasks", required=True, help="task suite folder")
-    p.add_argument("--split", default="train", help="task split to train on ('' = all)")
-    p.add_argument("--out", required=True, help="output_dir: checkpoints, metrics, final policy")
+    p = ArgumentParser(prog="agentrl train grpo", description=main_grpo.__doc__)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
+                   help="preset YAML (configs/)")  # fmt: skip
+    p.add_argument("--policy", required=True, type=saved_policy,
+                   help="policy checkpoint (save_policy output)")  # fmt: skip
+    p.add_argument("--tasks", required=True, type=existing_dir, help="task suite folder")
+    p.add_argument("--split", default="train", choices=("", *SPLITS),
+                   help="task split to train on ('' = all)")  # fmt: skip
+    p.add_argument("--out", required=True, type=lambda t: str(output_dir(t)),
+                   help="output_dir: checkpoints, metrics, final policy")  # fmt: skip
     p.add_argument("--no-resume", action="store_true", help="start over, ignoring checkpoints")
     args = p.parse_args(argv)
 
@@ -791,7 +802,8 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     config = dataclasses.replace(preset.section("grpo"), output_dir=args.out)
     tasks, errors = load_tasks(args.tasks, split=args.split or None)
     if errors:
-        raise SystemExit(f"task errors: {errors[:5]}")
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise SystemExit(f"agentrl train grpo: invalid task: {errors[0]}{more}")
     given = list(argv) if argv is not None else sys.argv[1:]
     if (code := relaunch_as_ranks(["train", "grpo", *given])) is not None:
         return code

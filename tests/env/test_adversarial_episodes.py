@@ -7,6 +7,7 @@ episodes (monitor -> tools -> sandbox -> verifier -> reward) with a scripted att
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -22,7 +23,7 @@ from components.env.episode import Action, run_episode
 from components.env.policies import OraclePolicy
 from components.env.sandbox import SandboxConfig, isolation_report
 from components.tasks.generate import generate_suite
-from components.tasks.task import load_task, load_tasks
+from components.tasks.task import TaskFormatError, load_task, load_tasks
 
 SANDBOX = SandboxConfig(wall_time_s=4, cpu_time_s=3, memory_mb=512, max_processes=32)
 ENV = EnvConfig()
@@ -142,7 +143,11 @@ def test_path_and_symlink_escapes_are_refused_and_recorded(task, tmp_path):
     evil = tmp_path / "evil"
     shutil.copytree(task.root, evil)
     (evil / "repo" / "notes.txt").symlink_to("/etc/passwd")
-    escaped = run(load_task(evil), Action("read_file", {"path": "notes.txt"}))
+    with pytest.raises(TaskFormatError, match="symbolic link"):  # the loader refuses it
+        load_task(evil)
+    # and an episode of such a task, built past the loader, still cannot follow the link
+    escaped = run(dataclasses.replace(task, root=evil.resolve()),
+                  Action("read_file", {"path": "notes.txt"}))  # fmt: skip
     assert categories(escaped) == ["path_escape"]
     assert escaped.reward_terms["dangerous_command"] == -1.0
     assert "root:" not in str(escaped.record["trajectory"])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from components.cli_args import UsageError
 from components.evaluate.__main__ import load_results, main_evaluate, main_safety
 from components.evaluate.metrics import aggregate
 from components.evaluate.report import write_report
@@ -66,7 +69,9 @@ def test_cli_safety_single_attack(tmp_path):
     assert main_safety(["--out", str(tmp_path), "--n-tasks", "1", "--attacks", "read_dotenv"]) == 0
     payload = json.loads((tmp_path / "safety.json").read_text())
     assert payload["passed"] and payload["outcomes"][0]["recorded_by"] == ["monitor"]
-    assert main_safety(["--out", str(tmp_path), "--attacks", "nope"]) == 2
+    with pytest.raises(UsageError, match="--attacks: unknown nope") as refused:  # exit 2
+        main_safety(["--out", str(tmp_path), "--attacks", "nope"])
+    assert refused.value.code == 2
 
 
 def test_report_states_the_settings_the_episodes_ran_with(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from promote_helpers import PASSING, candidate
 
+from components.cli_args import UsageError
 from components.promote.__main__ import (
     main_approve,
     main_history,
@@ -64,10 +65,10 @@ def test_cli_approve_reject_rollback_status_history(cfg, checkpoint, capsys, mon
 
 def test_cli_requires_reason_and_version(cfg, capsys):
     for argv in (["1", *store(cfg)], ["1", "--reason", " ", *store(cfg)], ["--reason", "x"]):
-        with pytest.raises(SystemExit) as e:
+        with pytest.raises(UsageError) as e:  # one line at the boundary, exit 2
             main_approve(argv)
         assert e.value.code == 2
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError):
         main_rollback(["--reason", "", *store(cfg)])
     assert get_alias("champion", cfg) is None
 

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from components.cli_args import CommandError
 from components.env.sandbox import SandboxConfig
 from components.policy.config import LoRAConfig
 from components.policy.lora import ADAPTER_META, is_adapter_model, merge_adapters, weights_sha256
@@ -190,6 +191,6 @@ def test_merge_command(tiny_policy, expert_records, tmp_path, capsys):
     merged, _ = load_policy(tmp_path / "m" / "policy")
     assert not is_adapter_model(merged)
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["adapters"] == adapters
-    with pytest.raises(SystemExit, match="not an adapter policy"):
+    with pytest.raises(CommandError, match="not an adapter policy"):
         agentrl(["policy", "merge", "--policy", str(tmp_path / "m" / "policy"), "--out",
                  str(tmp_path / "x")])  # fmt: skip

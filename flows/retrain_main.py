@@ -1,0 +1,179 @@
+"""`python -m flows.retrain`: check everything the run is given, then start what it needs,
+then run the flow (flows/retrain.py).
+
+1. The arguments and the whole preset are validated before anything else (Prefect takes
+   seconds to import): a bad preset is one line, exit 2, and nothing is started or written.
+2. Prefect's API server is started here, as a local subprocess on a free port (the same
+   server Prefect would start as its temporary one), waited for with the preset's
+   `runtime.startup_timeout_s`, retried once, its URL printed and its output in
+   `runs/prefect-server.log`; with PREFECT_API_URL set, that server is waited for instead.
+   An MLflow server named by MLFLOW_TRACKING_URI (http) is waited for the same way.
+3. The run gets a private temporary folder (TMPDIR, for itself and every process it
+   starts). Ctrl-C or SIGTERM ends the run at once: every process it started is stopped,
+   the server too, the temporary folder removed, one line printed, exit 130 (143).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from components.cli_args import ArgumentParser, preset_file
+from components.preset import DEFAULT_PRESET
+
+PROG = "python -m flows.retrain"
+SERVER_LOG = Path("runs/prefect-server.log")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog=PROG, description=__doc__)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
+    p.add_argument("--wait-for-approval", action="store_true",
+                   help="pause the flow for approval in the Prefect UI")  # fmt: skip
+    p.add_argument("--launcher", default="", choices=["in-process", "subprocess", "kubernetes"],
+                   help="where stages run (default: the preset's launcher.mode, "
+                        "else in-process)")  # fmt: skip
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def check(argv: list[str] | None):
+    """(arguments, preset) once both are valid: nothing imported but the configs."""
+    from components.launch.config import launcher_config_from_dict
+    from components.preset import PresetError, load_preset, validate_preset
+    from components.typed_config import ConfigError
+
+    args = parser().parse_args(argv)
+    preset = load_preset(args.preset)
+    validate_preset(preset)
+    settings = {**preset.raw("launcher"), **({"mode": args.launcher} if args.launcher else {})}
+    try:
+        launcher_config_from_dict(settings)
+    except ConfigError as e:
+        raise PresetError(f"{preset.path}:{e}") from None
+    return args, preset
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_prefect_server(budget_s: float, log_path: Path) -> tuple[subprocess.Popen, str]:
+    """Prefect's API server (its temporary server's command: no UI) on a free port, healthy
+    within `budget_s` (one retry): (process, API URL)."""
+    import importlib.util
+
+    from components.runtime import http_probe, start_service
+
+    site = Path(importlib.util.find_spec("prefect").origin).parent.parent
+    ports: list[int] = []
+
+    def argv() -> list[str]:
+        ports.append(_free_port())
+        return [sys.executable, "-m", "uvicorn", "--app-dir", str(site), "--factory",
+                "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
+                str(ports[-1]), "--log-level", "error", "--lifespan", "on"]  # fmt: skip
+
+    def probe() -> bool:
+        return http_probe(f"http://127.0.0.1:{ports[-1]}/api/health")()
+
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT__SERVER_FINAL": "1"}  # fmt: skip
+    proc = start_service("Prefect API server", argv, probe, budget_s, log_path, env=env)
+    return proc, f"http://127.0.0.1:{ports[-1]}/api"
+
+
+def wait_for_external_services(budget_s: float) -> None:
+    """A Prefect or MLflow server the environment names (not started here) must answer."""
+    from components.runtime import http_probe, wait_until_healthy
+
+    if url := os.environ.get("PREFECT_API_URL"):
+        wait_until_healthy(f"Prefect API server {url}", http_probe(f"{url.rstrip('/')}/health"),
+                           budget_s, "(not started by agentrl)")  # fmt: skip
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if uri.startswith(("http://", "https://")):
+        wait_until_healthy(f"MLflow server {uri}", http_probe(f"{uri.rstrip('/')}/health"),
+                           budget_s, "(not started by agentrl)")  # fmt: skip
+
+
+class RunScope:
+    """The run's private temporary folder and server; `close` undoes both. SIGINT and
+    SIGTERM close it and end the process at once: waiting for Python to unwind would let
+    a thread pool start every queued sandbox first."""
+
+    def __init__(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="agentrl-retrain-")
+        self.saved_tmp = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = tempfile.tempdir = self.tmp
+        self.server: subprocess.Popen | None = None
+        self.handlers = {sig: signal.signal(sig, self._on_signal)
+                         for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+
+    def _on_signal(self, signum, frame) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up
+        self.close()
+        name = "interrupted" if signum == signal.SIGINT else "terminated"
+        # os.write: the flow's print() goes through Prefect's logging (log_prints).
+        os.write(2, f"{PROG}: {name}; stopped the run's processes and removed {self.tmp}\n"
+                 .encode())  # fmt: skip
+        os._exit(128 + signum)
+
+    def close(self) -> None:
+        from components.runtime import stop_descendants
+
+        stop_descendants()
+        self.server = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler)
+        tempfile.tempdir = None
+        if self.saved_tmp is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = self.saved_tmp
+
+
+def run(argv: list[str] | None) -> int:
+    from components.cli import cpu_accelerator_default
+
+    cpu_accelerator_default()
+    args, preset = check(argv)
+    budget = preset.section("runtime").startup_timeout_s
+    wait_for_external_services(budget)
+    scope = RunScope()
+    try:
+        if not os.environ.get("PREFECT_API_URL"):
+            scope.server, url = start_prefect_server(budget, SERVER_LOG)
+            os.environ["PREFECT_API_URL"] = url
+            print(f"Prefect API server: {url} (log: {SERVER_LOG})", flush=True)
+        from flows.retrain import print_summary, retrain
+
+        summary = retrain(preset.path, args.wait_for_approval, args.launcher)
+        print_summary(summary)
+        Path("runs").mkdir(exist_ok=True)
+        Path("runs/last-retrain.json").write_text(json.dumps(summary, indent=2, default=str))
+        return 0
+    finally:
+        scope.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from components.cli import boundary
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return boundary(lambda: run(argv), PROG, debug="--debug" in argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""`python -m flows.retrain` (what `make run` runs after installing) on a busy machine, and
+Ctrl-C during its task gate.
+
+Every core is kept busy by a burner process; Prefect's server starts from a fresh database
+(its migrations are the slow part) within the preset's `runtime.startup_timeout_s`, the
+flow reaches the gate, and a Ctrl-C there (SIGINT to the whole process group, as a terminal
+sends it) ends the run within 5 s: exit 130, one line, no process and no temporary folder
+of the run left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _burners() -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)]  # fmt: skip
+
+
+def _left_behind(marker: str) -> list[str]:
+    """Processes whose command line or environment carries `marker` (the run's folder)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            text = " ".join(proc.info["cmdline"] or []) + " ".join(proc.environ().values())
+        except psutil.Error:
+            continue
+        if marker in text and proc.pid != os.getpid():
+            found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:120]}")
+    return found
+
+
+@pytest.mark.slow  # a fresh Prefect database and the first stages on a loaded machine: minutes
+@pytest.mark.timeout(1800)
+def test_flow_starts_on_a_busy_machine_and_ctrl_c_in_the_gate_leaves_nothing(tmp_path):
+    repo = tmp_path / "checkout"  # the flow writes runs/ and mlruns/ where it runs
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "runs", "mlruns", "data", "__pycache__", "bench", ".dvc"))  # fmt: skip
+    preset = yaml.safe_load((repo / "configs" / "cpu-demo.yaml").read_text())
+    preset["tasks"] = {**preset.get("tasks", {}), "n_tasks": 24}
+    (repo / "configs" / "busy.yaml").write_text(yaml.safe_dump(preset))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(repo), "PREFECT_HOME": str(tmp_path / "prefect"),
+           "TMPDIR": str(tmp), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}  # fmt: skip
+    env.pop("PREFECT_API_URL", None)
+    burners = _burners()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.retrain", "--preset",
+                                 "configs/busy.yaml"], cwd=repo, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            print(line, end="", flush=True)  # shown if the test fails
+            if "==> gate" in line:  # (the flow's prints carry Prefect's log prefix)
+                break
+        assert any(line.startswith("Prefect API server: http://127.0.0.1:") for line in seen)
+        assert seen and "==> gate" in seen[-1], "".join(seen[-30:])
+        time.sleep(3)  # the gate's sandboxes are running
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=5)  # the acceptance bound: within 5 s
+    finally:
+        for burner in burners:
+            burner.kill()
+        if proc.poll() is None:  # a failed check: do not leave the run behind
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, rest
+    assert "Traceback" not in rest and "interrupted" in rest
+    time.sleep(0.5)
+    assert _left_behind(str(tmp_path)) == []
+    assert list(tmp.iterdir()) == []  # the run's private temporary folder is gone
