@@ -741,7 +741,7 @@ COMMANDS = [("tasks", "generate"), ("tasks", "check"), ("tasks", "import"), ("ta
             ("demo",)]  # fmt: skip
 # Every command with a required argument says which is missing.
 REQUIRED = {("tasks", "generate"): "--out", ("tasks", "check"): "--tasks",
-            ("tasks", "prepare"): "--tasks", ("tasks", "mine"): "--repo", ("env", "eval"): "--tasks",
+            ("tasks", "prepare"): "--tasks", ("tasks", "mine"): "--out", ("env", "eval"): "--tasks",
             ("tasks", "import"): "--out", ("data", "ingest"): "SRC", ("data", "rollback"): "VERSION", ("policy", "init"): "--out",
             ("policy", "merge"): "--policy", ("train", "sft"): "--out",
             ("rollout", "sample"): "--out", ("train", "rs"): "--out", ("train", "dpo"): "--out",

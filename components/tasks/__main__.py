@@ -283,12 +283,14 @@ def main_mine(argv: list[str]) -> int:
         "--python": ("python", nonempty), "--seed": ("seed", int),
         "--max-candidates": ("max_candidates", positive_int),
         "--max-tasks": ("max_tasks", positive_int), "--budget-s": ("budget_s", positive_float),
-        "--split": ("split", nonempty), "--suite-timeout-s": ("suite_timeout_s", positive_float),
+"--suite-timeout-s": ("suite_timeout_s", positive_float),
         "--per-test-timeout-s": ("per_test_timeout_s", positive_float),
         "--memory-mb": ("memory_mb", int), "--baseline-runs": ("baseline_runs", positive_int),
     }  # fmt: skip
     for option, (name, kind) in overrides.items():
         p.add_argument(option, dest=name, type=kind, default=None, help=f"mine.{name}")
+    p.add_argument("--split", default=None, choices=("auto", "train", "val", "test"),
+                   help="mine.split")  # fmt: skip
     p.add_argument("--keep-failing", dest="deselect_failing", action="store_const", const=False,
                    default=None, help="refuse a repository with a failing test (no deselection)")  # fmt: skip
     args = p.parse_args(argv)
@@ -296,7 +298,8 @@ def main_mine(argv: list[str]) -> int:
         p.error("give --repo PATH or --sdist NAME==VERSION")
     preset = load_preset(args.preset or DEFAULT_PRESET)
     env, sandbox = preset.section("env"), preset.section("sandbox")
-    changes = {n: getattr(args, n) for n, _ in [*overrides.values(), ("deselect_failing", 0)]
+    changes = {n: getattr(args, n) for n in [*(f for f, _ in overrides.values()), "split",
+                                             "deselect_failing"]
                if getattr(args, n) is not None}  # fmt: skip
     try:
         config = dataclasses.replace(preset.section("mine"), **changes)
