@@ -207,11 +207,16 @@ def flow_run_name() -> str:
     name, matching the MLflow parent run's."""
     from prefect.runtime import flow_run
 
+    from components.preset import load_preset
+
     params = flow_run.parameters
     kind = "reproduce" if params.get("reproduction_of") else "retrain"
-    return f"{kind} {Path(params.get('preset') or DEFAULT_PRESET).stem} " + time.strftime(
-        "%Y-%m-%d %H:%M:%S", time.gmtime()
-    )
+    preset = params.get("preset") or DEFAULT_PRESET
+    try:
+        name = load_preset(preset).name
+    except Exception:  # noqa: BLE001 - a bad preset fails in the flow, with its own error
+        name = Path(preset).stem
+    return f"{kind} {name} {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())}"
 
 
 @flow(name="retrain", log_prints=True, flow_run_name=flow_run_name)
