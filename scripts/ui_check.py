@@ -137,15 +137,17 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def mlflow_ui(uri: str, port: int):
-    """`mlflow ui` on the store, as the README starts it; stopped on exit."""
+def mlflow_ui(uri: str, port: int, log: Path):
+    """`mlflow ui` on the store, as the README starts it (its output in `log`); stopped on
+    exit. It can take minutes to answer on a busy 2-core machine."""
     import urllib.request
 
+    out = log.open("w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                              "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 600
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
@@ -157,7 +159,12 @@ def mlflow_ui(uri: str, port: int):
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        out.close()
 
 
 def chromium() -> str:
@@ -166,6 +173,19 @@ def chromium() -> str:
         if path := shutil.which(name):
             return path
     raise RuntimeError("no chromium on PATH: run `make ui-deps`")
+
+
+# Scrolls the compare page's metrics grid (its own scroll box, below the page's) by a few rows.
+SCROLL_METRICS = """() => {
+  const cell = window.metricsBox || [...document.querySelectorAll('a, span, div')]
+    .find(e => e.childElementCount === 0 && e.textContent.trim() === 'episodes');
+  let box = window.metricsBox || cell;  // found once: scrolled away, the cell is gone
+  while (box && !(box.scrollHeight > box.clientHeight + 5
+                  && /auto|scroll/.test(getComputedStyle(box).overflowY))) box = box.parentElement;
+  window.metricsBox = box;
+  if (box) box.scrollTop += 120;
+  return box ? box.scrollTop : -1;
+}"""
 
 
 def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
@@ -182,15 +202,27 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
         page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
 
         def shot(name: str) -> None:
-            page.wait_for_timeout(1500)
+            page.wait_for_timeout(8000)  # the tables fill in after the page's first paint
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
         # Parents only, compared side by side.
         ids = json.dumps([runs["original"], runs["reproduction"]])
         page.goto(f"{base}/#/compare-runs?runs={ids}&experiments={json.dumps([exp])}")
-        page.get_by_text("success_rate_hi").first.wait_for(timeout=60_000)
-        shot("compare-parents")
+        page.get_by_text("Run details").first.wait_for(timeout=120_000)
+        page.wait_for_timeout(5000)
+        for section in ("Visualizations", "Run details", "Parameters"):  # Metrics in view
+            page.get_by_text(section, exact=True).first.click()
+            page.wait_for_timeout(1000)
+        # The metrics table shows a window of rows (alphabetical): scroll it to the success
+        # rows, reading every window on the way.
         text = page.inner_text("body")
+        for _ in range(40):
+            if "success_rate_hi" in text and "success_rate_lo" in text:
+                break
+            page.evaluate(SCROLL_METRICS)
+            page.wait_for_timeout(400)
+            text += page.inner_text("body")
+        shot("compare-parents")
         for needle in ("success_rate", "success_rate_lo", "success_rate_hi", "weights_sha256"):
             if needle not in text:
                 failures.append(f"compare page: no {needle}")
@@ -206,7 +238,7 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
         # Stage durations: the original's run page lists its stages with their durations.
         sft = known["stages"].get("sft") or next(iter(known["stages"].values()))
         page.goto(f"{base}/#/experiments/{exp}/runs/{sft['run_id']}")
-        page.get_by_text("Duration").first.wait_for(timeout=60_000)
+        page.get_by_text("Duration").first.wait_for(timeout=120_000)
         shot("stage-run-sft")
         if sft["seconds"] < 1 and sft["recorded"] >= 1:
             failures.append(f"sft run lasts {sft['seconds']}s, recorded {sft['recorded']}s")
@@ -223,7 +255,7 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
         # The registered version: its MLmodel loads (no 404), its source run is shown.
         before = len(missing)
         page.goto(f"{base}/#/models/agentrl-coder/versions/{runs['version']}")
-        page.get_by_text("Source Run", exact=False).first.wait_for(timeout=60_000)
+        page.get_by_text("Source Run", exact=False).first.wait_for(timeout=120_000)
         shot("model-version")
         gone = [u for u in missing[before:] if "MLmodel" in u or "artifact" in u]
         if gone:
@@ -237,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "ui-check")
     p.add_argument("--build", action="store_true", help="run the tiny pipeline + reproduce first")
     p.add_argument("--port", type=int, default=0, help="mlflow ui port (default: a free one)")
+    p.add_argument("--ui", default="", help="an MLflow UI already serving the store (its URL)")
     args = p.parse_args(argv)
     workdir = args.workdir.resolve()
     runs = (
@@ -246,8 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     uri = store_uri(workdir)
     known = facts(uri, runs)
     print(json.dumps(known, indent=2, default=str))
-    with mlflow_ui(uri, args.port or _free_port()) as base:
-        failures = browse(base, runs, known, workdir / "screenshots")
+    if args.ui:
+        failures = browse(args.ui.rstrip("/"), runs, known, workdir / "screenshots")
+    else:
+        with mlflow_ui(uri, args.port or _free_port(), workdir / "mlflow-ui.log") as base:
+            failures = browse(base, runs, known, workdir / "screenshots")
     for f in failures:
         print(f"FAILED: {f}")
     print(f"screenshots: {workdir / 'screenshots'}")

@@ -155,7 +155,7 @@ def register_candidate(
         )
         source_run = registration_run
     try:
-        model = log_policy_model(client, checkpoint_dir, source_run, tags)
+        model = _log_policy_model(client, checkpoint_dir, source_run, tags)
     except Exception:
         if registration_run is not None:
             client.set_terminated(registration_run.info.run_id, status="FAILED")
@@ -201,7 +201,7 @@ def _training_run(client, run_id: str):
         return None
 
 
-def log_policy_model(client, checkpoint_dir: Path, run, tags: dict):
+def _log_policy_model(client, checkpoint_dir: Path, run, tags: dict):
     """The checkpoint as a logged MLflow model (pyfunc, components/promote/mlflow_model.py)
     whose source run is `run`, listed among the run's outputs; returns the LoggedModel."""
     import tempfile
