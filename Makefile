@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip's global config here lists extra indexes that may be absent; hide only those warnings.
 QUIET_PIP := grep -v -e "is ignored: it is neither" -e "^WARNING: Location" || true
 
-.PHONY: run demo test lint format install sandbox-deps bench clean vllm test-vllm
+.PHONY: run demo test lint format install sandbox-deps ui-deps ui-check bench clean vllm test-vllm
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,17 @@ sandbox-deps:
 	    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
 	      || echo "note: could not install bubblewrap; sandbox uses its fallback isolation"; \
 	  else echo "note: bubblewrap missing; sandbox uses its fallback isolation"; fi; }
+
+# The browser check of the MLflow UI (scripts/ui_check.py, `pytest -m ui`): Playwright from
+# pip, driving Debian's chromium (Playwright's own browser download is not reachable here).
+ui-deps: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements.lock -e ".[ui]" 2>&1 | $(QUIET_PIP)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	    || { echo "could not install chromium (apt-get install chromium)"; exit 1; }; }
+
+ui-check: ui-deps
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) scripts/ui_check.py --build
 
 # The main job: the whole retrain flow on the embedded default (local Prefect, MLflow on
 # SQLite, local DVC remote, tiny model, built-in tasks).

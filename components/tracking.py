@@ -61,16 +61,110 @@ def flatten(prefix: str, value, out: dict) -> dict:
     return out
 
 
+def _number(value) -> bool:
+    return isinstance(value, int | float) and value == value  # bools too; not NaN
+
+
+def _interval(key: str, value) -> bool:
+    """A [lo, hi] confidence interval (`success_ci95`, `..._ci`): two metrics, not a curve."""
+    return (
+        key.rsplit(".", 1)[-1].endswith(("_ci95", "_ci"))
+        and isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(_number(x) for x in value)
+    )
+
+
+def interval_keys(key: str) -> tuple[str, str]:
+    """`a.success_ci95` -> (`a.success_rate_lo`, `a.success_rate_hi`): the bounds sit beside
+    the rate they bound in the runs table (`success_ci95` bounds `success_rate`)."""
+    base = re.sub(r"_ci(95)?$", "", key)
+    base = base + "_rate" if base.endswith("success") else base
+    return f"{base}_lo", f"{base}_hi"
+
+
+def _breakdown(key: str) -> bool:
+    """Per-group blocks (`by_family`, `by_bug_class`, `by_source`) go to tables; per-split
+    numbers stay metrics (a handful, and headline numbers)."""
+    last = key.rsplit(".", 1)[-1]
+    return last.startswith("by_") and last != "by_split"
+
+
+def metric_values(result: dict) -> tuple[dict[str, float], dict[str, list], dict[str, dict]]:
+    """(scalars incl. interval bounds, per-step curves, breakdown tables) of a stage result."""
+    scalars: dict[str, float] = {}
+    curves: dict[str, list] = {}
+    tables: dict[str, dict] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            if prefix and _breakdown(prefix):
+                tables[prefix] = value
+                return
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif _number(value):
+            scalars[_metric_key(prefix)] = float(value)
+        elif _interval(prefix, value):
+            lo, hi = interval_keys(prefix)
+            scalars[_metric_key(lo)], scalars[_metric_key(hi)] = map(float, value)
+        elif (
+            isinstance(value, list)
+            and value
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+        ):
+            curves[_metric_key(prefix)] = [float(x) for x in value]
+
+    walk("", result)
+    return scalars, curves, tables
+
+
+def table_rows(groups: dict) -> dict[str, list]:
+    """A breakdown ({group: metrics}) as the columns of one table, a row per group: what
+    `log_table` stores and the UI's artifact view shows as a grid."""
+    rows = []
+    for name, block in groups.items():
+        scalars, _, _ = metric_values(block if isinstance(block, dict) else {"value": block})
+        rows.append({"group": str(name), **scalars})
+    columns = ["group", *sorted({k for r in rows for k in r} - {"group"})]
+    return {c: [r.get(c) for r in rows] for c in columns}
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1000)
+
+
+def pipeline_search_filter() -> str:
+    """The runs-table filter that shows pipeline (parent) runs only."""
+    return "tags.stage = 'pipeline'"
+
+
 def start_pipeline_run(name: str, params: dict, tags: dict) -> str:
-    """Create the parent run; it stays RUNNING until `end_pipeline_run`."""
+    """Create the parent run; it stays RUNNING until `end_pipeline_run`. Tagged
+    `stage = pipeline`, so `pipeline_search_filter()` lists parents without their stages."""
     mlflow = _mlflow()
     client = mlflow.MlflowClient()
     experiment = mlflow.get_experiment_by_name(EXPERIMENT).experiment_id
     run = client.create_run(experiment, run_name=name, tags={
         **{k: str(v) for k, v in tags.items()}, "git_commit": git_commit(),
-        "agentrl.kind": "pipeline"})  # fmt: skip
+        "agentrl.kind": "pipeline", "stage": "pipeline"})  # fmt: skip
     _log_params(client, run.info.run_id, params)
     return run.info.run_id
+
+
+def run_url(run_id: str, ui: str = "") -> str:
+    """The run's page in the MLflow UI (`ui`: its base URL, default $MLFLOW_UI_URL or the
+    README's `mlflow ui` address)."""
+    mlflow = _mlflow()
+    base = (ui or os.environ.get("MLFLOW_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
+    experiment = mlflow.MlflowClient().get_run(run_id).info.experiment_id
+    return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+
+
+def set_run_tags(run_id: str, tags: dict) -> None:
+    client = _mlflow().MlflowClient()
+    for k, v in tags.items():
+        client.set_tag(run_id, k, str(v))
 
 
 def _log_params(client, run_id: str, params: dict) -> None:
@@ -81,101 +175,195 @@ def _log_params(client, run_id: str, params: dict) -> None:
         client.log_batch(run_id, params=flat[i : i + 100])
 
 
-def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = None) -> None:
+# The candidate's headline numbers a parent run carries (keys of metrics.json's `overall`).
+HEADLINE = ("success_rate", "success_ci95", "test_pass_rate", "tool_call_accuracy",
+            "valid_call_rate", "recovery_rate", "mean_reward", "safety_violation_rate",
+            "tampering_rate", "human_intervention_rate", "infra_failures",
+            "infra_failure_rate", "regression_rate", "episodes")  # fmt: skip
+
+
+def pipeline_metrics(evaluation: dict, safety: dict, stage_seconds: dict[str, float]) -> dict:
+    """What a parent run shows beside another: the candidate's headline metrics (overall
+    and per split), the champion's (`champion.*`), the safety suite's cheating numbers
+    (`safety.*`) and each stage's wall time (`stage_seconds.*`)."""
+    out: dict = {}
+
+    def headline(prefix: str, block: dict | None) -> None:
+        picked = {k: (block or {}).get(k) for k in HEADLINE}
+        scalars, _, _ = metric_values(picked)
+        out.update({f"{prefix}{k}": v for k, v in scalars.items()})
+
+    candidate = evaluation.get("candidate") or {}
+    headline("", candidate.get("overall"))
+    for split, block in (candidate.get("by_split") or {}).items():
+        headline(f"split.{split}.", block)
+    headline("champion.", (evaluation.get("champion") or {}).get("overall"))
+    mine = safety.get("candidate") or {}
+    fooled = safety.get("fooled")
+    cheating = {"attacks_fooled": len(fooled) if isinstance(fooled, list) else None,
+                "candidate_violation_rate": mine.get("violation_rate"),
+                "candidate_tampering_rate": mine.get("tampering_rate")}  # fmt: skip
+    out.update({f"safety.{k}": float(v) for k, v in cheating.items() if _number(v)})
+    out.update({f"stage_seconds.{k}": float(v) for k, v in stage_seconds.items()})
+    return out
+
+
+def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = None,
+                     metrics: dict | None = None) -> None:  # fmt: skip
+    from mlflow.entities import Metric
+
     mlflow = _mlflow()
     client = mlflow.MlflowClient()
     for k, v in (tags or {}).items():
         client.set_tag(run_id, k, str(v))
+    ts = int(time.time() * 1000)
+    batch = [Metric(_metric_key(k), float(v), ts, 0) for k, v in (metrics or {}).items()]
+    for i in range(0, len(batch), 1000):
+        client.log_batch(run_id, metrics=batch[i : i + 1000])
     client.set_terminated(run_id, status=status)
 
 
 def log_stage(parent_run_id: str, stage: str, params: dict, result: dict, seconds: float,
-              artifacts: list[Path] = (), tags: dict | None = None) -> str:  # fmt: skip
-    """A nested run for one stage: its config as params, its numbers as metrics (lists of
-    numbers become per-step metrics, e.g. the SFT loss curve), its files as artifacts.
-    Uses the client API so the parent run stays RUNNING while the pipeline goes on."""
+              artifacts: list[Path] = (), tags: dict | None = None,
+              started: float | None = None, ended: float | None = None) -> str:  # fmt: skip
+    """A nested run for one stage: its config as params, its numbers as metrics (a
+    confidence interval as `_lo`/`_hi`, lists of numbers as per-step metrics, e.g. the SFT
+    loss curve), per-group breakdowns as tables (`tables/<key>.json`), its files as
+    artifacts. `started`/`ended` (unix s): when the stage ran, so the run's duration is the
+    stage's. Uses the client API so the parent run stays RUNNING while the pipeline goes on."""
     mlflow = _mlflow()
     from mlflow.entities import Metric
 
     client = mlflow.MlflowClient()
     experiment = client.get_run(parent_run_id).info.experiment_id
-    run_id = client.create_run(experiment, run_name=stage, tags={
-        "mlflow.parentRunId": parent_run_id, "agentrl.stage": stage,
+    run_id = client.create_run(experiment, run_name=stage, start_time=_ms(started), tags={
+        "mlflow.parentRunId": parent_run_id, "agentrl.stage": stage, "stage": stage,
         **{k: str(v) for k, v in (tags or {}).items()}}).info.run_id  # fmt: skip
     _log_params(client, run_id, params)
-    ts = int(time.time() * 1000)
+    ts = _ms(ended) or int(time.time() * 1000)
+    scalars, curves, tables = metric_values(result)
     metrics = [Metric("stage_seconds", float(seconds), ts, 0)]
-    for key, value in flatten("", result, {}).items():
-        if isinstance(value, int | float) and value == value:  # bools too; not NaN
-            metrics.append(Metric(_metric_key(key), float(value), ts, 0))
-        elif (
-            isinstance(value, list)
-            and value
-            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
-        ):
-            metrics += [
-                Metric(_metric_key(key), float(x), ts, step) for step, x in enumerate(value)
-            ]
+    metrics += [Metric(k, v, ts, 0) for k, v in scalars.items()]
+    for key, values in curves.items():
+        metrics += [Metric(key, x, ts, step) for step, x in enumerate(values)]
     for i in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[i : i + 1000])
+    for key, groups in tables.items():
+        if isinstance(groups, dict) and groups:
+            client.log_table(run_id, data=table_rows(groups), artifact_file=f"tables/{key}.json")
     for path in map(Path, artifacts):
         if path.is_dir():
             client.log_artifacts(run_id, str(path), artifact_path=path.name)
         elif path.is_file():
             client.log_artifact(run_id, str(path))
-    client.set_terminated(run_id, "FINISHED")
+    client.set_terminated(run_id, "FINISHED", end_time=_ms(ended))
     return run_id
 
 
-def log_episode_traces(run_id: str, records: list[dict], limit: int = 8) -> int:
-    """Episodes as MLflow traces: an AGENT span per episode, an LLM span per model turn and
-    a TOOL span per tool call, so a person can open an episode in the UI. Records carry no
-    per-step clock, so spans divide the episode's wall time evenly (marked in attributes)."""
+def _messages(events: list[dict], upto: int, limit: int) -> list[dict]:
+    """The chat the model saw before event `upto`, as OpenAI-style messages (what the UI
+    renders as a conversation), each truncated to its last `limit` characters."""
+    out = []
+    for e in events[:upto]:
+        role = e.get("role")
+        if role == "assistant":
+            text = e.get("completion") or json.dumps({"tool": e.get("action"),
+                                                      "arguments": e.get("arguments")})  # fmt: skip
+            out.append({"role": "assistant", "content": text[-limit:]})
+        elif role == "environment":
+            out.append({"role": "tool", "content": str(e.get("observation", ""))[-limit:]})
+        else:
+            out.append({"role": "user", "content": str(e.get("content", ""))[-limit:]})
+    return out
+
+
+def _outcome(record: dict, row: dict) -> tuple[str, str]:
+    """(trace status, why): OK only for a solved task; a failed or unverified episode is
+    an ERROR trace, so the UI's status column tells them apart."""
+    meta = record.get("metadata", {})
+    if row.get("status", meta.get("status")) == "infra_failure":
+        return "ERROR", f"infra failure: {row.get('infra_detail', '')}"[:300]
+    if row.get("success", meta.get("success")):
+        return "OK", ""
+    return "ERROR", f"task not solved (reward {record.get('reward')})"
+
+
+def log_episode_traces(run_id: str, records: list[dict], results: list[dict] | None = None,
+                       limit: int = 8, tags: dict | None = None,
+                       text_limit: int = 2000) -> int:  # fmt: skip
+    """Episodes as MLflow traces attached to run `run_id` (the evaluate stage's run): an
+    AGENT span per episode, an LLM span per model turn (the chat it saw and the completion
+    it sampled, truncated to `text_limit` characters, with token counts) and a TOOL span per
+    tool call, then the verifier's span, all at the times the episode recorded
+    (EpisodeResult.timing, from `results`, its results.json rows). The trace's status is the
+    episode's outcome; `tags` (e.g. the pipeline run) go on every trace."""
     mlflow = _mlflow()
+    from mlflow.entities import SpanStatus, SpanStatusCode
+    from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey
+
+    by_id = {r.get("episode_id"): r for r in results or []}
+    experiment = mlflow.MlflowClient().get_run(run_id).info.experiment_id
     n = 0
-    with mlflow.start_run(run_id=run_id):
-        for record in records[:limit]:
-            meta = record.get("metadata", {})
-            events = record.get("trajectory", [])
-            steps = max(1, sum(e.get("role") == "assistant" for e in events))
-            wall_ns = int(float(meta.get("wall_s") or 1.0) * 1e9)
-            step_ns = wall_ns // (2 * steps)
-            t = time.time_ns() - wall_ns
-            root = mlflow.start_span_no_context(
-                f"episode {record.get('task_id')}", span_type="AGENT",
-                inputs={"task": record.get("task", "")[:2000]},
-                attributes={"task_id": record.get("task_id"), "policy": meta.get("policy"),
-                            "split": meta.get("split"), "timing": "evenly divided"},
-                start_time_ns=t,
+    for record in records[:limit]:
+        meta = record.get("metadata", {})
+        row = by_id.get(record.get("id"), {})
+        timing = row.get("timing") or {}
+        if not timing:  # a run from before episodes kept their clock: nothing true to draw
+            continue
+        t0 = int(timing["start_unix"] * 1e9)
+        at = lambda s, t0=t0: t0 + int(s * 1e9)  # noqa: E731 - offsets (s) -> span time (ns)
+        status, why = _outcome(record, row)
+        trace_tags = {"task_id": str(record.get("task_id")), "success": str(status == "OK"),
+                      "reward": str(record.get("reward")), "split": str(meta.get("split")),
+                      **{k: str(v) for k, v in (tags or {}).items()}}  # fmt: skip
+        root = mlflow.start_span_no_context(
+            f"episode {record.get('task_id')}", span_type="AGENT",
+            inputs={"task": record.get("task", "")[:text_limit]},
+            attributes={"task_id": record.get("task_id"), "policy": meta.get("policy"),
+                        "split": meta.get("split"), "episode_id": record.get("id"),
+                        "end_reason": meta.get("end_reason"), "wall_s": row.get("wall_s")},
+            tags=trace_tags, metadata={TraceMetadataKey.SOURCE_RUN: run_id},
+            experiment_id=experiment, start_time_ns=t0,
+        )  # fmt: skip
+        events = record.get("trajectory", [])
+        turns = [i for i, e in enumerate(events) if e.get("role") == "assistant"]
+        for i, (m0, m1, c0, c1) in zip(turns, timing.get("steps", []), strict=False):
+            e = events[i]
+            llm = mlflow.start_span_no_context(
+                f"model turn {turns.index(i) + 1}", span_type="LLM", parent_span=root,
+                inputs={"messages": _messages(events, i, text_limit)}, start_time_ns=at(m0),
             )  # fmt: skip
-            for i, e in enumerate(events):
-                if e.get("role") != "assistant":
-                    continue
-                llm = mlflow.start_span_no_context(
-                    f"model turn {i // 2 + 1}", span_type="LLM", parent_span=root,
-                    inputs={"context_events": i}, start_time_ns=t,
-                )  # fmt: skip
-                llm.set_outputs({"content": e.get("content"), "action": e.get("action"),
-                                 "arguments": e.get("arguments")})  # fmt: skip
-                t += step_ns
-                llm.end(end_time_ns=t)
-                obs = events[i + 1] if i + 1 < len(events) else {}
-                tool = mlflow.start_span_no_context(
-                    f"tool {e.get('action')}", span_type="TOOL", parent_span=root,
-                    inputs=e.get("arguments") or {}, start_time_ns=t,
-                )  # fmt: skip
-                tool.set_outputs({"observation": str(obs.get("observation", ""))[:4000],
-                                  "error": bool(obs.get("error"))})  # fmt: skip
-                t += step_ns
-                tool.end(end_time_ns=t)
-            root.set_outputs({"reward": record.get("reward"),
-                              "reward_terms": record.get("reward_terms"),
-                              "success": meta.get("success")})  # fmt: skip
-            root.end(end_time_ns=t)
-            n += 1
+            if e.get("token_ids") is not None:
+                sampled, prompt = len(e["token_ids"]), e.get("prompt_tokens") or 0
+                llm.set_attribute(SpanAttributeKey.CHAT_USAGE, {
+                    "input_tokens": prompt, "output_tokens": sampled,
+                    "total_tokens": prompt + sampled})  # fmt: skip
+            llm.set_outputs({"completion": (e.get("completion") or "")[:text_limit],
+                             "action": e.get("action"), "arguments": e.get("arguments")})  # fmt: skip
+            llm.end(end_time_ns=at(m1))
+            obs = events[i + 1] if i + 1 < len(events) else {}
+            tool = mlflow.start_span_no_context(
+                f"tool {e.get('action')}", span_type="TOOL", parent_span=root,
+                inputs=e.get("arguments") or {}, start_time_ns=at(c0),
+            )  # fmt: skip
+            tool.set_outputs({"observation": str(obs.get("observation", ""))[:text_limit],
+                              "error": bool(obs.get("error"))})  # fmt: skip
+            if obs.get("error"):
+                tool.set_status(SpanStatus(SpanStatusCode.ERROR, "the tool call failed"))
+            tool.end(end_time_ns=at(c1))
+        if timing.get("verify"):
+            v0, v1 = timing["verify"]
+            check = mlflow.start_span_no_context("verify", span_type="EVALUATOR",
+                                                 parent_span=root, start_time_ns=at(v0))  # fmt: skip
+            check.set_outputs({"success": meta.get("success"), "reward": record.get("reward"),
+                               "reward_terms": record.get("reward_terms")})  # fmt: skip
+            check.end(end_time_ns=at(v1))
+        root.set_outputs({"reward": record.get("reward"), "reward_terms": record.get("reward_terms"),
+                          "success": meta.get("success"), "end_reason": meta.get("end_reason")})  # fmt: skip
+        root.set_status(SpanStatus(SpanStatusCode[status], why))
+        root.end(end_time_ns=at(float(row.get("wall_s") or 0.0)))
+        n += 1
     mlflow.flush_trace_async_logging()
-    # start_run(run_id=...) above ended the parent run on exit; the pipeline is still going.
-    mlflow.MlflowClient().update_run(run_id, status="RUNNING")
     return n
 
 

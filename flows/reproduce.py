@@ -124,7 +124,7 @@ def reproduce(version: str, preset: str | None = None) -> dict:
     try:
         summary = retrain(tags["preset"], request_promotion=False,
                           reproduction_of={"version": str(version),
-                                           "run_id": tags.get("training_run_id", "")})  # fmt: skip
+                                           "run_id": tags.get("pipeline_run_id", "")})  # fmt: skip
     finally:
         done.parent.mkdir(parents=True, exist_ok=True)
         if original.exists():

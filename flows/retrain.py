@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +67,9 @@ class Run:
     parent_run_id: str
     launcher: dict
     refresh: bool = False  # rerun every stage, cached or not (a reproduction)
-    seconds: dict = field(default_factory=dict)  # stage -> its wall seconds ("cached": 0)
+    # Filled as stages run: each stage's MLflow run id and its wall time in this run.
+    mlflow_runs: dict = field(default_factory=dict)
+    stage_seconds: dict = field(default_factory=dict)
 
     def stage(self, name: str, argv: list, result_file, depends_on=(), artifacts=()) -> dict:
         """Run `agentrl ARGV --preset FILE` as stage `name` (cached on its command line, the
@@ -77,16 +81,19 @@ class Run:
         task = stages.run.with_options(
             refresh_cache=self.refresh or not Path(result_file).is_file()
         )
+        started = time.time()
         state = task(name, argv, str(result_file), depends_on=depends_on, config=sections,
                      checkout=str(Path.cwd().resolve()), launcher=self.launcher,
                      return_state=True)  # fmt: skip
         result = state.result()
+        ended = time.time()
         cached = state.name == "Cached"
-        self.seconds[name] = 0.0 if cached else round(result["_stage_seconds"], 1)
         print(f"    {name}: {'cached' if cached else 'done'} in {result['_stage_seconds']:.0f}s",
               flush=True)  # fmt: skip
-        stages.track(name, self.parent_run_id, sections, result, [str(a) for a in artifacts],
-                     cached)  # fmt: skip
+        self.mlflow_runs[name] = stages.track(name, self.parent_run_id, sections, result,
+                                              [str(a) for a in artifacts], cached, started,
+                                              ended)  # fmt: skip
+        self.stage_seconds[name] = round(ended - started, 3)
         return result
 
 
@@ -191,14 +198,35 @@ def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, d
                            w / "eval" / "metrics.json", depends_on=(training,),
                            artifacts=[w / "eval" / "report.md",
                                       *sorted((w / "eval").glob("*.png"))])  # fmt: skip
-    stages.log_traces(run.parent_run_id, str(w / "eval" / "trajectories.jsonl"), 8)
+    # On the evaluate run, tagged with this pipeline run (an original's traces and its
+    # reproduction's look alike otherwise).
+    stages.log_traces(run.mlflow_runs["evaluate"], str(w / "eval" / "trajectories.jsonl"),
+                      str(w / "eval" / "results.json"), 8,
+                      {"pipeline_run_id": run.parent_run_id})  # fmt: skip
     safety = run.stage("safety", ["evaluate", "safety", "--out", w / "safety", "--model",
                        candidate], w / "safety" / "safety.json", depends_on=(training,),
                        artifacts=[w / "safety" / "safety.md"])  # fmt: skip
     return evaluation, safety
 
 
-@flow(name="retrain", log_prints=True)
+def flow_run_name() -> str:
+    """`retrain <preset> <UTC time>` (`reproduce ...` for a reproduction): the Prefect run's
+    name, matching the MLflow parent run's."""
+    from prefect.runtime import flow_run
+
+    from components.preset import load_preset
+
+    params = flow_run.parameters
+    kind = "reproduce" if params.get("reproduction_of") else "retrain"
+    preset = params.get("preset") or DEFAULT_PRESET
+    try:
+        name = load_preset(preset).name
+    except Exception:  # noqa: BLE001 - a bad preset fails in the flow, with its own error
+        name = Path(preset).stem
+    return f"{kind} {name} {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())}"
+
+
+@flow(name="retrain", log_prints=True, flow_run_name=flow_run_name)
 def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
             launcher_mode: str = "", request_promotion: bool = True,
             reproduction_of: dict | None = None) -> dict:  # fmt: skip
@@ -218,6 +246,8 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
                      "reproduction_of_run": reproduction_of.get("run_id", "")})  # fmt: skip
     parent = stages.open_run(f"{'reproduce' if reproduction_of else 'retrain'} {p.name}",
                              p.sections, tags)  # fmt: skip
+    links = stages.link_runs(parent)
+    print(f"MLflow run {parent}: {links['mlflow_run_url']}", flush=True)
     # Stage command lines use paths relative to this folder: a stage runs in it (a Job's
     # workingDir, which must then be on the volume shared with this flow's pod), and its
     # Job is labelled with this run (agentrl/run-id), unless the preset says otherwise.
@@ -225,6 +255,7 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
               {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher},
               refresh=reproduction_of is not None)  # fmt: skip
     status, data, candidate, fingerprints, promotion = "FAILED", {}, "", {}, {}
+    evaluation, safety = {}, {}
     try:
         _, validation, data = data_stages(run, pipe)
         candidate, training, sft_dir = training_stages(run, pipe, data)
@@ -233,23 +264,30 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
         fingerprints = stages.fingerprints(data.get("version", ""), sft_dir, candidate,
                                            str(w / "eval" / "results.json"),
                                            str(w / "fingerprints.json"))  # fmt: skip
+        # The candidate is logged as an MLflow model from the stage that trained it.
+        trained_by = pipe.algorithms[-1] if pipe.algorithms else "sft"
         if request_promotion:
             promotion = run.stage("promote-request", ["promote", "request", "--policy",
                                   candidate, "--eval", w / "eval", "--safety", w / "safety",
                                   "--validation", DATA_REPORT, "--data-version",
                                   data.get("version", ""), "--config-hash", p.config_hash(),
-                                  "--training-run-id", parent, "--fingerprints",
+                                  "--training-run-id", run.mlflow_runs[trained_by],
+                                  "--pipeline-run-id", parent, "--fingerprints",
                                   w / "fingerprints.json", "--out", w / "promote"],
                                   w / "promote" / "result.json",
                                   depends_on=(evaluation, safety, validation))  # fmt: skip
         status = "FINISHED"
     finally:
+        from components.tracking import pipeline_metrics
+
         stages.close_run(parent, status, {"data_version": data.get("version", ""),
-                                          "candidate": candidate, **fingerprints})  # fmt: skip
-    summary = {"run_id": parent, "data_version": data.get("version"), "candidate": candidate,
+                                          "candidate": candidate, **fingerprints},
+                         pipeline_metrics(evaluation, safety, run.stage_seconds))  # fmt: skip
+    summary = {"run_id": parent, "mlflow_run_url": links["mlflow_run_url"],
+               "data_version": data.get("version"), "candidate": candidate,
                "evaluation": evaluation["candidate"]["overall"], "promotion": promotion,
                "preset": p.path, "fingerprints": fingerprints,
-               "stage_seconds": run.seconds}  # fmt: skip
+               "stage_seconds": run.stage_seconds}  # fmt: skip
     if wait_for_approval and promotion.get("challenger"):
         from components.promote.approval import wait_for_approval_in_prefect
 
@@ -276,7 +314,7 @@ def _promotion_config(preset=None):
 
 
 def print_summary(summary: dict) -> None:
-    from components.tracking import tracking_uri
+    from components.tracking import pipeline_search_filter, tracking_uri
 
     ev, pr = summary["evaluation"], summary["promotion"]
     lo, hi = ev.get("success_ci95") or ev.get("success_ci") or (None, None)
@@ -318,4 +356,6 @@ def print_summary(summary: dict) -> None:
           for k, v in times.items()) + f"  | total {sum(times.values()):.0f}")  # fmt: skip
     print("\nUIs:")
     print(f"  MLflow:  .venv/bin/mlflow ui --backend-store-uri {tracking_uri()} --port 5000")
+    print(f"           this run: {summary['mlflow_run_url']}")
+    print(f"           pipeline runs only: search {pipeline_search_filter()!r}, tick two, Compare")
     print("  Prefect: .venv/bin/prefect server start   (then http://127.0.0.1:4200)")

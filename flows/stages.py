@@ -75,12 +75,16 @@ def _read_result(path: Path) -> dict:
 
 @task(task_run_name="track-{name}")
 def track(name: str, parent_run_id: str, params: dict, result: dict, artifacts: list[str],
-          cached: bool = False) -> str:  # fmt: skip
+          cached: bool = False, started: float | None = None,
+          ended: float | None = None) -> str:  # fmt: skip
+    """The stage's MLflow run, spanning `started`..`ended` (unix s: when it ran in this
+    pipeline run; a cached stage's is its cache lookup, its `stage_seconds` the original's)."""
     from components.tracking import log_stage
 
     shown = {k: v for k, v in result.items() if not k.startswith("_")}
     return log_stage(parent_run_id, name, params, shown, result.get("_stage_seconds", 0.0),
-                     [Path(a) for a in artifacts], tags={"cached": str(cached)})  # fmt: skip
+                     [Path(a) for a in artifacts], tags={"cached": str(cached)},
+                     started=started, ended=ended)  # fmt: skip
 
 
 @task
@@ -91,10 +95,32 @@ def open_run(name: str, params: dict, tags: dict) -> str:
 
 
 @task
-def close_run(run_id: str, status: str, tags: dict) -> None:
+def close_run(run_id: str, status: str, tags: dict, metrics: dict | None = None) -> None:
     from components.tracking import end_pipeline_run
 
-    end_pipeline_run(run_id, status, tags)
+    end_pipeline_run(run_id, status, tags, metrics)
+
+
+@task
+def link_runs(run_id: str) -> dict:
+    """Cross-links between the two UIs: the Prefect flow run's id and URL as MLflow tags,
+    the MLflow run's id and URL as the flow run's tags; returns the MLflow URL."""
+    from prefect import get_client
+    from prefect.runtime import flow_run
+    from prefect.settings import PREFECT_UI_URL
+
+    from components.tracking import run_url, set_run_tags
+
+    url = run_url(run_id)
+    links = {"prefect.flow_run_id": flow_run.id or "", "prefect.flow_run_name": flow_run.name or ""}
+    if flow_run.id:
+        ui = PREFECT_UI_URL.value() or "http://127.0.0.1:4200"
+        links["prefect.flow_run_url"] = f"{ui.rstrip('/')}/runs/flow-run/{flow_run.id}"
+        with get_client(sync_client=True) as client:
+            tags = [*(flow_run.tags or []), f"mlflow_run_id:{run_id}"]
+            client.update_flow_run(flow_run.id, tags=tags)
+    set_run_tags(run_id, {k: v for k, v in links.items() if v})
+    return {"mlflow_run_url": url, **links}
 
 
 @task
@@ -133,8 +159,14 @@ def runtime_tags(launcher: dict) -> dict:
 
 
 @task
-def log_traces(run_id: str, trajectories: str, limit: int) -> int:
+def log_traces(run_id: str, trajectories: str, results: str, limit: int,
+               tags: dict | None = None) -> int:  # fmt: skip
+    """The first `limit` episodes of an evaluation as traces of run `run_id`, at the times
+    their results.json rows recorded."""
     from components.tracking import log_episode_traces, read_jsonl
 
-    path = Path(trajectories)
-    return log_episode_traces(run_id, read_jsonl(path, limit)) if path.exists() else 0
+    path, rows = Path(trajectories), Path(results)
+    if not path.exists():
+        return 0
+    timed = json.loads(rows.read_text())["results"] if rows.exists() else []
+    return log_episode_traces(run_id, read_jsonl(path, limit), timed, limit, tags)

@@ -85,6 +85,11 @@ class EpisodeResult:
     # None when unknown: an aborted episode, an oversized change, or a result loaded from a
     # file written before episodes kept it.
     final_diff: str | None = None
+    # When each part of the episode ran (wall clock): `start_unix` (s), and offsets from it
+    # in s: per step `[model_start, model_end, tool_start, tool_end]` (the model's part is
+    # the wait for its action, batch peers included), `verify` [start, end]. Kept beside the
+    # record, not in it: a record's content is data (two runs' expert data must hash alike).
+    timing: dict = field(default_factory=dict)
     record: dict = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
@@ -184,6 +189,9 @@ class EpisodeEnv:
         self.end_reason = ""
         self.infra_detail = ""  # set by abort(): the result is an unverified infra failure
         self.started = time.monotonic()
+        self.started_unix = self._step_end = time.time()
+        self.step_times: list[list[float]] = []
+        self.verify_time: list[float] = []
         if unprepared:
             self.abort(unprepared)
 
@@ -219,13 +227,17 @@ class EpisodeEnv:
         *,
         token_ids: list[int] | None = None,
         logprobs: list[float] | None = None,
+        completion: str | None = None,
+        prompt_tokens: int | None = None,
     ) -> dict:
         """Apply one action; returns the environment event appended to the log.
 
         `token_ids` / `logprobs`: what a model sampled for this action, kept on its
-        assistant event (the ids the trainer uses verbatim)."""
+        assistant event (the ids the trainer uses verbatim); `completion` (its decoded
+        text) and `prompt_tokens` (the context it saw) are kept there too, for traces."""
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} is already over")
+        model_end = time.time()
         self.steps += 1
         invalid_before, counts_before = self.invalid_calls, Counter(self.tool_context.counts)
         assistant = {"role": "assistant", "action": action.tool, "arguments": action.arguments}
@@ -236,7 +248,12 @@ class EpisodeEnv:
         if token_ids is not None:
             assistant["token_ids"] = list(token_ids)
             assistant["logprobs"] = list(logprobs or [])
+        if completion is not None:
+            assistant["completion"] = completion
+        if prompt_tokens is not None:
+            assistant["prompt_tokens"] = prompt_tokens
         self.events.append(assistant)
+        tool_start = time.time()
         if action.tool is None:
             self.invalid_calls += 1
             event = {
@@ -259,6 +276,9 @@ class EpisodeEnv:
             if not result.ok:
                 event["error"] = True
         self.events.append(event)
+        model_start, self._step_end = self._step_end, time.time()
+        self.step_times.append([round(t - self.started_unix, 4)
+                                for t in (model_start, model_end, tool_start, self._step_end)])  # fmt: skip
         # The counted terms this step fired (weights summed): the trainer's turn-level credit.
         w = self.env.weights
         fired = self.tool_context.counts - counts_before
@@ -285,7 +305,11 @@ class EpisodeEnv:
             self.workspace.cleanup()
             return self._result(None, None, num_tokens)
         try:
+            verify_start = time.time()
             v = verify(self.task, self.workspace.root, self.env, self.verify_sandbox)
+            self.verify_time = [
+                round(t - self.started_unix, 4) for t in (verify_start, time.time())
+            ]
             # What the verifier observed (tampering, a forged or lost verdict, a limit the
             # agent's code hit) is recorded like what the monitor saw during the episode.
             self.safety_flags += [{"step": "verify", **flag} for flag in v.flags]
@@ -368,6 +392,11 @@ class EpisodeEnv:
             infra_detail=(self.infra_detail if v is None else "" if ok else v.detail)[-500:],
             step_rewards=list(self.step_rewards),
             final_diff=diff,
+            timing={
+                "start_unix": round(self.started_unix, 4),
+                "steps": self.step_times,
+                "verify": self.verify_time,
+            },  # fmt: skip
             record=record,
         )
 

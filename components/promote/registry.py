@@ -1,14 +1,17 @@
 """The MLflow model registry as the promotion stage uses it: versions, lineage, aliases.
 
-A candidate is registered by logging its checkpoint folder (Hugging Face weights + config +
-tokenizer, as written by `save_policy`) as plain artifacts of a registration run, and
-creating a model version whose source is that folder. We do not wrap it in an MLflow flavour
-(transformers/pyfunc): the folder is already what every consumer loads (`load_policy`,
-vLLM, the server), a flavour would add an MLmodel file, pip requirements inference and a
-second loading path, and `download_version("champion")` returns the folder as it was saved.
+A candidate is registered as an MLflow model (components/promote/mlflow_model.py: a pyfunc
+around the policy, with a signature, the checkpoint folder unchanged inside it), logged
+from the run that trained it (`training_run_id`, the pipeline's training stage run), so the
+version's "Source Run" is that run; a version whose training run is not in this store (a
+registry on another server, a checkpoint trained elsewhere) is logged from a registration
+run in the registry experiment instead. `download_version("champion")` returns the
+checkpoint folder as it was saved: what every consumer loads (`load_policy`, vLLM, the
+server).
 
 Lineage travels as model-version tags (data_version, git_commit, config_hash,
-training_run_id, eval_report_uri, safety_report_uri), also set on the registration run.
+training_run_id, pipeline_run_id, eval_report_uri, safety_report_uri), also on the
+logged model.
 
 Aliases: `challenger` and `champion` are reserved (client.py names them). Only approval.py
 moves them (challenger by passing gates, champion by a person's approval or a rollback to an
@@ -49,6 +52,7 @@ LINEAGE_KEYS = (
     "git_commit",
     "config_hash",
     "training_run_id",
+    "pipeline_run_id",
     "eval_report_uri",
     "safety_report_uri",
     "preset",
@@ -64,7 +68,8 @@ class Lineage:
 
     data_version: str
     config_hash: str
-    training_run_id: str = ""
+    training_run_id: str = ""  # the MLflow run that trained it: the version's source run
+    pipeline_run_id: str = ""  # the pipeline (parent) run it came out of
     eval_report_uri: str = ""
     safety_report_uri: str = ""
     git_commit: str = ""  # '' = HEAD of this repository at registration time
@@ -140,23 +145,32 @@ def register_candidate(
     tags["git_commit"] = tags["git_commit"] or current_git_commit()
     tags.update(adapter_base_tags(checkpoint_dir))
     client = mlflow_client(config)
-    run = client.create_run(
-        _registry_experiment_id(client, config),
-        run_name=f"register-{config.model_name}",
-        tags={**tags, "agentrl.stage": "register", "checkpoint_dir": str(checkpoint_dir)},
-    )
+    source_run = _training_run(client, lineage.training_run_id)
+    registration_run = None
+    if source_run is None:
+        registration_run = client.create_run(
+            _registry_experiment_id(client, config),
+            run_name=f"register-{config.model_name}",
+            tags={**tags, "agentrl.stage": "register", "checkpoint_dir": str(checkpoint_dir)},
+        )
+        source_run = registration_run
     try:
-        client.log_artifacts(run.info.run_id, str(checkpoint_dir), "checkpoint")
+        model = _log_policy_model(client, checkpoint_dir, source_run, tags)
     except Exception:
-        client.set_terminated(run.info.run_id, status="FAILED")
+        if registration_run is not None:
+            client.set_terminated(registration_run.info.run_id, status="FAILED")
         raise
-    client.set_terminated(run.info.run_id)
+    if registration_run is not None:
+        client.set_terminated(registration_run.info.run_id)
+    run = source_run
     version = client.create_model_version(
         config.model_name,
-        source=f"{run.info.artifact_uri}/checkpoint",
+        # Its files, not models:/ID: MLflow resolves that against the process-wide store.
+        source=model.artifact_location,
         run_id=run.info.run_id,
         tags=tags,
         description=f"data {lineage.data_version}, config {lineage.config_hash}",
+        model_id=model.model_id,
     )
     record_decision(
         "registered",
@@ -166,12 +180,51 @@ def register_candidate(
         evidence={
             "lineage": tags,
             "registration_run_id": run.info.run_id,
+            "model_id": model.model_id,
             "source": version.source,
         },
         config=config,
         client=client,
     )
     return str(version.version)
+
+
+def _training_run(client, run_id: str):
+    """The training run in this store, or None (no id, or a run of another store)."""
+    from mlflow.exceptions import MlflowException
+
+    if not run_id:
+        return None
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        return None
+
+
+def _log_policy_model(client, checkpoint_dir: Path, run, tags: dict):
+    """The checkpoint as a logged MLflow model (pyfunc, components/promote/mlflow_model.py)
+    whose source run is `run`, listed among the run's outputs; returns the LoggedModel."""
+    import tempfile
+
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
+
+    from components.promote import mlflow_model
+
+    model = client.create_logged_model(run.info.experiment_id, name="policy",
+                                       source_run_id=run.info.run_id,
+                                       tags={k: v for k, v in tags.items() if v})  # fmt: skip
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            meta = Model(artifact_path=model.artifact_location, run_id=run.info.run_id,
+                         model_uuid=model.model_id, model_id=model.model_id)  # fmt: skip
+            mlflow_model.save(checkpoint_dir, Path(tmp) / "model", mlflow_model=meta)
+            client.log_model_artifacts(model.model_id, str(Path(tmp) / "model"))
+    except Exception:
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+        raise
+    client.log_outputs(run.info.run_id, [LoggedModelOutput(model.model_id, step=0)])
+    return client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
 
 
 def _version_dict(mv, aliases_by_version: dict[str, list[str]]) -> dict:
@@ -271,9 +324,15 @@ def download_version(
         else client.get_model_version_by_alias(config.model_name, ref)
     )
     uri = client.get_model_version_download_uri(config.model_name, mv.version)
-    path = mlflow.artifacts.download_artifacts(
+    path = Path(mlflow.artifacts.download_artifacts(
         artifact_uri=uri,
         dst_path=None if dst is None else str(dst),
         tracking_uri=config.resolved_tracking_uri(),
-    )
-    return Path(path)
+    ))  # fmt: skip
+    # An MLflow model keeps the folder as its artifact; a version registered before the
+    # registry logged models is the folder itself.
+    if not (path / "MLmodel").is_file():
+        return path
+    from components.promote.mlflow_model import checkpoint_in
+
+    return checkpoint_in(path)

@@ -2,7 +2,8 @@
 gates against the champion, and (if it passes) make it the challenger awaiting a person.
 
     agentrl promote request --policy DIR --eval DIR --safety DIR --validation REPORT \
-        --data-version ID --config-hash H [--training-run-id ID] [--preset FILE] --out DIR
+        --data-version ID --config-hash H [--training-run-id ID] [--pipeline-run-id ID] \
+        [--preset FILE] --out DIR
 
 The gate thresholds and the registry come from the preset's `promote` section.
 """
@@ -81,7 +82,12 @@ def main_request(argv: list[str]) -> int:
                    help="data validation report.json")  # fmt: skip
     p.add_argument("--data-version", required=True)
     p.add_argument("--config-hash", required=True)
-    p.add_argument("--training-run-id", default="")
+    p.add_argument(
+        "--training-run-id",
+        default="",
+        help="the MLflow run that trained the candidate: the model is logged from it",
+    )
+    p.add_argument("--pipeline-run-id", default="", help="the pipeline (parent) MLflow run")
     p.add_argument("--fingerprints", type=existing_file,
                    help="the run's stage fingerprints (JSON from the retrain flow), kept as "
                         "lineage so `agentrl reproduce` can compare a rerun")  # fmt: skip
@@ -102,6 +108,7 @@ def main_request(argv: list[str]) -> int:
         data_version=args.data_version,
         config_hash=args.config_hash,
         training_run_id=args.training_run_id,
+        pipeline_run_id=args.pipeline_run_id,
         eval_report_uri=str((args.eval / "report.md").resolve()),
         safety_report_uri=str((args.safety / "safety.md").resolve()),
         preset=args.preset or "",

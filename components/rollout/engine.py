@@ -348,11 +348,14 @@ def _start(task: Task, k: int, tokenizer, config, env_config, sandbox_config, po
     return _Live(env, task, task.id, k, ids, [0] * len(ids), [0.0] * len(ids))
 
 
-def _step(live: _Live, action: Action, completion: Completion) -> dict | None:
-    """Apply one parsed action with its sampled tokens; the environment's answer, or None
-    when the tool crashed (the episode is aborted)."""
+def _step(live: _Live, action: Action, completion: Completion, text: str, prompt_tokens: int
+          ) -> dict | None:  # fmt: skip
+    """Apply one parsed action with its sampled tokens (and their text, and the prompt's
+    length, for traces); the environment's answer, or None when the tool crashed (the
+    episode is aborted)."""
     try:
-        return live.env.step(action, token_ids=completion.token_ids, logprobs=completion.logprobs)
+        return live.env.step(action, token_ids=completion.token_ids, logprobs=completion.logprobs,
+                             completion=text, prompt_tokens=prompt_tokens)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a tool crash is a harness fault, not the policy's
         live.env.abort(f"tool execution failed: {exc!r}")
         return None
@@ -387,13 +390,14 @@ def _advance(
         if c.error:
             ep.env.abort(c.error)
             continue
+        prompt_tokens = len(ep.ids)
         ep.ids += c.token_ids
         ep.mask += [1] * len(c.token_ids)
         ep.logprobs += c.logprobs
         ep.policy_versions.append(c.policy_version)
         text = tokenizer.decode(c.token_ids, skip_special_tokens=False)
         action = parse_tool_call(text, chat_format(tokenizer))
-        stepping.append((ep, c, pool.submit(_step, ep, action, c)))
+        stepping.append((ep, c, pool.submit(_step, ep, action, c, text, prompt_tokens)))
     for ep, c, fut in stepping:
         event = fut.result()
         if ep.env.done:

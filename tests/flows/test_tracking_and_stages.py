@@ -2,6 +2,7 @@
 and episode traces, against a real MLflow SQLite store in a temporary folder."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -37,31 +38,105 @@ def test_failing_stage_raises_with_the_stage_name(tmp_path):
                       str(tmp_path / "r.json"))  # fmt: skip
 
 
-def test_pipeline_run_with_nested_stage_runs_metrics_and_traces(mlflow_store, tmp_path):
+def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tmp_path):
     parent = tracking.start_pipeline_run("retrain test", {"sft": {"max_steps": 3}},
                                          {"config_hash": "abc"})  # fmt: skip
     report = tmp_path / "report.md"
     report.write_text("# report\n")
     child = stages.track.fn("sft", parent, {"max_steps": 3},
                             {"losses": [3.0, 2.0, 1.5], "tokens_per_second": 100.0,
-                             "policy_dir": "x", "_stage_seconds": 1.0}, [str(report)])  # fmt: skip
+                             "policy_dir": "x", "_stage_seconds": 1.0}, [str(report)],
+                            started=1_700_000_000.0, ended=1_700_000_042.5)  # fmt: skip
     client = mlflow_store.MlflowClient()
     run = client.get_run(child)
     assert run.data.tags["mlflow.parentRunId"] == parent
     assert run.data.metrics["tokens_per_second"] == 100.0
     assert [m.value for m in client.get_metric_history(child, "losses")] == [3.0, 2.0, 1.5]
     assert [a.path for a in client.list_artifacts(child)] == ["report.md"]
-    record = {"task_id": "t1", "task": "fix it", "reward": 1.0, "metadata": {"wall_s": 2.0},
-              "trajectory": [{"role": "user", "content": "fix"},
-                             {"role": "assistant", "action": "run_command",
-                              "arguments": {"cmd": "python -m pytest"}},
-                             {"role": "environment", "observation": "1 failed"}]}  # fmt: skip
-    traj = tmp_path / "t.jsonl"
-    traj.write_text(json.dumps(record) + "\n")
-    assert stages.log_traces.fn(parent, str(traj), 5) == 1
-    traces = mlflow_store.search_traces(run_id=parent, return_type="list")
-    assert len(traces) == 1
-    spans = {s.span_type for s in traces[0].data.spans}
-    assert {"AGENT", "LLM", "TOOL"} <= spans
-    tracking.end_pipeline_run(parent, "FINISHED", {"data_version": "v1"})
-    assert client.get_run(parent).data.tags["data_version"] == "v1"
+    # The run lasts as long as the stage did, not as long as logging it took.
+    assert (run.info.start_time, run.info.end_time) == (1_700_000_000_000, 1_700_000_042_500)
+    # An evaluation: intervals are two metrics beside their rate, breakdowns one table each.
+    overall = {"success_rate": 0.5, "success_ci95": [0.2, 0.8], "episodes": 4}
+    family = {"sum": {"success_rate": 1.0, "success_ci95": [0.3, 1.0]},
+              "max": {"success_rate": 0.0, "success_ci95": [0.0, 0.7]}}  # fmt: skip
+    ev = stages.track.fn("evaluate", parent, {}, {"candidate": {
+        "overall": overall, "by_split": {"test": overall}, "by_family": family}}, [])  # fmt: skip
+    metrics = client.get_run(ev).data.metrics
+    assert metrics["candidate.overall.success_rate_lo"] == 0.2
+    assert metrics["candidate.overall.success_rate_hi"] == 0.8
+    assert metrics["candidate.by_split.test.success_rate_hi"] == 0.8
+    assert [m.step for m in client.get_metric_history(ev, "candidate.overall.success_rate_hi")] == [
+        0
+    ]
+    assert not any("ci95" in k or "by_family" in k for k in metrics)
+    table = json.loads(
+        Path(client.download_artifacts(ev, "tables/candidate.by_family.json")).read_text()
+    )
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
+    assert {r["group"]: r["success_rate_hi"] for r in rows} == {"sum": 1.0, "max": 0.7}
+    # The parent carries the comparison: headline metrics, champion, stage times, hashes.
+    evaluation = {"candidate": {"overall": {**overall, "tool_call_accuracy": 0.9},
+                                "by_split": {"test": overall}},
+                  "champion": {"overall": {"success_rate": 0.25, "success_ci95": [0.05, 0.7]}}}  # fmt: skip
+    safety = {"fooled": [], "candidate": {"violation_rate": 0.0, "tampering_rate": 0.25}}
+    values = tracking.pipeline_metrics(evaluation, safety, {"sft": 42.5, "evaluate": 3.0})
+    tracking.end_pipeline_run(parent, "FINISHED", {"data_version": "v1", "weights_sha256": "ab"},
+                              values)  # fmt: skip
+    done = client.get_run(parent)
+    assert done.data.tags["data_version"] == "v1" and done.data.tags["weights_sha256"] == "ab"
+    m = done.data.metrics
+    assert (m["success_rate"], m["success_rate_lo"], m["success_rate_hi"]) == (0.5, 0.2, 0.8)
+    assert m["split.test.success_rate_lo"] == 0.2 and m["tool_call_accuracy"] == 0.9
+    assert (m["champion.success_rate"], m["champion.success_rate_hi"]) == (0.25, 0.7)
+    assert m["stage_seconds.sft"] == 42.5 and m["safety.attacks_fooled"] == 0.0
+    assert m["safety.candidate_tampering_rate"] == 0.25
+    # Parents only, with the filter the README gives.
+    found = client.search_runs([done.info.experiment_id], tracking.pipeline_search_filter())
+    assert [r.info.run_id for r in found] == [parent]
+
+
+def test_traces_are_the_recorded_episodes_on_the_evaluate_run(mlflow_store, tmp_path):
+    """Real episodes (a solving and a failing scripted policy on generated tasks): each
+    trace lasts the episode's recorded wall time, its spans sit where the episode's clock
+    put them, its status is the outcome, and it hangs on the evaluate run."""
+    from components.env.config import EnvConfig
+    from components.env.evaluate import write_results
+    from components.env.sandbox import SandboxConfig
+    from components.evaluate.episodes import run_policy
+    from components.rollout.config import RolloutConfig
+    from components.tasks.generate import GenerateConfig, generate_suite
+    from components.tasks.task import load_tasks
+
+    generate_suite(tmp_path / "tasks", GenerateConfig(n_tasks=3, seed=0))
+    tasks, _ = load_tasks(tmp_path / "tasks")
+    env = EnvConfig(tool_set="fix_search", max_steps=4)
+    results = [r for name in ("oracle-fixes", "noop") for r in run_policy(
+        tasks[:1], name, rollout=RolloutConfig(), env=env, sandbox=SandboxConfig())]  # fmt: skip
+    assert [r.success for r in results] == [True, False]
+    write_results(tmp_path / "results.json", results, tmp_path / "trajectories.jsonl")
+    parent = tracking.start_pipeline_run("retrain test", {}, {})
+    ev = stages.track.fn("evaluate", parent, {}, {"success_rate": 0.5}, [])
+    n = stages.log_traces.fn(ev, str(tmp_path / "trajectories.jsonl"),
+                             str(tmp_path / "results.json"), 8, {"pipeline_run_id": parent})  # fmt: skip
+    assert n == 2
+    traces = mlflow_store.search_traces(run_id=ev, return_type="list")
+    by_task = {t.info.tags["success"]: t for t in traces}
+    assert set(by_task) == {"True", "False"}
+    assert not mlflow_store.search_traces(run_id=parent, return_type="list")
+    for result in results:
+        trace = by_task[str(result.success)]
+        assert trace.info.tags["pipeline_run_id"] == parent
+        assert trace.info.state.value == ("OK" if result.success else "ERROR")
+        assert abs(trace.info.execution_duration - result.wall_s * 1000) <= 1
+        root = next(s for s in trace.data.spans if s.parent_id is None)
+        assert root.start_time_ns == int(result.timing["start_unix"] * 1e9)
+        turns = [s for s in trace.data.spans if s.span_type in ("LLM", "TOOL")]
+        assert len(turns) == 2 * result.steps
+        last = root.start_time_ns
+        for span in sorted(turns, key=lambda s: s.start_time_ns):
+            assert last <= span.start_time_ns <= span.end_time_ns <= root.end_time_ns
+            last = span.end_time_ns
+        tools = [s for s in turns if s.span_type == "TOOL"]
+        assert all(s.end_time_ns > s.start_time_ns for s in tools)  # a tool call takes time
+        llm = next(s for s in turns if s.span_type == "LLM")
+        assert llm.inputs["messages"][0]["role"] == "user"

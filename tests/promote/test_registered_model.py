@@ -1,0 +1,61 @@
+"""A registered candidate is a real MLflow model: logged from the run that trained it (its
+"Source Run"), with an MLmodel and a signature, loadable with `mlflow.pyfunc.load_model`,
+and `download_version` still gives the checkpoint folder as it was saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.lineage import weights_sha256
+from components.promote import registry
+from components.promote.client import mlflow_client
+from components.promote.registry import Lineage
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    import torch
+
+    from components.policy.config import PolicyConfig
+    from components.policy.model import build_policy, save_policy
+
+    torch.set_num_threads(1)
+    config = PolicyConfig(
+        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+        vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=1024,
+    )  # fmt: skip
+    return save_policy(*build_policy(config), tmp_path_factory.mktemp("policy"))
+
+
+def test_candidate_is_an_mlflow_model_logged_from_its_training_run(cfg, policy_dir):
+    import mlflow
+    import pandas as pd
+    from mlflow.models import Model
+
+    client = mlflow_client(cfg)
+    exp = client.create_experiment(f"train-{cfg.model_name}")
+    train = client.create_run(exp, run_name="grpo", start_time=1_700_000_000_000)
+    client.set_terminated(train.info.run_id, "FINISHED", end_time=1_700_000_060_000)
+    lineage = Lineage(data_version="data-v1", config_hash="cfg1",
+                      training_run_id=train.info.run_id, pipeline_run_id="parent1")  # fmt: skip
+    version = registry.register_candidate(policy_dir, lineage, cfg)
+
+    mv = client.get_model_version(cfg.model_name, version)
+    assert mv.run_id == train.info.run_id
+    assert mv.tags["pipeline_run_id"] == "parent1" and mv.tags["data_version"] == "data-v1"
+    after = client.get_run(train.info.run_id)
+    assert after.info.end_time == 1_700_000_060_000  # logging the model left the run as it was
+    assert len(after.outputs.model_outputs) == 1  # the run lists the model it produced
+
+    uri = client.get_model_version_download_uri(cfg.model_name, version)
+    local = mlflow.artifacts.download_artifacts(uri, tracking_uri=cfg.resolved_tracking_uri())
+    meta = Model.load(f"{local}/MLmodel")
+    assert meta.signature.inputs.input_names() == ["task"] and meta.run_id == train.info.run_id
+    model = mlflow.pyfunc.load_model(local)
+    out = model.predict(pd.DataFrame({"task": ["fix the failing test"]}),
+                        params={"max_new_tokens": 4})  # fmt: skip
+    assert len(out) == 1 and isinstance(out[0], str) and out[0]
+
+    folder = registry.download_version(version, cfg)
+    assert weights_sha256(folder) == weights_sha256(policy_dir)
+    assert (folder / "tokenizer.json").is_file()
