@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import LogitsProcessorList
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -35,7 +36,11 @@ from components.policy.chat import IM_END  # noqa: E402
 from components.policy.config import PolicyConfig  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
 from components.rollout.config import RolloutConfig  # noqa: E402
-from components.rollout.engine import generate_transformers, sample_episodes  # noqa: E402
+from components.rollout.engine import (  # noqa: E402
+    RowSampler,
+    generate_transformers,
+    sample_episodes,
+)
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 
@@ -49,11 +54,20 @@ def bare_generate(model, tokenizer, prompts, caps, seed, temperature) -> int:
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(p), 1
+    # The engine seeds each row (one int per prompt): the same per-row draw here, else
+    # generate's own sampling from one seeded stream.
+    per_row = not isinstance(seed, int)
+    sampling = (
+        {"do_sample": False, "logits_processor": LogitsProcessorList(
+            [RowSampler(seed, temperature, 1.0)])}
+        if per_row else
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    )  # fmt: skip
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(0 if per_row else seed)
         out = model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max(caps), do_sample=True,
-            temperature=temperature, top_k=0, top_p=1.0, eos_token_id=eos, pad_token_id=pad,
+            input_ids=ids, attention_mask=mask, max_new_tokens=max(caps), eos_token_id=eos,
+            pad_token_id=pad, **sampling,
         )  # fmt: skip
     total = 0
     for row, cap in zip(out[:, width:].tolist(), caps, strict=True):

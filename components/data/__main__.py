@@ -32,6 +32,7 @@ from components.cli_args import (
     existing_path,
     fraction,
     nonempty,
+    output_dir,
     positive_int,
     preset_file,
 )
@@ -330,14 +331,22 @@ def main_repair(argv: list[str] | None = None) -> int:
 
 
 def main_export(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="agentrl rollout export",
         description="Write episodes (rollout samples.jsonl, or dataset folders) in another "
         "format: one ATIF-v1.6 document per episode.",
     )
-    p.add_argument("sources", nargs="+", metavar="SRC", help="JSONL files or dataset folders")
+    p.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SRC",
+        type=existing_path,
+        help="JSONL files or dataset folders",
+    )
     p.add_argument("--format", choices=["atif"], required=True, help="output format")
-    p.add_argument("--out", required=True, help="folder for <episode id>.json files")
+    p.add_argument(
+        "--out", required=True, type=output_dir, help="folder for <episode id>.json files"
+    )
     args = p.parse_args(argv)
     from pathlib import Path
 
@@ -347,7 +356,7 @@ def main_export(argv: list[str] | None = None) -> int:
         written = export_atif(args.sources, Path(args.out))
     except _expected_errors() as e:
         return _error(e)
-    print(json.dumps({"format": args.format, "out_dir": args.out, "episodes": len(written)}))
+    print(json.dumps({"format": args.format, "out_dir": str(args.out), "episodes": len(written)}))
     return 0
 
 

@@ -256,7 +256,8 @@ if len(_s.argv) > 4 and "harness_" in _s.argv[0]:
     _ok = {"setup": "ok", "call": "ok", "teardown": "ok"}
     _rep = {"setup": "passed", "call": "passed", "teardown": "passed"}
     _rec = {"items": _items, "phases": {i: dict(_ok) for i, _ in _items},
-            "reports": {i: dict(_rep) for i, _ in _items}, "collect": [], "rc": 1}
+            "reports": {i: dict(_rep) for i, _ in _items}, "collect": [], "rc": 1,
+            "import_timeouts": 0}
     _rec["phases"][_items[-1][0]]["call"] = "AssertionError"
     _rec["reports"][_items[-1][0]]["call"] = "failed"
     _line = ("\\nAGENTRL-VERDICT " + _t + " " + _j.dumps(_rec) + "\\n").encode()
@@ -267,7 +268,7 @@ if len(_s.argv) > 4 and "harness_" in _s.argv[0]:
                 break
         except OSError:
             pass
-    _o._exit(1)
+    _o._exit(0)  # the harness exits 0 after its line
 """
 
 

@@ -21,8 +21,10 @@ token (its chat template's, `chat.end_of_turn_id`), not ours.
 Batching: requests that arrive together (within `batch_window_s`) or while a batch runs are
 generated together in the next batch, one `generate` call per policy version and sampling
 setting: static batching of concurrent requests (a batch runs until its longest row ends),
-not vLLM's continuous batching, which also admits requests into a running batch. A `seed`
-reproduces a sample when its request is batched alone (vLLM seeds each request). Prompts
+not vLLM's continuous batching, which also admits requests into a running batch. Each
+request draws from its own stream seeded by its `seed` (as vLLM seeds each request), so
+what it samples does not depend on which requests share its batch (up to the float noise
+of padding in the logits). Prompts
 sent as messages are rendered with the checkpoint's own chat template (nothing added);
 generation ends at the checkpoint's end-of-turn token. Binds 127.0.0.1 unless told
 otherwise.
@@ -249,7 +251,7 @@ class _Batcher:
             with self.policies.selected(first.name) as (model, answered):
                 completions = generate_transformers(
                     model, self.tokenizer, [r.ids for r in group], [r.max_tokens for r in group],
-                    temperature=first.temperature, top_p=first.top_p, seed=first.seed,
+                    temperature=first.temperature, top_p=first.top_p, seed=[r.seed for r in group],
                     top_logprobs=max(r.top_k for r in group),
                 )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - each waiting request gets the error

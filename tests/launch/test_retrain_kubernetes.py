@@ -37,7 +37,8 @@ POOLS = ["cpu", "sandbox", "sandbox", "cpu", "cpu", "cpu", "cpu", "gpu", "gpu", 
          "cpu"]  # fmt: skip
 
 
-def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> list[tuple]:
+def expected_stages(preset_path: str, results: dict[str, dict], run_id: str,
+                    training_run_id: str = "") -> list[tuple]:  # fmt: skip
     """(stage, argv) of a `retrain` of a GRPO-only preset, given the stages' results: the
     contract of flows/retrain.py, written out. Every stage reads its settings from the
     preset file (`--preset`, appended last); the command lines carry only paths, splits and
@@ -71,7 +72,8 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str) -> 
                              "--safety", f"{w}/safety", "--validation",
                              "reports/data_validation/report.json", "--data-version",
                              results["snapshot"]["version"], "--config-hash", p.config_hash(),
-                             "--training-run-id", run_id, "--fingerprints",
+                             "--training-run-id", training_run_id, "--pipeline-run-id", run_id,
+                             "--fingerprints",
                              f"{w}/fingerprints.json", "--out", f"{w}/promote"]),
     ]  # fmt: skip
     return [(name, [str(a) for a in [*argv, "--preset", preset_path]]) for name, argv in stages]
@@ -131,7 +133,8 @@ def test_default_preset_submits_one_job_per_stage(tmp_path, monkeypatch):
     canned = CannedStage()
     fake_stages = SimpleNamespace(run=canned, open_run=lambda *a: "run-1", track=lambda *a: "",
                                   close_run=lambda *a: None, log_traces=lambda *a: 0,
-                                  fingerprints=lambda *a: {}, runtime_tags=dict)  # fmt: skip
+                                  fingerprints=lambda *a: {}, runtime_tags=dict,
+                                  link_runs=lambda run_id: {"mlflow_run_url": run_id})  # fmt: skip
     monkeypatch.setattr(retrain_module, "stages", fake_stages)
     monkeypatch.setattr(request, "champion_eval_results", lambda config: None)
     preset = yaml.safe_load((ROOT / "configs" / "cpu-demo.yaml").read_text())
@@ -287,7 +290,17 @@ def test_retrain_on_kubernetes_runs_the_expected_jobs_with_in_process_results(
     # preset's image, namespace, labels, environment and resources.
     config = launcher_config_from_dict({**launcher, "run_id": run_id, "cwd": str(kube_dir)})
     monkeypatch.chdir(kube_dir)
-    stages = expected_stages("preset.yaml", dict(zip(STAGES, results, strict=True)), run_id)
+    # The candidate's MLflow model is logged from the run of the stage that trained it.
+    import mlflow
+
+    grpo_runs = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=f"tags.mlflow.parentRunId = '{run_id}' and tags.stage = 'grpo'",
+        output_format="list",
+    )
+    assert len(grpo_runs) == 1
+    stages = expected_stages("preset.yaml", dict(zip(STAGES, results, strict=True)), run_id,
+                             grpo_runs[0].info.run_id)  # fmt: skip
     assert [name for name, _ in launched] == STAGES
     assert launched == stages
     assert [job_summary(j) for j in created] == expected_jobs_for(stages, config)

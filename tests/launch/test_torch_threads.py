@@ -22,7 +22,7 @@ def test_the_thread_count_is_validated_and_reaches_every_mode():
         "A": "1"}  # fmt: skip
     assert stage_environment(LauncherConfig(torch_threads=0)) == {}  # torch's own default
     # More threads than this machine has cores (2 here, 1 under taskset): still the preset's.
-    code = "import torch; from components.cli import main; main([]); " + (
+    code = 'import torch; from components.cli import main; main(["--help"]); ' + (
         "print('threads', torch.get_num_threads())"
     )
     env = {**os.environ, **stage_environment(LauncherConfig(torch_threads=5))}

@@ -152,7 +152,8 @@ def test_parse_choice_without_token_ids_field():
 
 
 def test_serve_cli_rejects_a_non_checkpoint(tmp_path, capsys):
-    from components.serve.__main__ import main_serve
+    from components.cli import run
 
-    assert main_serve(["--model", str(tmp_path), "--port", "1"]) == 2
-    assert "not a checkpoint" in capsys.readouterr().err
+    assert run(["serve", "--model", str(tmp_path), "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "not a checkpoint" in err and err.strip().count("\n") == 0

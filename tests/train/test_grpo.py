@@ -276,6 +276,8 @@ def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, mon
         "env": {"max_steps": 1, "max_changed_files": 3, "tool_set": "fix_search",
                 "weights": {"failed_fix_try": -0.07}},
         "sandbox": {"wall_time_s": 45.0, "memory_mb": 1536},
+        # A preset is checked whole: fix_search's expert acts through the same tools.
+        "pipeline": {"expert_policy": "oracle-fixes"},
     })  # fmt: skip
     seen: dict = {}
     real_train, real_sample = grpo.train_grpo, grpo.sample_episodes

@@ -72,6 +72,16 @@ def strip(rows):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
+def assert_same_metrics(rows, others):
+    """The same episodes, rewards and updates. The server batches the requests that arrive
+    together, so its log-probs (the PPO ratio's old side) may differ by an ulp of float32
+    with the arrival order; the sampled tokens do not (one seeded stream per row)."""
+    rows, others = strip(rows), strip(others)
+    assert [sorted(r) for r in rows] == [sorted(r) for r in others]
+    for row, other in zip(rows, others, strict=True):
+        assert row == pytest.approx(other, rel=1e-6, abs=1e-7)
+
+
 def test_served_run_records_versions_and_the_server_matches_after_sync(
     checkpoint, server, suite, tmp_path, monkeypatch
 ):
@@ -121,7 +131,7 @@ def test_staleness_zero_is_the_synchronous_run(checkpoint, server, suite, tmp_pa
     for (name, a), (_, b) in zip(sync_model.state_dict().items(),
                                  async_model.state_dict().items(), strict=True):  # fmt: skip
         assert torch.equal(a, b), name
-    assert strip(sync_result.metrics) == strip(async_result.metrics)
+    assert_same_metrics(sync_result.metrics, async_result.metrics)
 
 
 def test_a_failed_sync_stops_the_run_with_one_line(checkpoint, server, suite, tmp_path,
@@ -161,7 +171,7 @@ def test_async_staleness_one_resumes_exactly(checkpoint, server, suite, tmp_path
     for (name, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items(),
                                  strict=True):  # fmt: skip
         assert torch.equal(a, b), name
-    assert strip(straight.metrics[2:]) == strip(resumed.metrics)
+    assert_same_metrics(straight.metrics[2:], resumed.metrics)
 
 
 def test_async_needs_a_server(tiny_policy, suite, tmp_path):
@@ -234,7 +244,8 @@ def test_stale_episodes_can_train_with_a_truncated_importance_ratio(checkpoint, 
     decoupled, _, _ = run(checkpoint, server, tasks, tmp_path / "decoupled", 3,
                           async_rollouts=True, stale_importance_cap=2.0)  # fmt: skip
     assert [r.get("decoupled_episodes", 0) for r in decoupled.metrics] == [0, 4, 4]
-    assert plain.metrics[0]["ratio"] == decoupled.metrics[0]["ratio"]  # no lag: the same
+    # No lag: the same (up to the float noise of the server's batching, assert_same_metrics).
+    assert plain.metrics[0]["ratio"] == pytest.approx(decoupled.metrics[0]["ratio"], abs=1e-6)
     for a, b in zip(plain.metrics[1:], decoupled.metrics[1:], strict=True):
         assert abs(b["ratio"] - 1.0) < 1e-4 < abs(a["ratio"] - 1.0)
 
