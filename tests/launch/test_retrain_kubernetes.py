@@ -174,7 +174,7 @@ def test_launcher_settings_are_the_presets_section_checked_before_any_stage(tmp_
 # -- integration tier: the real flow, every Job's command run by a LocalKubelet ------------
 
 # Keys whose values are measurements (timings, throughput) and differ from run to run.
-TIMING_KEY = re.compile(r"(^|_)(s|seconds|second|runtime)(_total|_mean)?$|_at$|^timings")
+TIMING_KEY = re.compile(r"(^|_)(s|seconds|second|runtime)(_total|_mean)?$|_at$|^timings?$")
 # Data bytes differ too: expert trajectories carry pytest's measured durations ("1 failed
 # in 0.03s"), so the content hashes and sizes of data/ (the data version) do.
 DATA_KEY = {"size", "dvc_file"}
