@@ -186,8 +186,9 @@ def rescore_records(
 
 
 def rescored_record(record: dict, r: Rescored) -> dict:
-    """The stored record with its new verdict (unchanged when it has none): reward, terms,
-    success and verifier version, and what it was before under `metadata.rescored`."""
+    """The stored record with its new verdict (unchanged when it has none: rescored.jsonl
+    keeps it for the report, --write quarantines it): reward, terms, success and verifier
+    version, and what it was before under `metadata.rescored`."""
     if r.new is None:
         return record
     meta = dict(record.get("metadata") or {})
@@ -330,9 +331,13 @@ def _rows_per_shard(manifest: dict) -> int:
 
 def write_rescored_dataset(dataset: Path, rows: list[Rescored], rescore: dict,
                            lock_timeout_s: float = 600.0) -> dict:  # fmt: skip
-    """Replace the dataset folder with its records under their new verdicts (a record with
-    no new verdict is kept as it was; `rescore` goes into the manifest); returns the new
-    manifest. Written atomically under the dataset's exclusive lock, like validate's."""
+    """Replace the dataset folder with its records under their new verdicts (`rescore`
+    goes into the manifest); returns the new manifest. A record with no new verdict is
+    moved to the quarantine with why: its stored reward was never confirmed, and a forged
+    one must not survive as data. Written atomically under the dataset's exclusive lock,
+    like validate's output."""
+    import copy
+
     import pyarrow as pa
 
     from components.data.ingest import (
@@ -350,12 +355,27 @@ def write_rescored_dataset(dataset: Path, rows: list[Rescored], rescore: dict,
         manifest = read_manifest(dataset)
         trajs, steps = read_tables(dataset)
         offsets, step_rows = step_offsets(trajs), steps.to_pylist()
-        new_trajs, new_steps = [], []
+        new_trajs, new_steps, quarantine = [], [], read_quarantine(dataset)
+        counts, sources = (
+            dict(manifest.get("counts", {})),
+            copy.deepcopy(manifest.get("sources", {})),
+        )
         for i, row in enumerate(trajs.to_pylist()):
             record = rows_to_record(row, step_rows[offsets[i] : offsets[i + 1]])
             r = by_id.get(str(record["id"]))
-            model, problems = parse_record(rescored_record(record, r) if r else record,
-                                           str(record["id"]))  # fmt: skip
+            if r is None or r.new is None:
+                why = r.error if r is not None else "not rescored"
+                quarantine.append({"record": record["id"], "source_file": row["source_file"],
+                                   "source_index": row["source_index"], "stage": "rescore",
+                                   "format": None, "raw": record,
+                                   "reasons": [f"record {record['id']} field trajectory: "
+                                               f"no verdict on rescore: {why}"]})  # fmt: skip
+                for c in (counts, sources.get(row["source_file"], {})):
+                    if "valid" in c:
+                        c["valid"] -= 1
+                        c["quarantined"] = c.get("quarantined", 0) + 1
+                continue
+            model, problems = parse_record(rescored_record(record, r), str(record["id"]))
             if model is None:
                 raise RescoreError(f"rescored record is not canonical: {problems[0]}")
             t, s = record_to_rows(model, row["source_file"], row["source_index"])
@@ -364,11 +384,12 @@ def write_rescored_dataset(dataset: Path, rows: list[Rescored], rescore: dict,
         traj_schema, step_schema = arrow_schemas()
         kept = {k: v for k, v in manifest.items()
                 if k not in ("files", "content_hash", "schema_version")}  # fmt: skip
+        kept.update(counts=counts, sources=sources, rescore=rescore)
         with publish_dir(dataset) as tmp:
             return write_dataset(
                 tmp, pa.Table.from_pylist(new_trajs, schema=traj_schema),
-                pa.Table.from_pylist(new_steps, schema=step_schema), read_quarantine(dataset),
-                {**kept, "rescore": rescore}, _rows_per_shard(manifest),
+                pa.Table.from_pylist(new_steps, schema=step_schema), quarantine, kept,
+                _rows_per_shard(manifest),
             )  # fmt: skip
 
 

@@ -135,12 +135,17 @@ def test_rescore_write_publishes_a_new_data_version_linked_to_the_old(stored, tm
     verifier versions, with the new rewards; the old version stays for rollback."""
     from components.cli import run
     from components.data.config import IngestConfig, VersioningConfig
-    from components.data.ingest import ingest, load_records
+    from components.data.ingest import ingest, load_records, read_manifest, read_quarantine
     from components.data.versioning import find_version, read_log, snapshot
 
     root, tasks, records = stored
     repo = _git_repo(tmp_path / "repo")
-    ingest([str(root / "episodes.jsonl")], IngestConfig(out_dir=str(repo / "data" / "ingested")))
+    # and a forged pass that cannot be replayed: its diff leaves the repository
+    forged = {**records[0], "id": "forged", "trajectory": records[0]["trajectory"][:1],
+              "final_diff": "--- /dev/null\n+++ b/../x.py\n@@ -0,0 +1 @@\n+x\n"}  # fmt: skip
+    (tmp_path / "forged.jsonl").write_text(json.dumps(forged) + "\n")
+    ingest([str(root / "episodes.jsonl"), str(tmp_path / "forged.jsonl")],
+           IngestConfig(out_dir=str(repo / "data" / "ingested")))  # fmt: skip
     cfg = VersioningConfig(repo_root=str(repo))
     old = snapshot(cfg, "episodes")["version"]
     _new_rule(monkeypatch)
@@ -168,10 +173,17 @@ def test_rescore_write_publishes_a_new_data_version_linked_to_the_old(stored, tm
         assert [{k: v for k, v in e.items() if v is not None} for e in r["trajectory"]] == (
             record["trajectory"]
         )
+    assert "forged" not in rescored  # no verdict: quarantined with why, not kept as data
+    (entry,) = [q for q in read_quarantine(repo / "data" / "ingested") if q["stage"] == "rescore"]
+    assert entry["record"] == "forged" and "no verdict on rescore" in entry["reasons"][0]
+    manifest = read_manifest(repo / "data" / "ingested")
+    assert manifest["counts"] == {"ingested": 6, "valid": 5, "quarantined": 1}
+    assert manifest["rescore"]["rescored_from"] == old
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["source"]["data_version"] == old
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["verifier_version"] == "vv-new-rule" and len(results["results"]) == 5
+    assert report["summary"]["not_rescored"] == 1
 
 
 def verifier_version_now() -> str:
