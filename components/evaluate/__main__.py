@@ -314,20 +314,8 @@ def main_safety(argv: list[str]) -> int:
     return 0 if report.passed else 1
 
 
-def main_rescore(argv: list[str]) -> int:
-    """Judge stored episodes again under the current verifier: replay each into a fresh
-    sandbox over its task, verify it, and report old vs new verdicts (components/evaluate/
-    rescore.py); --write publishes a dataset's new rewards as a new data version."""
-    from components.evaluate.rescore import (
-        RescoreError,
-        publish_rescored_version,
-        read_stored,
-        rescore_records,
-        summarize_rescore,
-        write_outputs,
-    )
-
-    p = ArgumentParser(prog="agentrl rescore", description=main_rescore.__doc__)
+def _rescore_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="agentrl rescore", description=RESCORE_HELP)
     p.add_argument("source", type=existing_path, metavar="SRC",
                    help="a dataset folder (manifest.json), an evaluation folder "
                         "(trajectories.jsonl), a rollout folder (samples.jsonl) or a JSONL "
@@ -342,7 +330,30 @@ def main_rescore(argv: list[str]) -> int:
                         "dataset folder inside the versioned data folder)")  # fmt: skip
     p.add_argument("--run-id", default="", help="the MLflow run whose episodes these are")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the rescore to MLflow")
-    args = p.parse_args(argv)
+    return p
+
+
+RESCORE_HELP = (
+    "Judge stored episodes again under the current verifier: replay each into a fresh "
+    "sandbox over its task, verify it, and report old vs new verdicts; --write publishes a "
+    "dataset's new rewards as a new data version."
+)
+
+
+def main_rescore(argv: list[str]) -> int:
+    """Judge stored episodes again under the current verifier: replay each into a fresh
+    sandbox over its task, verify it, and report old vs new verdicts (components/evaluate/
+    rescore.py); --write publishes a dataset's new rewards as a new data version."""
+    from components.evaluate.rescore import (
+        RescoreError,
+        publish_rescored_version,
+        read_stored,
+        rescore_records,
+        summarize_rescore,
+        write_outputs,
+    )
+
+    args = _rescore_parser().parse_args(argv)
     settings = load_settings(args.preset, workers=args.workers)
     records, source = read_stored(args.source)
     if args.write and source["kind"] != "dataset":
@@ -365,8 +376,10 @@ def main_rescore(argv: list[str]) -> int:
         from components.preset import stage_config
 
         versioning = stage_config(args.preset, "data").versioning
-        try:
-            source["data_version"] = dv.current_version(versioning)
+        data = (Path(versioning.repo_root) / versioning.data_dir).resolve()
+        inside = data == args.source.resolve() or data in args.source.resolve().parents
+        try:  # the version a dataset inside the versioned folder belongs to
+            source["data_version"] = dv.current_version(versioning) if inside else ""
         except (dv.VersioningError, OSError) as e:
             if args.write:
                 raise CommandError(f"--write: no data version to rescore from ({e})") from e
