@@ -9,6 +9,7 @@ Every command evaluates through components/evaluate/episodes.run_policy.
     agentrl env eval --preset P --tasks DIR --policy oracle|model:DIR --out results.json
     agentrl evaluate run --preset P --tasks DIR --model DIR --out runs/eval
     agentrl evaluate safety --preset P --out runs/safety [--model DIR]
+    agentrl rescore SRC --tasks DIR [--preset P] [--out runs/rescore] [--write] [--run-id ID]
 """
 
 from __future__ import annotations

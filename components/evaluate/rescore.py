@@ -20,6 +20,11 @@ says about its own verdict (reward, terms, success, a stored diff next to action
   direction, the tasks involved and what the new verdicts flagged (`report.json`,
   `report.md`); the rescored records (`rescored.jsonl`) and, for episodes that replayed,
   per-task results (`results.json`) under the current verifier version.
+- **--write** (a dataset folder inside the versioned data folder): the dataset is rewritten
+  with the new verdicts and snapshotted as a new data version whose log entry's `lineage`
+  names the version it was rescored from and both verifier versions; the old version
+  stays for `agentrl data rollback`. A record with no new verdict goes to the dataset's
+  quarantine with why, never on as data with its unconfirmed reward.
 """
 
 from __future__ import annotations
