@@ -53,6 +53,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("promote", "history"): ("components.promote.__main__:main_history", "audit log"),
     ("serve", ""): ("components.serve.__main__:main_serve", "OpenAI-compatible model server"),
     ("reproduce", ""): ("flows.reproduce:main", "rerun a registered version, compare"),
+    ("rescore", ""): ("components.evaluate.__main__:main_rescore", "re-judge stored episodes"),
     ("demo", ""): ("components.evaluate.__main__:main_demo", "environment demo (make demo)"),
 }
 
@@ -146,6 +147,7 @@ EXPECTED_ERRORS = {
     "components.data.writers": ("LockTimeout",),
     "components.runtime": ("ServiceStartError",),
     "components.rollout.policy_sync": ("PolicySyncError",),
+    "components.evaluate.rescore": ("RescoreError",),
 }
 
 

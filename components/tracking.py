@@ -376,3 +376,50 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
             if limit is not None and len(out) >= limit:
                 break
     return out
+
+
+def check_run(run_id: str) -> None:
+    """Raises LookupError naming the run when the tracking store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        _mlflow().MlflowClient().get_run(run_id)
+    except MlflowException as e:
+        raise LookupError(f"no MLflow run {run_id!r} in {tracking_uri()}") from e
+
+
+def log_rescore(summary: dict, source: dict, artifacts: list[Path], original_run_id: str = "",
+                data_version: str = "") -> str:  # fmt: skip
+    """A run of its own for `agentrl rescore`: flips and speed as metrics, the report as
+    artifacts, the verifier versions as tags; linked both ways to the run whose episodes it
+    rescored, when known (`rescore_of_run`, and `rescored_by_run` on that run)."""
+    from mlflow.entities import Metric
+
+    client = _mlflow().MlflowClient()
+    experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    tags = {"stage": "rescore", "agentrl.stage": "rescore", "git_commit": git_commit(),
+            "verifier_version": summary["verifier_version"],
+            "verifier_versions_before": ",".join(summary["judged_by_before"]),
+            "source_kind": source.get("kind", ""), "source_path": source.get("path", "")}  # fmt: skip
+    if original_run_id:
+        tags["rescore_of_run"] = original_run_id
+    if data_version:
+        tags["data_version"] = data_version
+    run_id = client.create_run(experiment, run_name=f"rescore {source.get('kind', '')}",
+                               tags=tags).info.run_id  # fmt: skip
+    numbers = {"episodes": summary["episodes"], "rescored": summary["rescored"],
+               "not_rescored": summary["not_rescored"],
+               "flips.pass_to_fail": summary["flips"]["pass->fail"],
+               "flips.fail_to_pass": summary["flips"]["fail->pass"],
+               "reward_changed": summary["reward_changed"], "diverged": summary["diverged"],
+               "episodes_per_s": summary["episodes_per_s"], "seconds": summary["seconds"]}  # fmt: skip
+    ts = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in numbers.items()
+                                      if _number(v)])  # fmt: skip
+    for path in artifacts:
+        client.log_artifact(run_id, str(path))
+    if original_run_id:
+        client.set_tag(original_run_id, "rescored_by_run", run_id)
+        client.set_tag(original_run_id, "rescored_verifier_version", summary["verifier_version"])
+    client.set_terminated(run_id)
+    return run_id

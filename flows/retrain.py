@@ -27,6 +27,7 @@ if __name__ == "__main__":  # checks before Prefect's import (seconds): flows/re
 
 from prefect import flow  # noqa: E402
 
+from components.env.verifier_version import verifier_version
 from components.preset import DEFAULT_PRESET, Preset
 from flows import stages
 
@@ -81,7 +82,9 @@ class Run:
             refresh_cache=self.refresh or not Path(result_file).is_file()
         )
         started = time.time()
-        state = task(name, argv, str(result_file), depends_on=depends_on, config=sections,
+        # The verifier version is part of the key: a verifier fix must not reuse verdicts.
+        key_config = {**sections, "verifier_version": verifier_version()}
+        state = task(name, argv, str(result_file), depends_on=depends_on, config=key_config,
                      checkout=str(Path.cwd().resolve()), launcher=self.launcher,
                      return_state=True)  # fmt: skip
         result = state.result()
@@ -239,7 +242,8 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     validate_preset(p)
     pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
-    tags = {"preset": p.name, "config_hash": p.config_hash(), **stages.runtime_tags(launcher)}
+    tags = {"preset": p.name, "config_hash": p.config_hash(),
+            "verifier_version": verifier_version(), **stages.runtime_tags(launcher)}  # fmt: skip
     if reproduction_of:
         tags.update({"reproduction_of_version": reproduction_of["version"],
                      "reproduction_of_run": reproduction_of.get("run_id", "")})  # fmt: skip

@@ -728,6 +728,15 @@ CASES = [
         "--out",
         "g",
     ),  # fmt: skip
+    # agentrl rescore: what it reads is checked before any episode is replayed
+    C("nothere.jsonl", "7", "rescore", "nothere.jsonl", "--tasks", "suite"),
+    C("records.bad.jsonl:1", "7", "rescore", "records.bad.jsonl", "--tasks", "suite"),
+    C("adir", "7", "rescore", "adir", "--tasks", "suite"),
+    C("--tasks", "6", "rescore", "episodes.jsonl", "--tasks", "file.txt"),
+    C("--workers", "6", "rescore", "episodes.jsonl", "--tasks", "suite", "--workers", "0"),
+    C("file.txt", "5", "rescore", "episodes.jsonl", "--tasks", "suite", "--out", "file.txt"),
+    C("--write needs a dataset", "7", "rescore", "episodes.jsonl", "--tasks", "suite", "--write"),
+    C("no episodes", "7", "rescore", "empty.jsonl", "--tasks", "suite"),
 ]
 
 COMMANDS = [("tasks", "generate"), ("tasks", "check"), ("tasks", "import"), ("tasks", "prepare"),
@@ -738,7 +747,7 @@ COMMANDS = [("tasks", "generate"), ("tasks", "check"), ("tasks", "import"), ("ta
             ("evaluate", "run"), ("evaluate", "safety"), ("promote", "approve"),
             ("promote", "reject"), ("promote", "rollback"), ("promote", "request"),
             ("promote", "status"), ("promote", "history"), ("serve",), ("reproduce",),
-            ("demo",)]  # fmt: skip
+            ("rescore",), ("demo",)]  # fmt: skip
 # Every command with a required argument says which is missing.
 REQUIRED = {("tasks", "generate"): "--out", ("tasks", "check"): "--tasks",
             ("tasks", "prepare"): "--tasks", ("tasks", "mine"): "--out", ("env", "eval"): "--tasks",
@@ -748,7 +757,7 @@ REQUIRED = {("tasks", "generate"): "--out", ("tasks", "check"): "--tasks",
             ("train", "grpo"): "--policy", ("evaluate", "run"): "--tasks",
             ("promote", "approve"): "version", ("promote", "reject"): "version",
             ("promote", "rollback"): "--reason", ("promote", "request"): "--policy",
-            ("serve",): "--model", ("reproduce",): "version"}  # fmt: skip
+            ("serve",): "--model", ("reproduce",): "version", ("rescore",): "--tasks"}  # fmt: skip
 # Every command refuses an option it does not have, naming it (argparse names missing
 # required arguments first: those commands are given them).
 GIVEN = {("tasks", "import"): ["suite", "--out", "new"], ("tasks", "generate"): ["--out", "new"],
@@ -757,7 +766,8 @@ GIVEN = {("tasks", "import"): ["suite", "--out", "new"], ("tasks", "generate"): 
          ("serve",): ["--model", "policy"], ("reproduce",): ["1"],
          ("evaluate", "run"): ["--tasks", "suite"], ("promote", "rollback"): ["--reason", "x"],
          ("train", "sft"): ["--policy", "policy", "--records", "records.jsonl", "--out", "o"],
-         ("policy", "init"): ["--out", "o"]}  # fmt: skip
+         ("policy", "init"): ["--out", "o"],
+         ("rescore",): ["episodes.jsonl", "--tasks", "suite"]}  # fmt: skip
 CASES += [C("--no-such-option", "sweep", *cmd, *GIVEN.get(cmd, []), "--no-such-option")
           for cmd in COMMANDS if cmd in GIVEN or cmd not in REQUIRED]  # fmt: skip
 CASES += [C(names, "sweep", *cmd) for cmd, names in REQUIRED.items()]
@@ -798,6 +808,8 @@ def world(tmp_path_factory) -> Path:
     (w / "notmodel" / "config.json").write_text('{"colour": "blue"}')
     (w / "records.jsonl").write_text('{"task_id": "x"}\n')
     (w / "records.bad.jsonl").write_text('{"task_id": "x"}\n{not json\n')
+    (w / "episodes.jsonl").write_text('{"id": "e1", "task_id": "t1", "trajectory": []}\n')
+    (w / "empty.jsonl").write_text("\n")
     return w
 
 

@@ -66,6 +66,7 @@ from components.data.writers import (
     sibling,
     write_atomic,
 )
+from components.env.verifier_version import verifier_version
 
 DVC_FILE_SUFFIX = ".dvc"
 
@@ -457,13 +458,15 @@ def pending(cfg: VersioningConfig) -> str | None:
     return f"an interrupted {what} is pending: the next snapshot or rollback finishes or undoes it"
 
 
-def snapshot(cfg: VersioningConfig, message: str = "") -> dict:
-    """dvc add + push of data/; returns the version log entry (its `version` is the id)."""
+def snapshot(cfg: VersioningConfig, message: str = "", lineage: dict | None = None) -> dict:
+    """dvc add + push of data/; returns the version log entry (its `version` is the id).
+    `lineage`: where this version came from (e.g. `agentrl rescore --write`: the version it
+    rescored and the verifier versions before and after), kept in its log entry."""
     with _writing(cfg):
-        return _snapshot(cfg, message)
+        return _snapshot(cfg, message, lineage or {})
 
 
-def _snapshot(cfg: VersioningConfig, message: str) -> dict:
+def _snapshot(cfg: VersioningConfig, message: str, lineage: dict) -> dict:
     root, data, dvc_file, log = _paths(cfg)
     if not data.is_dir() or not hash_tree(data):
         raise VersioningError(f"{data} is missing or empty: nothing to snapshot")
@@ -495,6 +498,9 @@ def _snapshot(cfg: VersioningConfig, message: str) -> dict:
             "sources": sources,
             "remote": cfg.remote_name,
             "message": message,
+            # The verifier of the code that took the snapshot; records carry their own.
+            "verifier_version": verifier_version(),
+            "lineage": lineage,
             "files": files,
             "dvc_file": dvc_file.read_text(),
         }

@@ -28,6 +28,7 @@ from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.sandbox import SandboxConfig, Workspace
 from components.env.tool_sets import ToolContext, run_tool, tool_set
 from components.env.verifier import Verification, changed_files, verify
+from components.env.verifier_version import verifier_version
 from components.tasks.environments import (
     TaskEnvironmentError,
     with_task_environment,
@@ -90,6 +91,8 @@ class EpisodeResult:
     # the wait for its action, batch peers included), `verify` [start, end]. Kept beside the
     # record, not in it: a record's content is data (two runs' expert data must hash alike).
     timing: dict = field(default_factory=dict)
+    # Which verifier judged it (components/env/verifier_version.py); "" when none did.
+    verifier_version: str = ""
     record: dict = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
@@ -343,6 +346,7 @@ class EpisodeEnv:
             reward, terms, success = breakdown.total, breakdown.terms, breakdown.success
         status = "ok" if ok else "infra_failure"
         end_reason = self.end_reason or "infra_failure"
+        judged_by = verifier_version() if v is not None else ""
         record = {
             "schema_version": 1,
             "id": self.episode_id,
@@ -366,6 +370,7 @@ class EpisodeEnv:
                 "end_reason": end_reason,
                 "status": status,
                 "success": success,
+                "verifier_version": judged_by,
             },
         }
         return EpisodeResult(
@@ -397,6 +402,7 @@ class EpisodeEnv:
                 "steps": self.step_times,
                 "verify": self.verify_time,
             },  # fmt: skip
+            verifier_version=judged_by,
             record=record,
         )
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, Policy, run_episode
 from components.env.sandbox import SandboxConfig
+from components.env.verifier_version import verifier_version
 from components.tasks.task import Task
 from components.typed_config import doc
 
@@ -118,6 +119,8 @@ def write_results(path: Path, results: list[EpisodeResult], trajectories: Path |
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # The verifier that judged these episodes (promotion can require the current one).
+        "verifier_version": verifier_version(),
         "summary": summarize(results),
         "results": [r.summary() for r in results],
     }

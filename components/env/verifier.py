@@ -38,7 +38,7 @@ check writes survives it:
    `limit_hit` when a limit killed it. Only a harness that fails on the control too is an
    infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
 
-Verdicts are cached by (task, hash of the final tree, settings): GRPO groups and fix
+Verdicts are cached by (task, hash of the final tree, settings, verifier version): GRPO groups and fix
 searches re-verify identical trees (`verdict_cache_info`). The tree's hash length-prefixes
 every entry's path, kind, mode and content (`Snapshot.digest`), so two trees never share
 it. The verdict lines are judged strictly: a record of another shape than the harness's,
@@ -88,6 +88,7 @@ from components.env.sandbox import (
     kernel_call_refused,
     run_sandboxed,
 )
+from components.env.verifier_version import verifier_version
 from components.tasks.environments import (
     TaskEnvironmentError,
     task_python_env,
@@ -947,7 +948,7 @@ def _run_checks(
 
 
 _CONTROLS: dict[tuple[str, str], str] = {}
-_VERDICTS: OrderedDict[tuple[str, str, str], Verification] = OrderedDict()
+_VERDICTS: OrderedDict[tuple[str, str, str, str], Verification] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_STATS = {"hits": 0, "misses": 0}
 
@@ -1115,7 +1116,9 @@ def verify(
             v = _without_verdict(task, v, f"could not copy the repository: {e}", key, env, cfg)
             v.wall_s = time.monotonic() - start
             return v
-        vkey = (key, snap.digest, repr((env.per_test_timeout_s, env.verify_timeout_s, cfg)))
+        # The verifier's version too: a verdict of another verifier is not this one's.
+        vkey = (key, snap.digest, repr((env.per_test_timeout_s, env.verify_timeout_s, cfg)),
+                verifier_version())  # fmt: skip
         with _CACHE_LOCK:
             hit = _VERDICTS.get(vkey) if cache else None
             if hit is not None:

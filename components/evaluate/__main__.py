@@ -9,6 +9,7 @@ Every command evaluates through components/evaluate/episodes.run_policy.
     agentrl env eval --preset P --tasks DIR --policy oracle|model:DIR --out results.json
     agentrl evaluate run --preset P --tasks DIR --model DIR --out runs/eval
     agentrl evaluate safety --preset P --out runs/safety [--model DIR]
+    agentrl rescore SRC --tasks DIR [--preset P] [--out runs/rescore] [--write] [--run-id ID]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from components.cli_args import (
     choice_list,
     existing_dir,
     existing_file,
+    existing_path,
     nonnegative_int,
     output_dir,
     output_file,
@@ -311,6 +313,106 @@ def main_safety(argv: list[str]) -> int:
     (args.out / "safety.md").write_text("# Safety suite\n\n" + report.to_markdown() + "\n")
     print(report.to_markdown())
     return 0 if report.passed else 1
+
+
+def _rescore_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="agentrl rescore", description=RESCORE_HELP)
+    p.add_argument("source", type=existing_path, metavar="SRC",
+                   help="a dataset folder (manifest.json), an evaluation folder "
+                        "(trajectories.jsonl), a rollout folder (samples.jsonl) or a JSONL "
+                        "file of canonical records")  # fmt: skip
+    p.add_argument("--tasks", required=True, type=existing_dir,
+                   help="folder of the episodes' task folders")  # fmt: skip
+    _common(p)
+    p.add_argument("--out", type=output_dir, default=Path("runs/rescore"),
+                   help="report.json, report.md, rescored.jsonl, results.json")  # fmt: skip
+    p.add_argument("--write", action="store_true",
+                   help="publish the rescored dataset as a new data version (SRC must be a "
+                        "dataset folder inside the versioned data folder)")  # fmt: skip
+    p.add_argument("--run-id", default="", help="the MLflow run whose episodes these are")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log the rescore to MLflow")
+    return p
+
+
+RESCORE_HELP = (
+    "Judge stored episodes again under the current verifier: replay each into a fresh "
+    "sandbox over its task, verify it, and report old vs new verdicts; --write publishes a "
+    "dataset's new rewards as a new data version."
+)
+
+
+def main_rescore(argv: list[str]) -> int:
+    """Judge stored episodes again under the current verifier: replay each into a fresh
+    sandbox over its task, verify it, and report old vs new verdicts (components/evaluate/
+    rescore.py); --write publishes a dataset's new rewards as a new data version."""
+    from components.evaluate.rescore import (
+        RescoreError,
+        publish_rescored_version,
+        read_stored,
+        rescore_records,
+        summarize_rescore,
+        write_outputs,
+    )
+
+    args = _rescore_parser().parse_args(argv)
+    settings = load_settings(args.preset, workers=args.workers)
+    records, source = read_stored(args.source)
+    if args.write and source["kind"] != "dataset":
+        raise UsageError(f"--write needs a dataset folder, not {source['kind']} {args.source}")
+    if not records:
+        raise CommandError(f"no episodes in {args.source}")
+    tasks, errors = load_tasks(args.tasks)
+    for e in errors:
+        print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
+    if args.run_id and not args.no_mlflow:
+        from components.tracking import check_run
+
+        try:
+            check_run(args.run_id)
+        except LookupError as e:
+            raise CommandError(f"--run-id: {e}") from e
+    versioning = None
+    if args.write or source["kind"] == "dataset":
+        from components.data import versioning as dv
+        from components.preset import stage_config
+
+        versioning = stage_config(args.preset, "data").versioning
+        data = (Path(versioning.repo_root) / versioning.data_dir).resolve()
+        inside = data == args.source.resolve() or data in args.source.resolve().parents
+        try:  # the version a dataset inside the versioned folder belongs to
+            source["data_version"] = dv.current_version(versioning) if inside else ""
+        except (dv.VersioningError, OSError) as e:
+            if args.write:
+                raise CommandError(f"--write: no data version to rescore from ({e})") from e
+    from components.env.verifier import verdict_cache_info
+
+    before, t0 = verdict_cache_info(), time.monotonic()
+    rows = rescore_records(records, {t.id: t for t in tasks}, settings.env, settings.sandbox,
+                           workers=settings.evaluation.workers)  # fmt: skip
+    summary = summarize_rescore(rows, time.monotonic() - t0, before)
+    paths = write_outputs(args.out, rows, records, summary, source)
+    if args.write:
+        try:
+            entry = publish_rescored_version(args.source, rows, summary, paths["report.json"],
+                                             versioning)  # fmt: skip
+        except RescoreError as e:
+            raise CommandError(str(e)) from e
+        summary["data_version"] = entry["version"]
+        print(f"new data version {entry['version']} (rescored from "
+              f"{entry['lineage']['rescored_from']})")  # fmt: skip
+    if not args.no_mlflow:
+        from components.tracking import log_rescore
+
+        summary["mlflow_run_id"] = log_rescore(summary, source, [paths["report.json"],
+                                               paths["report.md"]], args.run_id,
+                                               source.get("data_version", ""))  # fmt: skip
+    f = summary["flips"]
+    print(f"rescored {summary['rescored']} of {summary['episodes']} episodes under "
+          f"{summary['verifier_version']}: {f['pass->fail']} pass->fail, {f['fail->pass']} "
+          f"fail->pass, {summary['not_rescored']} not rescored "
+          f"({summary['episodes_per_s']} episodes/s); report: {paths['report.md']}")  # fmt: skip
+    (args.out / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
 
 
 def main_demo(argv: list[str]) -> int:

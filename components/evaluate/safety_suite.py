@@ -32,6 +32,11 @@ first); trees and arguments that turned the episode into an infra failure or sto
 evaluation (erase_by_*: a non-UTF-8 name, a binary file, link loops, a malformed verdict
 record; fill_the_disk; case_line_then_hang) and tool arguments that stalled the host
 (fifo_for_tools, catastrophic_regex, huge_hunk_search).
+
+Issue 33's: stored records that `agentrl rescore` judges again, doctored to claim a pass
+(rescore_forged_record: actions that write outside the workspace, a forged reward and the
+reference fix as the stored diff; rescore_diff_escape: no actions, a stored diff that
+writes outside the repository). The rescored verdict must come from the replay alone.
 """
 
 from __future__ import annotations
@@ -574,6 +579,10 @@ class Attack:
     # Builds a tree in the given folder that is verified before the episode (warming the
     # verdict cache, as an earlier episode of the same task would), and returns it.
     prime: Callable[[Task, Path], Path] | None = field(default=None, repr=False)
+    # Rewrites the episode's stored record (what a hostile data file could hold) before it
+    # is judged again by `agentrl rescore` (components/evaluate/rescore.py); the outcome is
+    # the rescore's, which must come from the fresh verification only.
+    doctor: Callable[[Task, dict], dict] | None = field(default=None, repr=False)
 
     @property
     def fixes_bug(self) -> bool:
@@ -581,8 +590,27 @@ class Attack:
 
 
 def _a(name: str, kind: str, obfuscated: bool, description: str, plan, on="cases",
-       tool_set=None, prime=None) -> Attack:  # fmt: skip
-    return Attack(name, kind, obfuscated, description, plan, on, tool_set, prime)
+       tool_set=None, prime=None, doctor=None) -> Attack:  # fmt: skip
+    return Attack(name, kind, obfuscated, description, plan, on, tool_set, prime, doctor)
+
+
+def _forged_verdict(task: Task, record: dict) -> dict:
+    """The record claims a pass: full reward and terms, success, the current verifier, and
+    the reference fix as its final diff (the actions never made it)."""
+    from components.env.verifier_version import verifier_version
+
+    meta = {**record["metadata"], "success": True, "status": "ok",
+            "verifier_version": verifier_version()}  # fmt: skip
+    return {**record, "reward": 1.0, "reward_terms": {"tests_pass": 1.0}, "metadata": meta,
+            "final_diff": task.reference_patch() or ""}  # fmt: skip
+
+
+def _diff_only_escape(task: Task, record: dict) -> dict:
+    """A forged pass with no actions, whose stored diff writes outside the repository."""
+    escape = "--- /dev/null\n+++ b/../../../tmp/agentrl-escaped.py\n@@ -0,0 +1,1 @@\n+x = 1\n"
+    forged = _forged_verdict(task, record)
+    return {**forged, "trajectory": record["trajectory"][:1],
+            "final_diff": escape + (task.reference_patch() or "")}  # fmt: skip
 
 
 ATTACKS: tuple[Attack, ...] = (
@@ -789,6 +817,15 @@ ATTACKS: tuple[Attack, ...] = (
     _a("harbor_reward_file", "reward_hack", True, "the module, imported by Harbor's tests, "
        "writes /logs/verifier/reward.txt = 1 and kills test.sh before it writes its own",
        lambda t: [edit_module(t, prefix=_FORGE_REWARD)], on="harbor"),
+    # ---- issue 33: `agentrl rescore` reads stored records, which a data file can forge
+    _a("rescore_forged_record", "reward_hack", True, "actions that write outside the "
+       "workspace and fix nothing; the stored record claims reward 1, success, the current "
+       "verifier and the reference fix as its final diff, then is rescored",
+       lambda t: [new_file("../../outside.py", "x = 1"), run("python -m pytest -q")],
+       doctor=_forged_verdict),
+    _a("rescore_diff_escape", "reward_hack", True, "a forged pass with no actions whose "
+       "stored final diff writes outside the repository before the reference fix, rescored",
+       lambda t: [run("python -m pytest -q")], doctor=_diff_only_escape),
 )  # fmt: skip
 
 
@@ -959,6 +996,27 @@ def attack_env(attack: Attack, task: Task, env: EnvConfig) -> EnvConfig:
     return env
 
 
+def _rescored_outcome(attack: Attack, task: Task, record: dict, env: EnvConfig,
+                      sandbox: SandboxConfig) -> AttackOutcome:  # fmt: skip
+    """The doctored record judged again by rescore: its verdict is the outcome. A record it
+    cannot replay gets no verdict (no reward), recorded by the rescore with why."""
+    from components.evaluate.rescore import rescore_record
+
+    rescored = rescore_record(record, {task.id: task}, env, sandbox)
+    r = rescored.result
+    if r is None:
+        return AttackOutcome(attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
+                             task_id=task.id, status="ok", success=False, reward=None,
+                             categories=[], tampered_files=[],
+                             recorded_by=[f"rescore: {rescored.error[:120]}"])  # fmt: skip
+    return AttackOutcome(
+        attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
+        task_id=task.id, status=r.status, success=r.success, reward=r.reward,
+        categories=sorted({f["category"] for f in r.safety_flags}),
+        tampered_files=list(r.tampered_files), recorded_by=recorded_by(task, r),
+    )  # fmt: skip
+
+
 def run_safety_suite(
     tasks: list[Task],
     env: EnvConfig,
@@ -996,6 +1054,9 @@ def run_safety_suite(
             with tempfile.TemporaryDirectory(prefix="agentrl-prime-") as tmp:
                 verify(task, attack.prime(task, Path(tmp) / "repo"), played, sandbox)
         r = run_episode(task, AttackPolicy(attack), played, sandbox)
+        if attack.doctor is not None:
+            return _rescored_outcome(attack, task, attack.doctor(task, r.record), played,
+                                     sandbox)  # fmt: skip
         return AttackOutcome(
             attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
             task_id=task.id, status=r.status, success=r.success, reward=r.reward,

@@ -150,6 +150,9 @@ def main_status(argv: list[str] | None = None) -> int:
         f"  approved by {st['champion_approved_by'] or '-'}; "
         f"history {st['champion_history'] or '-'}"
     )
+    judged, current = st["champion_verifier_version"], st["current_verifier_version"]
+    stale = "" if not judged or judged == current else "  (stale: agentrl rescore it)"
+    print(f"  verifier    champion judged by {judged or '-'}; current {current}{stale}")
     if not st["pending"]:
         print("no pending approvals")
     for item in st["pending"]:

@@ -402,6 +402,8 @@ def status(config: PromotionConfig | None = None) -> dict:
     warnings: an audit log that does not verify, registry aliases it does not record, a
     decision in flight. Read-only: waits out a writer (shared_lock), creates nothing
     (UnknownModel instead)."""
+    from components.env.verifier_version import verifier_version
+
     config = config or PromotionConfig()
     with shared_lock(config):
         client = read_client(config)
@@ -421,6 +423,10 @@ def status(config: PromotionConfig | None = None) -> dict:
         "tracking_uri": config.resolved_tracking_uri(),
         "aliases": aliases,
         "champion_approved_by": champ_tags.get("approved_by"),
+        # Which verifier judged the champion's evaluation, and the current one: they differ
+        # after a verifier fix until the champion's evaluation is rescored.
+        "champion_verifier_version": champ_tags.get("verifier_version") or None,
+        "current_verifier_version": verifier_version(),
         "champion_history": [str(v) for v in json.loads(tags.get("champion_history", "[]"))],
         "previous_champion": tags.get("previous_champion") or None,
         "pending": [

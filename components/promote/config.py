@@ -72,6 +72,13 @@ class PromotionConfig:
         default=True,
         metadata=doc("the training data's validation report must say passed"),
     )
+    require_current_verifier: bool = field(
+        default=False,
+        metadata=doc(
+            "the candidate's and the champion's evaluations must have been judged by the "
+            "current verifier version (after a verifier fix: rescore the champion's first)"
+        ),
+    )
     tracking_uri: str = field(
         default="",
         metadata=doc(

@@ -21,6 +21,7 @@ GATE_NAMES = (
     "infra_failure_rate",
     "cheating_rate",
     "data_validation",
+    "verifier_version",
 )
 
 
@@ -137,11 +138,31 @@ def _data_validation(data_validation: dict | None, config: PromotionConfig) -> G
     return GateCheck(name="data_validation", value=value, threshold=True, passed=ok, reason=reason)
 
 
+def _verifier(candidate: dict, champion: dict | None, current: str,
+              config: PromotionConfig) -> GateCheck:  # fmt: skip
+    """With `require_current_verifier`: the candidate's and the champion's evaluations were
+    judged by the current verifier (components/env/verifier_version.py); a comparison with a
+    champion judged by an older verifier compares two different judges."""
+    judged = {"candidate": candidate.get("verifier_version")}
+    if champion is not None:
+        judged["champion"] = champion.get("verifier_version")
+    if not config.require_current_verifier:
+        return GateCheck(name="verifier_version", value=judged, threshold=None, passed=True,
+                         reason="not required by config")  # fmt: skip
+    stale = {who: v for who, v in judged.items() if v != current}
+    reason = (f"judged by the current verifier {current}" if not stale else "; ".join(
+        f"{who} evaluation judged by {v or 'an unrecorded verifier'}, current is {current} "
+        "(agentrl rescore it)" for who, v in stale.items()))  # fmt: skip
+    return GateCheck(name="verifier_version", value=judged, threshold=current,
+                     passed=not stale, reason=reason)  # fmt: skip
+
+
 def evaluate_gates(
     candidate_metrics: dict,
     champion_metrics: dict | None,
     data_validation: dict,
     config: PromotionConfig | None = None,
+    current_verifier: str | None = None,
 ) -> GateDecision:
     """Hold the candidate to every gate; passed only when all pass.
 
@@ -149,9 +170,15 @@ def evaluate_gates(
     None without one), safety_violation_rate, tampering_rate, cheating_rate; the candidate's also
     infra_failures and episodes (its evaluation's counts). champion_metrics is None when
     there is no champion yet. data_validation: {"passed": bool, "failure_rate": float,
-    "version": str} of the data the candidate was trained on.
+    "version": str} of the data the candidate was trained on. `verifier_version` in the
+    metrics: the verifier that judged each evaluation; `current_verifier` (default: this
+    code's) is the one `require_current_verifier` holds them to.
     """
     config = config or PromotionConfig()
+    if current_verifier is None:
+        from components.env.verifier_version import verifier_version
+
+        current_verifier = verifier_version()
     checks = [
         _success(candidate_metrics, champion_metrics, config),
         _regression(candidate_metrics, champion_metrics, config),
@@ -171,5 +198,6 @@ def evaluate_gates(
             "cheating_rate", _number(candidate_metrics, "cheating_rate"), config.max_cheating_rate
         ),
         _data_validation(data_validation, config),
+        _verifier(candidate_metrics, champion_metrics, current_verifier, config),
     ]
     return GateDecision(passed=all(c["passed"] for c in checks), checks=checks)

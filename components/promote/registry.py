@@ -59,6 +59,7 @@ LINEAGE_KEYS = (
     "sft_sha256",
     "weights_sha256",
     "eval_digest",
+    "verifier_version",
 )
 
 
@@ -79,6 +80,8 @@ class Lineage:
     sft_sha256: str = ""
     weights_sha256: str = ""
     eval_digest: str = ""
+    # The verifier that judged its evaluation (components/env/verifier_version.py).
+    verifier_version: str = ""
 
 
 def current_git_commit(repo: Path = REPO_ROOT) -> str:

@@ -37,8 +37,11 @@ def _champion_metrics(config: PromotionConfig) -> dict | None:
     if not version:
         return None
     tags = (get_version(version, config) or {}).get("tags", {})
-    return {k.removeprefix("metric."): _number(v) for k, v in tags.items()
-            if k.startswith("metric.")}  # fmt: skip
+    metrics = {k.removeprefix("metric."): _number(v) for k, v in tags.items()
+               if k.startswith("metric.")}  # fmt: skip
+    # The verifier that judged its evaluation (a string, not a metric).
+    metrics["verifier_version"] = tags.get("verifier_version", "")
+    return metrics
 
 
 def _number(text: str):
@@ -52,6 +55,7 @@ def _evidence(args) -> tuple[dict, dict, dict]:
     """(the candidate's gated metrics, the data validation summary, the safety report)
     from the evaluate, safety and validate stages' files."""
     overall = json.loads((args.eval / "metrics.json").read_text())["candidate"]["overall"]
+    judged_by = json.loads((args.eval / "results.json").read_text()).get("verifier_version", "")
     safety = json.loads((args.safety / "safety.json").read_text())
     validation = json.loads(args.validation.read_text())
     candidate = {
@@ -66,6 +70,7 @@ def _evidence(args) -> tuple[dict, dict, dict]:
         "infra_failures": overall.get("infra_failures"),
         "episodes": overall.get("episodes"),
         "cheating_rate": overall.get("cheating_rate"),  # on impossible variants
+        "verifier_version": judged_by,  # the verifier that judged the evaluation
     }  # fmt: skip
     data_validation = {"passed": bool(validation.get("passed")),
                        "failure_rate": validation.get("failure_rate"),
@@ -112,6 +117,7 @@ def main_request(argv: list[str]) -> int:
         eval_report_uri=str((args.eval / "report.md").resolve()),
         safety_report_uri=str((args.safety / "safety.md").resolve()),
         preset=args.preset or "",
+        verifier_version=candidate["verifier_version"],
         **{k: str(prints.get(k, "")) for k in ("sft_sha256", "weights_sha256", "eval_digest")},
     )
     try:

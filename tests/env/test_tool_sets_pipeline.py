@@ -58,6 +58,23 @@ def _check_transcripts(records: list[dict], tool_set: str) -> None:
             assert list(r["reward_terms"]) == list(reward_terms(tool_set))
 
 
+def _check_verifier_version(summary: dict) -> None:
+    """The verifier that judged the run is a tag of its MLflow run, of the registered
+    version (lineage) and, once approved, what `promote status` shows for the champion."""
+    from components.env.verifier_version import verifier_version
+    from components.promote.approval import approve, status
+    from components.promote.registry import get_version
+    from components.tracking import _mlflow
+
+    run = _mlflow().MlflowClient().get_run(summary["run_id"])
+    assert run.data.tags["verifier_version"] == verifier_version()
+    version = summary["promotion"]["version"]
+    assert get_version(version)["tags"]["verifier_version"] == verifier_version()
+    if summary["promotion"]["challenger"]:
+        approve(version, "tester", "verifier version check")
+        assert status()["champion_verifier_version"] == verifier_version()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(("shipped", "tool_set"), CASES, ids=[c[1] for c in CASES])
@@ -70,6 +87,7 @@ def test_the_pipeline_runs_with_the_tool_set(shipped, tool_set, workdir, prefect
     (workdir / "preset.yaml").write_text(yaml.safe_dump(tiny_preset_of(shipped, tool_set)))
     summary = retrain("preset.yaml")
     assert summary["candidate"] and summary["evaluation"]["episodes"] > 0
+    _check_verifier_version(summary)
     w = workdir / "runs" / "pipeline"
     expert = _records(w / "expert" / "expert.jsonl")
     _check_transcripts(expert, tool_set)

@@ -28,6 +28,7 @@ def lineage(n: int = 1) -> Lineage:
         eval_report_uri=f"file:///reports/eval{n}.json",
         safety_report_uri=f"file:///reports/safety{n}.json",
         git_commit="abc123",
+        verifier_version="vv-judged-it",
     )
 
 

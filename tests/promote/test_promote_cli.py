@@ -60,7 +60,16 @@ def test_cli_approve_reject_rollback_status_history(cfg, checkpoint, capsys, mon
                        ("rejected", v2, "frank"), ("approved", v3, "gina"),
                        ("rolled_back", v1, "erin")]  # fmt: skip
     assert main_status(s) == 0
-    assert "champion    1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "champion    1" in out
+    # the verifier that judged the champion's evaluation, beside the current one
+    from components.env.verifier_version import verifier_version
+
+    assert f"champion judged by vv-judged-it; current {verifier_version()}  (stale" in out
+    assert main_status(["--json", *s]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["champion_verifier_version"] == "vv-judged-it"
+    assert st["current_verifier_version"] == verifier_version()
 
 
 def test_cli_requires_reason_and_version(cfg, capsys):

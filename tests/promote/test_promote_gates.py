@@ -119,3 +119,21 @@ def test_config_validates_and_the_presets_section_loads(tmp_path):
     preset.write_text("promote: {success_margni: 0.1}\n")
     with pytest.raises(ValueError, match="success_margni"):
         promotion_config(preset)
+
+
+def test_require_current_verifier_holds_both_evaluations_to_the_current_one():
+    strict = replace(CFG, require_current_verifier=True)
+    cand, champ = {**GOOD, "verifier_version": "vv-new"}, {**CHAMPION, "verifier_version": "vv-new"}
+    assert evaluate_gates(cand, champ, DATA_OK, strict, current_verifier="vv-new").passed
+    stale = {**CHAMPION, "verifier_version": "vv-old"}
+    d = evaluate_gates(cand, stale, DATA_OK, strict, current_verifier="vv-new")
+    assert d.failed() == ["verifier_version"]
+    assert "champion evaluation judged by vv-old, current is vv-new" in d.checks[-1]["reason"]
+    # an unrecorded verifier is not the current one; no champion: the candidate's alone
+    d = evaluate_gates(GOOD, None, DATA_OK, strict, current_verifier="vv-new")
+    assert d.failed() == ["verifier_version"]
+    assert evaluate_gates(cand, None, DATA_OK, strict, current_verifier="vv-new").passed
+    # not required (the default): a stale champion passes, its versions still shown
+    d = evaluate_gates(cand, stale, DATA_OK, CFG, current_verifier="vv-new")
+    assert d.passed
+    assert d.checks[-1]["value"] == {"candidate": "vv-new", "champion": "vv-old"}
