@@ -11,14 +11,19 @@ data all inside it. The check starts `mlflow ui` on that store and asserts, thro
 tracking API first (`facts`, what the default test tier also checks on logged runs) and
 then on the pages a user opens:
 
-- the two parent runs, listed with the filter the README gives, compared side by side:
-  success rate, its CI bounds and the weights hash are on the compare page, and some
-  metric differs between them;
+- the two parent runs compared side by side at the URL `agentrl reproduce` prints: the
+  compare page's metrics grid (virtualised: scrolled through, row by row) shows
+  success_rate, _lo and _hi for both runs as logged, its tags table the weights hash of
+  both, and "show diff only" leaves exactly the metrics that differ;
+- the runs table at the URL the flow prints (filter `tags.stage = 'pipeline'`) lists the
+  parents and no stage run;
 - every stage run of the original lasts at least its recorded compute time (a floor:
-  stage runs used to be opened after the work and lasted milliseconds);
+  stage runs used to be opened after the work and lasted milliseconds), and the SFT run's
+  page shows that duration;
 - a trace of the evaluate run lasts the episode's recorded wall time and its status is
-  the episode's outcome;
-- the registered version's page loads its MLmodel (no 404) and shows the source run.
+  the episode's outcome, as its header shows;
+- the registered version's page loads its MLmodel (200, no 404), links its source run
+  (the training stage's) and shows a schema; the model loads with `pyfunc.load_model`.
 
 Screenshots go to `<workdir>/screenshots/`. Exit status 0 when every check holds, 1 with
 the failed checks listed otherwise.
