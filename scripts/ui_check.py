@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 # What the compare page must show side by side for the two parents (plus the weights hash).
 SIDE_BY_SIDE_METRICS = ("success_rate", "success_rate_lo", "success_rate_hi")
-# The stage the tiny pipeline's candidate comes from (its `pipeline.algorithms`).
-TRAINED_BY = "grpo"
+# The stages a candidate can come from (SFT, or the last of `pipeline.algorithms`).
+TRAINING_STAGES = ("sft", "rs", "dpo", "grpo")
 
 
 def store_uri(workdir: Path) -> str:
@@ -147,7 +147,8 @@ def facts(uri: str, runs: dict) -> dict:
     assert trace.info.tags.get("pipeline_run_id") == runs["original"], "trace's pipeline run"
     model = PromotionConfig().model_name
     mv = client.get_model_version(model, runs["version"])
-    assert mv.run_id == stages[TRAINED_BY]["run_id"], "source run is not the training run"
+    trained_by = next((k for k, v in stages.items() if v["run_id"] == mv.run_id), None)
+    assert trained_by in TRAINING_STAGES, f"source run is {trained_by}, not a training stage"
     # What the version page requests: the MLmodel under the version's source; and it loads.
     local = mlflow.artifacts.download_artifacts(
         client.get_model_version_download_uri(model, runs["version"]), tracking_uri=uri
@@ -159,7 +160,7 @@ def facts(uri: str, runs: dict) -> dict:
             "trace": {"id": trace.info.trace_id, "wall_s": row["wall_s"],
                       "duration_ms": trace.info.execution_duration,
                       "success": row["success"]},
-            "version_run": mv.run_id, "parents": len(parents), "names": {r.info.run_id: r.info.run_name for r in (a, b)},
+            "version_run": mv.run_id, "version_stage": trained_by, "parents": len(parents), "names": {r.info.run_id: r.info.run_name for r in (a, b)},
             "values": {r.info.run_id: {**{k: r.data.metrics[k] for k in SIDE_BY_SIDE_METRICS},
                                        "weights_sha256": r.data.tags["weights_sha256"]}
                        for r in (a, b)}}  # fmt: skip
@@ -399,37 +400,87 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
         if any(code == 404 for _, code in asked):
             failures.append(f"model version page: 404 for {[u for u, c in asked if c == 404]}")
         source = page.locator(f'a[href*="{known["version_run"]}"]')
-        if not source.count() or source.first.inner_text().strip() != TRAINED_BY:
-            failures.append(f"model version page: no link to the source run, {TRAINED_BY}")
+        if not source.count() or source.first.inner_text().strip() != known["version_stage"]:
+            failures.append(
+                f"model version page: no link to its source run, {known['version_stage']}"
+            )
         if not page.get_by_text("Inputs (1)").count():
             failures.append("model version page: no input schema")
         browser.close()
     return failures
 
 
+def discover(workdir: Path, version: str) -> dict:
+    """The runs in a checkout's own stores after `make run` and `agentrl reproduce VERSION`:
+    the pipeline run that registered the version (its lineage) and its newest reproduction."""
+    from mlflow import MlflowClient
+
+    from components import tracking
+    from components.promote.config import PromotionConfig
+
+    uri = store_uri(workdir)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    mv = client.get_model_version(PromotionConfig().model_name, version)
+    exp = client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id
+    found = client.search_runs([exp], f"{tracking.pipeline_search_filter()} and "
+                               f"tags.reproduction_of_version = '{version}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+    if not found:
+        raise SystemExit(f"no reproduction of version {version} in {uri}: run "
+                         f"`agentrl reproduce {version}` first")  # fmt: skip
+    return {"original": mv.tags["pipeline_run_id"], "reproduction": found[0].info.run_id,
+            "version": str(version)}  # fmt: skip
+
+
+def pipeline_workdir(workdir: Path, uri: str, version: str) -> Path:
+    """The original run's pipeline folder: its preset's `pipeline.workdir` (the version's
+    `preset` tag names the file, relative to where the flow ran)."""
+    import yaml
+    from mlflow import MlflowClient
+
+    from components.promote.config import PromotionConfig
+
+    mv = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version(
+        PromotionConfig().model_name, version
+    )
+    preset = yaml.safe_load(Path(workdir, mv.tags["preset"]).read_text())
+    return Path(workdir, preset["pipeline"]["workdir"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/ui_check.py", description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "ui-check")
+    p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "ui-check",
+                   help="where the stores are (mlruns/mlflow.db) and the flow ran")  # fmt: skip
     p.add_argument("--build", action="store_true", help="run the tiny pipeline + reproduce first")
+    p.add_argument("--version", default="",
+                   help="check the stores `make run` + `agentrl reproduce VERSION` left in "
+                        "--workdir (e.g. --workdir . --version 1) instead of a --build's")  # fmt: skip
+    p.add_argument("--shots", type=Path, default=None,
+                   help="screenshot folder (default: <workdir>/screenshots)")  # fmt: skip
     p.add_argument("--port", type=int, default=0, help="mlflow ui port (default: a free one)")
     p.add_argument("--ui", default="", help="an MLflow UI already serving the store (its URL)")
     args = p.parse_args(argv)
     workdir = args.workdir.resolve()
-    runs = (
-        build(workdir) if args.build else json.loads((workdir / "ui-check-runs.json").read_text())
-    )
-    runs["workdir_original"] = str(workdir / "runs" / "pipeline")
+    shots = (args.shots or workdir / "screenshots").resolve()
+    if args.build:
+        runs = build(workdir)
+    elif args.version:
+        runs = discover(workdir, args.version)
+    else:
+        runs = json.loads((workdir / "ui-check-runs.json").read_text())
     uri = store_uri(workdir)
+    runs["workdir_original"] = str(pipeline_workdir(workdir, uri, runs["version"]))
     known = facts(uri, runs)
     print(json.dumps(known, indent=2, default=str))
     if args.ui:
-        failures = browse(args.ui.rstrip("/"), runs, known, workdir / "screenshots")
+        failures = browse(args.ui.rstrip("/"), runs, known, shots)
     else:
-        with mlflow_ui(uri, args.port or _free_port(), workdir / "mlflow-ui.log") as base:
-            failures = browse(base, runs, known, workdir / "screenshots")
+        shots.mkdir(parents=True, exist_ok=True)
+        with mlflow_ui(uri, args.port or _free_port(), shots / "mlflow-ui.log") as base:
+            failures = browse(base, runs, known, shots)
     for f in failures:
         print(f"FAILED: {f}")
-    print(f"screenshots: {workdir / 'screenshots'}")
+    print(f"screenshots: {shots}")
     return 1 if failures else 0
 
 

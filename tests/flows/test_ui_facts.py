@@ -14,6 +14,8 @@ import pytest
 from components import tracking
 from flows import stages
 
+TRAINED_BY = "grpo"  # the stage the candidate is registered from
+
 
 @pytest.fixture(scope="module")
 def episodes(tmp_path_factory):
@@ -62,7 +64,6 @@ def pipeline_run(name: str, workdir, evaluation: dict, policy, register: bool) -
     from components.promote import registry
     from components.promote.config import PromotionConfig
     from components.promote.registry import Lineage
-    from scripts.ui_check import TRAINED_BY
 
     parent = stages.open_run.fn(name, {"sft": {"max_steps": 2}}, {"preset": "test"})
     seconds, runs = {}, {}
@@ -97,7 +98,7 @@ def test_the_ui_facts_hold_for_an_original_and_its_reproduction(tmp_path, monkey
                                                                  episodes, policy_dir):  # fmt: skip
     import mlflow
 
-    from scripts.ui_check import SIDE_BY_SIDE_METRICS, TRAINED_BY, facts
+    from scripts.ui_check import SIDE_BY_SIDE_METRICS, facts
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -120,6 +121,7 @@ def test_the_ui_facts_hold_for_an_original_and_its_reproduction(tmp_path, monkey
     assert set(known["stages"]) == {"generate", "evaluate", TRAINED_BY}
     assert all(s["seconds"] >= s["recorded"] - 0.01 > 0 for s in known["stages"].values())
     assert known["version_run"] == known["stages"][TRAINED_BY]["run_id"]
+    assert known["version_stage"] == TRAINED_BY
 
     # The bug the issue found: a stage run opened and closed after its stage lasts
     # milliseconds, less than the stage's recorded time; `facts` refuses it.
