@@ -156,9 +156,31 @@ def run_url(run_id: str, ui: str = "") -> str:
     """The run's page in the MLflow UI (`ui`: its base URL, default $MLFLOW_UI_URL or the
     README's `mlflow ui` address)."""
     mlflow = _mlflow()
-    base = (ui or os.environ.get("MLFLOW_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
+    base = _ui_base(ui)
     experiment = mlflow.MlflowClient().get_run(run_id).info.experiment_id
     return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+
+
+def _ui_base(ui: str) -> str:
+    return (ui or os.environ.get("MLFLOW_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
+
+
+def pipeline_runs_url(experiment_id: str = "", ui: str = "") -> str:
+    """The runs table filtered to pipeline (parent) runs: tick two and press Compare."""
+    from urllib.parse import quote
+
+    experiment_id = experiment_id or _mlflow().get_experiment_by_name(EXPERIMENT).experiment_id
+    return (f"{_ui_base(ui)}/#/experiments/{experiment_id}/runs"
+            f"?searchFilter={quote(pipeline_search_filter())}")  # fmt: skip
+
+
+def compare_url(run_ids: list[str], experiment_id: str = "", ui: str = "") -> str:
+    """The compare page of these runs (e.g. an original and its reproduction)."""
+    from urllib.parse import quote
+
+    experiment_id = experiment_id or _mlflow().get_experiment_by_name(EXPERIMENT).experiment_id
+    runs, experiments = json.dumps(list(run_ids)), json.dumps([experiment_id])
+    return f"{_ui_base(ui)}/#/compare-runs?runs={quote(runs)}&experiments={quote(experiments)}"
 
 
 def set_run_tags(run_id: str, tags: dict) -> None:

@@ -132,7 +132,8 @@ def reproduce(version: str, preset: str | None = None) -> dict:
         if aside.exists():
             aside.rename(original)
     result = compare(tags, summary["fingerprints"])
-    return {**result, "version": str(version), "run_id": summary["run_id"], "workdir": str(done)}
+    return {**result, "version": str(version), "run_id": summary["run_id"], "workdir": str(done),
+            "original_run_id": tags.get("pipeline_run_id", "")}  # fmt: skip
 
 
 def print_report(report: dict) -> None:
@@ -149,6 +150,11 @@ def print_report(report: dict) -> None:
     where = f" (first at {report['first_difference']})" if report["first_difference"] else ""
     print(f"\n{report['verdict']}{where}; reproduction run {report['run_id']}, "
           f"artefacts in {report['workdir']}")  # fmt: skip
+    if report.get("original_run_id"):
+        from components.tracking import compare_url
+
+        print("MLflow, the original beside its reproduction: "
+              + compare_url([report["original_run_id"], report["run_id"]]))  # fmt: skip
 
 
 def _version(text: str) -> str:

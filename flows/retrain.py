@@ -317,7 +317,7 @@ def _promotion_config(preset=None):
 
 
 def print_summary(summary: dict) -> None:
-    from components.tracking import pipeline_search_filter, tracking_uri
+    from components.tracking import pipeline_runs_url, pipeline_search_filter, tracking_uri
 
     ev, pr = summary["evaluation"], summary["promotion"]
     lo, hi = ev.get("success_ci95") or ev.get("success_ci") or (None, None)
@@ -360,5 +360,6 @@ def print_summary(summary: dict) -> None:
     print("\nUIs:")
     print(f"  MLflow:  .venv/bin/mlflow ui --backend-store-uri {tracking_uri()} --port 5000")
     print(f"           this run: {summary['mlflow_run_url']}")
-    print(f"           pipeline runs only: search {pipeline_search_filter()!r}, tick two, Compare")
+    print(f"           pipeline runs only ({pipeline_search_filter()}): {pipeline_runs_url()}")
+    print("           tick two there and press Compare")
     print("  Prefect: .venv/bin/prefect server start   (then http://127.0.0.1:4200)")

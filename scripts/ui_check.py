@@ -11,14 +11,19 @@ data all inside it. The check starts `mlflow ui` on that store and asserts, thro
 tracking API first (`facts`, what the default test tier also checks on logged runs) and
 then on the pages a user opens:
 
-- the two parent runs, listed with the filter the README gives, compared side by side:
-  success rate, its CI bounds and the weights hash are on the compare page, and some
-  metric differs between them;
+- the two parent runs compared side by side at the URL `agentrl reproduce` prints: the
+  compare page's metrics grid (virtualised: scrolled through, row by row) shows
+  success_rate, _lo and _hi for both runs as logged, its tags table the weights hash of
+  both, and "show diff only" leaves exactly the metrics that differ;
+- the runs table at the URL the flow prints (filter `tags.stage = 'pipeline'`) lists the
+  parents and no stage run;
 - every stage run of the original lasts at least its recorded compute time (a floor:
-  stage runs used to be opened after the work and lasted milliseconds);
+  stage runs used to be opened after the work and lasted milliseconds), and the SFT run's
+  page shows that duration;
 - a trace of the evaluate run lasts the episode's recorded wall time and its status is
-  the episode's outcome;
-- the registered version's page loads its MLmodel (no 404) and shows the source run.
+  the episode's outcome, as its header shows;
+- the registered version's page loads its MLmodel (200, no 404), links its source run
+  (the training stage's) and shows a schema; the model loads with `pyfunc.load_model`.
 
 Screenshots go to `<workdir>/screenshots/`. Exit status 0 when every check holds, 1 with
 the failed checks listed otherwise.
@@ -39,6 +44,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+# What the compare page must show side by side for the two parents (plus the weights hash).
+SIDE_BY_SIDE_METRICS = ("success_rate", "success_rate_lo", "success_rate_hi")
+# The stages a candidate can come from (SFT, or the last of `pipeline.algorithms`).
+TRAINING_STAGES = ("sft", "rs", "dpo", "grpo")
 
 
 def store_uri(workdir: Path) -> str:
@@ -82,32 +93,44 @@ def build(workdir: Path) -> dict:
 
 
 def facts(uri: str, runs: dict) -> dict:
-    """What the pages must show, read through the tracking API; raises on a broken fact."""
+    """What the pages must show, read through the tracking API (the default test tier calls
+    this on runs the flow's own tasks logged); raises AssertionError on a broken fact.
+
+    `runs`: the two parent run ids (`original`, `reproduction`), the registered `version`
+    and `workdir_original`, the original's pipeline folder (its eval/results.json)."""
+    import mlflow
     from mlflow import MlflowClient
+    from mlflow.models import Model
 
     from components import tracking
+    from components.promote.config import PromotionConfig
 
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     exp = client.get_experiment_by_name(tracking.EXPERIMENT)
     parents = client.search_runs([exp.experiment_id], tracking.pipeline_search_filter())
     ids = {r.info.run_id for r in parents}
     assert {runs["original"], runs["reproduction"]} <= ids, "parent runs missing from the filter"
-    assert all(r.data.tags.get("stage") == "pipeline" for r in parents)
+    assert all(r.data.tags.get("stage") == "pipeline" for r in parents), "a stage run listed"
     a, b = (client.get_run(runs[k]) for k in ("original", "reproduction"))
     for run in (a, b):
-        for key in ("success_rate", "success_rate_lo", "success_rate_hi"):
+        for key in SIDE_BY_SIDE_METRICS:
             assert key in run.data.metrics, f"{run.info.run_name}: no {key}"
+        rate, lo, hi = (run.data.metrics[k] for k in SIDE_BY_SIDE_METRICS)
+        assert lo <= rate <= hi, f"{run.info.run_name}: success_rate {rate} outside [{lo}, {hi}]"
         assert run.data.tags.get("weights_sha256"), f"{run.info.run_name}: no weights_sha256"
-    differing = sorted(k for k in a.data.metrics
-                       if k in b.data.metrics and a.data.metrics[k] != b.data.metrics[k])  # fmt: skip
-    assert differing, "the two parent runs have no differing metric"
+    # As the compare page's "show diff only" has it: a metric only one run has differs too.
+    ma, mb = a.data.metrics, b.data.metrics
+    differing = sorted(k for k in ma.keys() | mb.keys() if ma.get(k) != mb.get(k))
+    assert any(k in ma and k in mb for k in differing), "no metric of both parents differs"
     children = client.search_runs([exp.experiment_id],
                                   f"tags.mlflow.parentRunId = '{runs['original']}'")  # fmt: skip
     stages = {}
     for child in children:
         seconds = (child.info.end_time - child.info.start_time) / 1000
-        recorded = child.data.metrics.get("stage_seconds", 0.0)
+        assert "stage_seconds" in child.data.metrics, f"{child.info.run_name}: no stage_seconds"
+        recorded = child.data.metrics["stage_seconds"]
         if child.data.tags.get("cached") != "True":
+            # The floor: the run spans at least the stage's own measured time.
             assert seconds >= recorded - 0.5, f"{child.info.run_name}: {seconds}s < {recorded}s"
         stages[child.info.run_name] = {"run_id": child.info.run_id, "seconds": seconds,
                                        "recorded": recorded}  # fmt: skip
@@ -119,15 +142,28 @@ def facts(uri: str, runs: dict) -> dict:
     trace = traces[0]
     root = next(s for s in trace.data.spans if s.parent_id is None)
     row = by_episode[root.attributes["episode_id"]]
-    assert abs(trace.info.execution_duration - row["wall_s"] * 1000) <= 1
-    assert trace.info.state.value == ("OK" if row["success"] else "ERROR")
-    assert trace.info.tags.get("pipeline_run_id") == runs["original"]
-    mv = client.get_model_version("agentrl-coder", runs["version"])
-    assert mv.run_id == stages["grpo"]["run_id"], "source run is not the training run"
+    assert abs(trace.info.execution_duration - row["wall_s"] * 1000) <= 1, "trace duration"
+    assert trace.info.state.value == ("OK" if row["success"] else "ERROR"), "trace status"
+    assert trace.info.tags.get("pipeline_run_id") == runs["original"], "trace's pipeline run"
+    model = PromotionConfig().model_name
+    mv = client.get_model_version(model, runs["version"])
+    trained_by = next((k for k, v in stages.items() if v["run_id"] == mv.run_id), None)
+    assert trained_by in TRAINING_STAGES, f"source run is {trained_by}, not a training stage"
+    # What the version page requests: the MLmodel under the version's source; and it loads.
+    local = mlflow.artifacts.download_artifacts(
+        client.get_model_version_download_uri(model, runs["version"]), tracking_uri=uri
+    )
+    meta = Model.load(f"{local}/MLmodel")
+    assert meta.signature is not None and meta.run_id == mv.run_id, "MLmodel"
+    mlflow.pyfunc.load_model(local)
     return {"experiment": exp.experiment_id, "differing": differing, "stages": stages,
             "trace": {"id": trace.info.trace_id, "wall_s": row["wall_s"],
+                      "duration_ms": trace.info.execution_duration,
                       "success": row["success"]},
-            "version_run": mv.run_id}  # fmt: skip
+            "version_run": mv.run_id, "version_stage": trained_by, "parents": len(parents), "names": {r.info.run_id: r.info.run_name for r in (a, b)},
+            "values": {r.info.run_id: {**{k: r.data.metrics[k] for k in SIDE_BY_SIDE_METRICS},
+                                       "weights_sha256": r.data.tags["weights_sha256"]}
+                       for r in (a, b)}}  # fmt: skip
 
 
 def _free_port() -> int:
@@ -175,118 +211,276 @@ def chromium() -> str:
     raise RuntimeError("no chromium on PATH: run `make ui-deps`")
 
 
-# Scrolls the compare page's metrics grid (its own scroll box, below the page's) by a few rows.
-SCROLL_METRICS = """() => {
-  const cell = window.metricsBox || [...document.querySelectorAll('a, span, div')]
-    .find(e => e.childElementCount === 0 && e.textContent.trim() === 'episodes');
-  let box = window.metricsBox || cell;  // found once: scrolled away, the cell is gone
-  while (box && !(box.scrollHeight > box.clientHeight + 5
-                  && /auto|scroll/.test(getComputedStyle(box).overflowY))) box = box.parentElement;
-  window.metricsBox = box;
-  if (box) box.scrollTop += 120;
-  return box ? box.scrollTop : -1;
+# The compare page's metrics table is two react-virtualized grids side by side (names, then
+# one column per run), 300 px tall: only the rows in view are in the DOM. This scrolls the
+# values grid to `to` px and reads the rows in view: {rows: {name: [values]}, at: {name:
+# its offset}, top, max}.
+# The page moves the names grid to where the values grid was one scroll event earlier,
+# so it scrolls twice, one pixel apart, to leave both grids (and the screenshot) aligned.
+METRIC_GRID = """async (to) => {
+  const link = document.querySelector('a[title="Plot chart"]');
+  if (!link) return null;
+  const names = link.closest('.ReactVirtualized__Grid');
+  const grids = names.parentElement.parentElement.querySelectorAll('.ReactVirtualized__Grid');
+  const values = grids[grids.length - 1];
+  const max = values.scrollHeight - values.clientHeight;
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  to = Math.min(to, max);
+  values.scrollTop = to > 0 ? to - 1 : 1;
+  await sleep(250);
+  values.scrollTop = to;
+  await sleep(500);
+  const rows = {}, byTop = {}, at = {};
+  for (const cell of names.querySelectorAll('a[title="Plot chart"]')) {
+    const top = cell.parentElement.style.top, name = cell.textContent.trim();
+    byTop[top] = name; rows[name] = []; at[name] = parseFloat(top);
+  }
+  const cells = [...values.querySelectorAll('.ReactVirtualized__Grid__innerScrollContainer > div')]
+    .sort((a, b) => parseFloat(a.style.left) - parseFloat(b.style.left));
+  for (const cell of cells) if (byTop[cell.style.top] !== undefined)
+    rows[byTop[cell.style.top]].push(cell.textContent.trim());
+  return {rows, at, top: values.scrollTop, max};
 }"""
+
+# One row of a plain compare table (parameters, tags): its cells' text, or null.
+TABLE_ROW = """(name) => {
+  const th = [...document.querySelectorAll('table.mlflow-compare-table th')]
+    .find(h => h.textContent.trim() === name);
+  return th ? [...th.parentElement.querySelectorAll('td')].map(td => td.textContent.trim()) : null;
+}"""
+
+
+# Scrolls a plain compare table's row into view, at the bottom of the screen.
+SHOW_ROW = """(name) => [...document.querySelectorAll('table.mlflow-compare-table th')]
+  .find(h => h.textContent.trim() === name)?.scrollIntoView({block: 'end'})"""
+
+
+def metric_rows(page) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Every row of the compare page's metrics table (its cells, its offset), scrolled
+    through from the top, three rows (135 px) at a time."""
+    rows: dict[str, list[str]] = {}
+    at: dict[str, float] = {}
+    top = 0
+    while (seen := page.evaluate(METRIC_GRID, top)) is not None:
+        rows.update(seen["rows"])
+        at.update(seen["at"])
+        if seen["top"] >= seen["max"]:
+            break
+        top = seen["top"] + 135
+    return rows, at
+
+
+def shown(value: float, text: str) -> bool:
+    """Does `text` show `value` as MLflow's formatMetric rounds it (3 decimals below 10)?"""
+    try:
+        return abs(float(text) - value) <= 0.0005 + 0.005 * abs(value)
+    except ValueError:
+        return False
+
+
+def run_page_duration(text: str) -> float | None:
+    """The duration a run page shows after "Duration" (MLflow writes `8.1s`, `2.5min`, `1.2h`)."""
+    import re
+
+    m = re.search(r"Duration\s*([\d.]+)\s*(ms|s|min|h)\b", text)
+    if not m:
+        return None
+    return float(m[1]) * {"ms": 0.001, "s": 1, "min": 60, "h": 3600}[m[2]]
 
 
 def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
     """The checks on the pages; returns the failures (empty: all hold)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
+
+    from components import tracking
 
     shots.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
-    missing: list[str] = []
     exp = known["experiment"]
+    pair = [runs["original"], runs["reproduction"]]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+        responses: list[tuple[str, int]] = []
+        page.on("response", lambda r: responses.append((r.url, r.status)))
 
-        def shot(name: str) -> None:
-            page.wait_for_timeout(8000)  # the tables fill in after the page's first paint
+        def shot(name: str, settle: int = 8000) -> None:
+            page.wait_for_timeout(settle)  # the tables fill in after the page's first paint
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
-        # Parents only, compared side by side.
-        ids = json.dumps([runs["original"], runs["reproduction"]])
-        page.goto(f"{base}/#/compare-runs?runs={ids}&experiments={json.dumps([exp])}")
+        # The two parents compared side by side, at the URL `agentrl reproduce` prints.
+        page.goto(tracking.compare_url(pair, exp, base))
         page.get_by_text("Run details").first.wait_for(timeout=120_000)
-        page.wait_for_timeout(5000)
-        for section in ("Visualizations", "Run details", "Parameters"):  # Metrics in view
-            page.get_by_text(section, exact=True).first.click()
-            page.wait_for_timeout(1000)
-        # The metrics table shows a window of rows (alphabetical): scroll it to the success
-        # rows, reading every window on the way.
-        text = page.inner_text("body")
-        for _ in range(40):
-            if "success_rate_hi" in text and "success_rate_lo" in text:
-                break
-            page.evaluate(SCROLL_METRICS)
-            page.wait_for_timeout(400)
-            text += page.inner_text("body")
-        shot("compare-parents")
-        for needle in ("success_rate", "success_rate_lo", "success_rate_hi", "weights_sha256"):
-            if needle not in text:
-                failures.append(f"compare page: no {needle}")
-        if "Nothing to compare" in text:
+        page.locator('a[title="Plot chart"]').first.wait_for(timeout=120_000)
+        page.wait_for_timeout(3000)
+        if "Nothing to compare" in page.inner_text("body"):
             failures.append("compare page: 'Nothing to compare!'")
-        # The runs table with the README's filter: parents only.
-        page.goto(f"{base}/#/experiments/{exp}/runs")
-        box = page.get_by_placeholder('metrics.rmse < 1 and params.model = "tree"', exact=False)
-        if box.count():
-            box.first.fill("tags.stage = 'pipeline'")
-            box.first.press("Enter")
+        # Fold what is not compared here, so the metrics and tags share the screen.
+        for section in ("Visualizations", "Parameters", "Artifacts"):
+            page.get_by_text(section, exact=True).first.click()
+        assistant = page.get_by_label("Close")  # MLflow's assistant panel, when it opens
+        if assistant.count():
+            assistant.first.click()
+        page.wait_for_timeout(1000)
+        rows, at = metric_rows(page)
+        for key in SIDE_BY_SIDE_METRICS:
+            cells = rows.get(key)
+            want = [known["values"][r][key] for r in pair]
+            if cells is None:
+                failures.append(f"compare page: no {key} row (rows: {sorted(rows)})")
+            elif len(cells) != 2 or not all(map(shown, want, cells)):
+                failures.append(f"compare page: {key} shows {cells}, logged {want}")
+        tags = page.evaluate(TABLE_ROW, "weights_sha256")
+        want = [known["values"][r]["weights_sha256"] for r in pair]
+        if tags != want:
+            failures.append(f"compare page: weights_sha256 shows {tags}, logged {want}")
+        # In one screenshot: the success rows (two above them) and the weights hash row.
+        page.evaluate(METRIC_GRID, max(0, at.get("success_rate", 0) - 90))
+        page.evaluate(SHOW_ROW, "weights_sha256")
+        shot("compare-parents", 2000)
+        # "Show diff only" on the metrics: what differs between the two, and nothing else.
+        page.get_by_label("Metrics - Show diff only").click()
+        page.wait_for_timeout(2000)
+        diff, _ = metric_rows(page)
+        if sorted(diff) != known["differing"]:
+            failures.append(f"compare page, diff only: {sorted(diff)}, "
+                            f"differing {known['differing']}")  # fmt: skip
+        page.evaluate(METRIC_GRID, 0)
+        shot("compare-parents-diff", 2000)
+
+        # The runs table at the URL the flow prints: parents only, no stage runs.
+        page.goto(tracking.pipeline_runs_url(exp, base))
+        page.get_by_text(known["names"][runs["original"]]).first.wait_for(timeout=120_000)
         shot("runs-parents")
-        # Stage durations: the original's run page lists its stages with their durations.
-        sft = known["stages"].get("sft") or next(iter(known["stages"].values()))
+        listed = page.inner_text("body")
+        for key in ("original", "reproduction"):
+            if known["names"][runs[key]] not in listed:
+                failures.append(f"runs table (pipeline filter): no {known['names'][runs[key]]}")
+        if f"{known['parents']} matching runs" not in listed:
+            failures.append(f"runs table (pipeline filter): not {known['parents']} matching runs")
+        stage_names = [s for s in known["stages"] if "-" in s]  # distinctive: policy-init, ...
+        if any(s in listed for s in stage_names):
+            failures.append(f"runs table (pipeline filter) lists stage runs {stage_names}")
+
+        # Stage durations: a stage run's page shows a duration at least its recorded time.
+        sft = known["stages"]["sft"]
         page.goto(f"{base}/#/experiments/{exp}/runs/{sft['run_id']}")
         page.get_by_text("Duration").first.wait_for(timeout=120_000)
         shot("stage-run-sft")
-        if sft["seconds"] < 1 and sft["recorded"] >= 1:
-            failures.append(f"sft run lasts {sft['seconds']}s, recorded {sft['recorded']}s")
-        # The trace: its duration and status.
+        text = page.inner_text("body")
+        duration = run_page_duration(text)
+        # MLflow shows one decimal (`4.9s`, `2.5min`): a floor below the recorded time by
+        # at most that rounding.
+        if duration is None or duration < sft["recorded"] - max(0.1, 0.02 * sft["recorded"]):
+            failures.append(f"sft run page: duration {duration}s, recorded {sft['recorded']}s")
+
+        # The trace: its header shows the episode's recorded wall time and its outcome.
         trace = known["trace"]
         page.goto(f"{base}/#/experiments/{exp}/traces?selectedEvaluationId={trace['id']}")
-        page.wait_for_timeout(5000)
-        shot("trace")
-        body = page.inner_text("body")
-        wall = trace["wall_s"]
-        shown = {f"{wall:.2f}s", f"{wall:.1f}s", f"{wall:.3f}s", f"{round(wall)}s"}
-        if not any(s in body for s in shown):
-            failures.append(f"trace page: no duration {wall:.2f}s shown")
-        # The registered version: its MLmodel loads (no 404), its source run is shown.
-        before = len(missing)
+        ms = f"{trace['duration_ms']:.2f}ms"  # as the header writes it (facts: = the wall time)
+        state = "OK" if trace["success"] else "Error"
+        try:
+            page.get_by_text(ms, exact=True).first.wait_for(timeout=120_000)
+            header = page.get_by_text(ms, exact=True).first.locator("xpath=../..").inner_text()
+        except PlaywrightTimeout:
+            header = ""
+        shot("trace", 3000)
+        if trace["id"].removeprefix("tr-")[:8] not in header or state not in header.split("\n"):
+            failures.append(f"trace page: header {header!r}, expected {ms} and {state}")
+        # The registered version: its MLmodel loads (no 404), its source run is the training
+        # stage's, its schema is not empty.
+        before = len(responses)
         page.goto(f"{base}/#/models/agentrl-coder/versions/{runs['version']}")
         page.get_by_text("Source Run", exact=False).first.wait_for(timeout=120_000)
         shot("model-version")
-        gone = [u for u in missing[before:] if "MLmodel" in u or "artifact" in u]
-        if gone:
-            failures.append(f"model version page: 404 for {gone}")
+        asked = [(u, code) for u, code in responses[before:] if "MLmodel" in u or "artifact" in u]
+        if not any("MLmodel" in u and code == 200 for u, code in asked):
+            failures.append(f"model version page: no MLmodel loaded ({asked})")
+        if any(code == 404 for _, code in asked):
+            failures.append(f"model version page: 404 for {[u for u, c in asked if c == 404]}")
+        source = page.locator(f'a[href*="{known["version_run"]}"]')
+        if not source.count() or source.first.inner_text().strip() != known["version_stage"]:
+            failures.append(
+                f"model version page: no link to its source run, {known['version_stage']}"
+            )
+        if not page.get_by_text("Inputs (1)").count():
+            failures.append("model version page: no input schema")
         browser.close()
     return failures
 
 
+def discover(workdir: Path, version: str) -> dict:
+    """The runs in a checkout's own stores after `make run` and `agentrl reproduce VERSION`:
+    the pipeline run that registered the version (its lineage) and its newest reproduction."""
+    from mlflow import MlflowClient
+
+    from components import tracking
+    from components.promote.config import PromotionConfig
+
+    uri = store_uri(workdir)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    mv = client.get_model_version(PromotionConfig().model_name, version)
+    exp = client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id
+    found = client.search_runs([exp], f"{tracking.pipeline_search_filter()} and "
+                               f"tags.reproduction_of_version = '{version}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+    if not found:
+        raise SystemExit(f"no reproduction of version {version} in {uri}: run "
+                         f"`agentrl reproduce {version}` first")  # fmt: skip
+    return {"original": mv.tags["pipeline_run_id"], "reproduction": found[0].info.run_id,
+            "version": str(version)}  # fmt: skip
+
+
+def pipeline_workdir(workdir: Path, uri: str, version: str) -> Path:
+    """The original run's pipeline folder: its preset's `pipeline.workdir` (the version's
+    `preset` tag names the file, relative to where the flow ran)."""
+    import yaml
+    from mlflow import MlflowClient
+
+    from components.promote.config import PromotionConfig
+
+    mv = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version(
+        PromotionConfig().model_name, version
+    )
+    preset = yaml.safe_load(Path(workdir, mv.tags["preset"]).read_text())
+    return Path(workdir, preset["pipeline"]["workdir"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/ui_check.py", description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "ui-check")
+    p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "ui-check",
+                   help="where the stores are (mlruns/mlflow.db) and the flow ran")  # fmt: skip
     p.add_argument("--build", action="store_true", help="run the tiny pipeline + reproduce first")
+    p.add_argument("--version", default="",
+                   help="check the stores `make run` + `agentrl reproduce VERSION` left in "
+                        "--workdir (e.g. --workdir . --version 1) instead of a --build's")  # fmt: skip
+    p.add_argument("--shots", type=Path, default=None,
+                   help="screenshot folder (default: <workdir>/screenshots)")  # fmt: skip
     p.add_argument("--port", type=int, default=0, help="mlflow ui port (default: a free one)")
     p.add_argument("--ui", default="", help="an MLflow UI already serving the store (its URL)")
     args = p.parse_args(argv)
     workdir = args.workdir.resolve()
-    runs = (
-        build(workdir) if args.build else json.loads((workdir / "ui-check-runs.json").read_text())
-    )
-    runs["workdir_original"] = str(workdir / "runs" / "pipeline")
+    shots = (args.shots or workdir / "screenshots").resolve()
+    if args.build:
+        runs = build(workdir)
+    elif args.version:
+        runs = discover(workdir, args.version)
+    else:
+        runs = json.loads((workdir / "ui-check-runs.json").read_text())
     uri = store_uri(workdir)
+    runs["workdir_original"] = str(pipeline_workdir(workdir, uri, runs["version"]))
     known = facts(uri, runs)
     print(json.dumps(known, indent=2, default=str))
     if args.ui:
-        failures = browse(args.ui.rstrip("/"), runs, known, workdir / "screenshots")
+        failures = browse(args.ui.rstrip("/"), runs, known, shots)
     else:
-        with mlflow_ui(uri, args.port or _free_port(), workdir / "mlflow-ui.log") as base:
-            failures = browse(base, runs, known, workdir / "screenshots")
+        shots.mkdir(parents=True, exist_ok=True)
+        with mlflow_ui(uri, args.port or _free_port(), shots / "mlflow-ui.log") as base:
+            failures = browse(base, runs, known, shots)
     for f in failures:
         print(f"FAILED: {f}")
-    print(f"screenshots: {workdir / 'screenshots'}")
+    print(f"screenshots: {shots}")
     return 1 if failures else 0
 
 
