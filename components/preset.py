@@ -72,7 +72,8 @@ SECTIONS = {
     "promote": _lazy("components.promote.config", "PromotionConfig"),  # promote commands
     "launcher": _lazy("components.launch.config", "LauncherConfig"),  # where stages run
     "mine": _lazy("components.tasks.mine", "MineConfig"),  # tasks mine
-    "runtime": _lazy("components.runtime", "RuntimeConfig"),  # services' start-up budget
+    # services' start-up budget: the flow (Prefect), train grpo and rollout sample (vLLM)
+    "runtime": _lazy("components.runtime", "RuntimeConfig"),
 }
 # Fields a stage sets from its own arguments (output folders): a preset that sets them
 # would be silently overridden, so it is an error.
@@ -165,9 +166,31 @@ def validate_preset(preset: Preset) -> None:
         check_expert_tool_set(pipeline.expert_policy, preset.section("env"))
     except ValueError as e:
         raise PresetError(f"{preset.path}: {e}") from e
+    _check_sampling_server(preset, pipeline)
     if pipeline.mined_tasks and not Path(pipeline.mined_tasks).is_dir():
         raise PresetError(f"{preset.path}:pipeline.mined_tasks: no such folder "
                           f"{pipeline.mined_tasks!r} (a folder of task folders)")  # fmt: skip
+
+
+def _check_sampling_server(preset: Preset, pipeline) -> None:
+    """`rollout.server` is read where episodes are sampled on a server (backend openai) by a
+    stage that syncs the policy into it; vLLM reloads LoRA adapters only."""
+    rollout = preset.section("rollout")
+    at = f"{preset.path}:rollout.server"
+    if "server" in preset.section("evaluate").rollout:
+        raise PresetError(f"{preset.path}:evaluate.rollout.server: evaluation samples "
+                          "in-process or on a running server; only rollout.server starts one")  # fmt: skip
+    if not rollout.server:
+        return
+    if rollout.backend != "openai":
+        raise PresetError(f"{at}: {rollout.server} needs rollout.backend: openai (it is "
+                          f"{rollout.backend}; nothing would sample on the server)")  # fmt: skip
+    if rollout.sync_url:
+        raise PresetError(f"{preset.path}:rollout.sync_url: the started server is the only "
+                          "replica; leave sync_url out with rollout.server")  # fmt: skip
+    if "grpo" in pipeline.algorithms and preset.section("grpo").lora is None:
+        raise PresetError(f"{at}: vLLM loads new policy versions as LoRA adapters only; "
+                          "set grpo.lora (it has no full-weight reload)")  # fmt: skip
 
 
 def stage_config(preset_path: str | Path, name: str, **overrides):

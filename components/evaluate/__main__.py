@@ -126,13 +126,11 @@ def policy_or_model(text: str) -> str:
 
 
 def checkpoint_dir(text: str) -> str:
-    """A saved checkpoint folder (it has config.json)."""
-    import argparse
+    """A saved policy folder: a full checkpoint (config.json) or LoRA adapters on a base
+    (adapter_config.json; a LoRA-trained candidate, as configs/cpu-pretrained.yaml makes)."""
+    from components.cli_args import saved_policy
 
-    folder = existing_dir(text)
-    if not (folder / "config.json").is_file():
-        raise argparse.ArgumentTypeError(f"{text} is not a checkpoint (no config.json)")
-    return str(folder)
+    return saved_policy(text)
 
 
 def main_env_eval(argv: list[str]) -> int:

@@ -27,6 +27,15 @@ class RolloutConfig:
         default="http://127.0.0.1:8000/v1",
         metadata=doc("OpenAI-compatible endpoint root (…/v1); used by the openai backend"),
     )
+    server: Literal["", "vllm"] = field(
+        default="",
+        metadata=doc(
+            "openai backend: '' = a server already answers at base_url; vllm = the stage "
+            "that samples (train grpo, rollout sample) starts real vLLM itself from "
+            ".venv-vllm (`make vllm`) on loopback, on the policy's base, waits for its "
+            "health within runtime.startup_timeout_s, samples there and stops it"
+        ),
+    )
     model: str = field(
         default="policy",
         metadata=doc("model name sent to the server (vLLM: --served-model-name)"),
@@ -108,6 +117,8 @@ class RolloutConfig:
             raise ValueError(f"RolloutConfig.backend: unknown {self.backend!r}")
         if self.backend == "openai" and not self.base_url.startswith(("http://", "https://")):
             raise ValueError("RolloutConfig.base_url must be an http(s) URL")
+        if self.server not in ("", "vllm"):
+            raise ValueError(f"RolloutConfig.server: unknown {self.server!r} ('' or vllm)")
         if self.sync_url and not self.sync_url.startswith(("http://", "https://")):
             raise ValueError("RolloutConfig.sync_url must be an http(s) URL or ''")
         if not self.model:

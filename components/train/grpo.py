@@ -53,11 +53,13 @@ while this one updates, each at most `max_staleness` versions behind
 exact (the versions a resumed run still samples with are kept on disk).
 
 `agentrl train grpo` (main_grpo) takes every setting from a preset: sections grpo, rollout,
-env and sandbox.
+env, sandbox and runtime (with `rollout.server: vllm` it starts real vLLM on the policy's
+base itself, waiting for it within runtime.startup_timeout_s; serve/vllm_launcher.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -796,6 +798,7 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from components.policy.model import load_policy
+    from components.serve.vllm_launcher import sampling_server
     from components.tasks.task import load_tasks
 
     preset = load_preset(args.preset)
@@ -809,11 +812,17 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
         return code
     rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
+    rollout = preset.section("rollout")
+    # rollout.server vllm: rank 0 (the one that samples on a server) starts vLLM itself.
+    server = (sampling_server(rollout, args.policy, preset.section("runtime").startup_timeout_s,
+                              Path(args.out) / "vllm-logs")
+              if rank == 0 else contextlib.nullcontext((rollout, None)))  # fmt: skip
     try:
-        result = train_grpo(
-            model, tokenizer, tasks, config, preset.section("rollout"), preset.section("env"),
-            preset.section("sandbox"), resume=not args.no_resume,
-        )  # fmt: skip
+        with server as (rollout, _base):
+            result = train_grpo(
+                model, tokenizer, tasks, config, rollout, preset.section("env"),
+                preset.section("sandbox"), resume=not args.no_resume,
+            )  # fmt: skip
     except PolicySyncError as exc:  # the server would sample a stale or missing version
         raise SystemExit(f"agentrl train grpo: {exc}") from None
     if rank == 0:

@@ -85,3 +85,21 @@ def test_report_states_the_settings_the_episodes_ran_with(tmp_path):
     assert "temperature 0.0" in md and "192 new tokens per turn" in md
     assert "try_fix ids constrained: True" in md
     assert json.loads((tmp_path / "metrics.json").read_text())["candidate"]["settings"]
+
+
+def test_a_lora_candidate_is_a_model_evaluate_takes(tmp_path):
+    """`evaluate run/safety --model`: a LoRA-trained candidate (adapter_config.json on a
+    base, what configs/cpu-pretrained.yaml's GRPO saves) is a saved policy; a folder with
+    neither file is refused, naming it."""
+    import argparse
+
+    import pytest
+
+    from components.evaluate.__main__ import checkpoint_dir
+
+    (tmp_path / "adapters").mkdir()
+    (tmp_path / "adapters" / "adapter_config.json").write_text("{}")
+    assert checkpoint_dir(str(tmp_path / "adapters")) == str(tmp_path / "adapters")
+    with pytest.raises(argparse.ArgumentTypeError, match="empty.*no config.json"):
+        (tmp_path / "empty").mkdir()
+        checkpoint_dir(str(tmp_path / "empty"))

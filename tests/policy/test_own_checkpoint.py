@@ -298,3 +298,32 @@ def test_the_text_tools_parser_is_lenient_on_form_and_strict_on_what_counts(chat
     bad = parse_tool_call('```json\n{"name": "run_command", "arguments": {"cmd": 3}}\n```', fmt)
     assert bad.tool is None and bad.parse_error
     assert parse_tool_call("The capital of France is Paris.", fmt).tool is None
+
+
+def test_a_lora_run_on_a_template_without_tools_never_resizes_the_embeddings(
+    chatml_dir, events, tmp_path
+):  # fmt: skip
+    """The pretrained product path (configs/cpu-pretrained.yaml): LoRA SFT on a checkpoint
+    whose template renders no tools saves adapters on the checkpoint as it is (no copy of a
+    grown base in `base/`, its sha256 in the metadata), and loading them back, as GRPO,
+    evaluation and vLLM's base do, keeps its vocabulary: no embedding row is added."""
+    from safetensors import safe_open
+
+    from components.policy.config import LoRAConfig
+    from components.policy.lora import ADAPTER_META, weights_sha256
+    from components.policy.model import load_policy
+    from components.train.config import SFTConfig
+    from components.train.sft import train_sft
+
+    with safe_open(str(chatml_dir / "model.safetensors"), framework="pt") as f:
+        saved_rows = f.get_tensor("model.embed_tokens.weight").shape[0]
+    model, tokenizer = build_policy(PolicyConfig(pretrained_path=str(chatml_dir)))
+    config = SFTConfig(max_steps=1, batch_size=1, max_seq_len=2048, use_cpu=True,
+                       lora=LoRAConfig(r=4, alpha=8), output_dir=str(tmp_path / "sft"))  # fmt: skip
+    result = train_sft(model, tokenizer, [{"id": "a", "trajectory": events}], config)
+    policy_dir = tmp_path.joinpath(result.checkpoint_dir)
+    meta = json.loads((policy_dir / ADAPTER_META).read_text())
+    assert meta["base_path"] != "base" and not (policy_dir / "base").exists()
+    assert meta["base_sha256"] == weights_sha256(chatml_dir)
+    reloaded, reloaded_tokenizer = load_policy(policy_dir)
+    assert reloaded.get_input_embeddings().weight.shape[0] == saved_rows == len(reloaded_tokenizer)
