@@ -11,7 +11,9 @@ With `--make-run`: what a new user waits for. A fresh clone of this checkout, `m
 (the virtual environment from the lock file) then `make run` (the retrain flow on
 configs/cpu-demo.yaml), each timed; prints the install's and every stage's wall time with
 its share of the run, the flow's own time (run minus its stages) and the total, and writes
-the table to bench/results/. Run it on a quiet machine: other work inflates every row.
+the table to bench/results/, with the 1-minute load average sampled during each (min, mean,
+max). Run it on a quiet machine: other work inflates every row; on a shared one, compare
+presets or commits by ratio, run back to back, never by the absolute seconds.
 
     .venv/bin/python bench/pipeline_overhead.py [--n-tasks 60] [--sft-steps 60]
     .venv/bin/python bench/pipeline_overhead.py --make-run
@@ -25,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -109,6 +112,34 @@ def stage_table(log: str, install_s: float, run_s: float) -> str:
     return "\n".join(lines)
 
 
+class LoadSampler:
+    """The 1-minute load average every `every_s` seconds while in a `with` block."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s, self.samples = every_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        """`load min-mean-max a-b-c` of the samples taken (at least one: the first is at entry)."""
+        s = self.samples
+        return f"load min-mean-max {min(s):.1f}-{sum(s) / len(s):.1f}-{max(s):.1f}"
+
+
 def make_run(out: Path) -> Path:
     """Time `make install` and `make run` in a fresh clone of this checkout's HEAD."""
     from bench.report import write_table
@@ -118,18 +149,20 @@ def make_run(out: Path) -> Path:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         t0 = time.perf_counter()
-        subprocess.run(["make", "install"], cwd=clone, env=env, check=True)
+        with LoadSampler() as install_load:
+            subprocess.run(["make", "install"], cwd=clone, env=env, check=True)
         install_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        proc = subprocess.run(["make", "run"], cwd=clone, env=env, capture_output=True,
-                              text=True, check=False)  # fmt: skip
+        with LoadSampler() as run_load:
+            proc = subprocess.run(["make", "run"], cwd=clone, env=env, capture_output=True,
+                                  text=True, check=False)  # fmt: skip
         run_s = time.perf_counter() - t0
     sys.stdout.write(proc.stdout[-4000:])
     if proc.returncode != 0:
         raise SystemExit(f"make run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    load = Path("/proc/loadavg").read_text().split()[0]
     table = stage_table(proc.stdout, install_s, run_s)
-    text = f"# `make run` in a fresh clone ({os.cpu_count()} cores, load {load} at the end)\n\n"
+    text = (f"# `make run` in a fresh clone ({os.cpu_count()} cores)\n\n"
+            f"install: {install_load.summary()}; run: {run_load.summary()}\n\n")  # fmt: skip
     return write_table(text + table + "\n", out, "make-run")
 
 

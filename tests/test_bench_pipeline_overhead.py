@@ -4,6 +4,7 @@ when a stage ends (a change to either shows here); the full run is the bench its
 from __future__ import annotations
 
 import inspect
+import time
 
 from bench.pipeline_overhead import stage_table
 from flows import retrain
@@ -20,3 +21,17 @@ def test_the_table_reads_the_flows_stage_lines():
     assert "| sft | 0 (cached) | 0% |" in table
     assert "| flow (Prefect, MLflow, start-up) | 91 | 13% |" in table
     assert "| **total, install included** | **820** | |" in table
+
+
+def test_the_load_sampler_reads_the_load_average_while_in_its_block():
+    from bench.pipeline_overhead import LoadSampler
+
+    with LoadSampler(every_s=0.01) as load:
+        deadline = time.monotonic() + 5
+        while len(load.samples) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    taken = len(load.samples)
+    time.sleep(0.05)
+    assert taken >= 3 and len(load.samples) == taken  # stopped at the block's end
+    low, mean, high = map(float, load.summary().split()[-1].split("-"))
+    assert low <= mean <= high and low == round(min(load.samples), 1)
