@@ -89,7 +89,11 @@ class EnvConfig:
         ),
     )
     per_test_timeout_s: float = field(
-        default=5.0, metadata=doc("pytest-timeout per hidden test; a hang counts as a failure")
+        default=5.0,
+        metadata=doc(
+            "limit per hidden test and case: seconds of CPU time, and of wall time not spent "
+            "waiting for a core (load moves neither); a hang counts as a failure"
+        ),
     )
     max_task_memory_mb: int = field(
         default=4096,
@@ -106,7 +110,10 @@ class EnvConfig:
     )
     fix_test_timeout_s: float = field(
         default=2.0,
-        metadata=doc("fix_search: pytest-timeout per test in the runs of list_fixes / try_fix"),
+        metadata=doc(
+            "fix_search: per-test limit of the runs of list_fixes / try_fix, counted like "
+            "per_test_timeout_s"
+        ),
     )
     weights: RewardWeights = field(default_factory=RewardWeights, metadata=doc("reward weights"))
 

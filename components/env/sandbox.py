@@ -739,6 +739,7 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, object]:
 
 
 _run_counter = itertools.count()
+HARNESS_PLUGINS = Path(__file__).resolve().parent / "harness_plugins"
 
 
 def sandbox_env(home: Path, python_env: str = "") -> dict[str, str]:
@@ -754,9 +755,12 @@ def sandbox_env(home: Path, python_env: str = "") -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
         # The host venv's pytest plugins (kmock, asyncio, ...) are ours, not the task's:
-        # they slow every run and can break it. Tasks get plain pytest + pytest-timeout.
+        # they slow every run and can break it. Tasks get plain pytest + pytest-timeout,
+        # its limit counted in CPU time (harness_plugins/agentrl_cpu_timeout.py), so that
+        # load decides no test's outcome. The folder holds that one module.
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "PYTEST_PLUGINS": "pytest_timeout",
+        "PYTEST_PLUGINS": "pytest_timeout,agentrl_cpu_timeout",
+        "PYTHONPATH": str(HARNESS_PLUGINS),
     }
 
 
@@ -854,6 +858,8 @@ def _bwrap_argv(
     # (a mask over the cache must not hide them; nothing may make them writable).
     for needed in environment_dirs(config.python_env):
         args += ["--ro-bind", needed, needed]
+    # The harness's own pytest plugin (sandbox_env's PYTHONPATH), read-only like the venv.
+    args += ["--ro-bind", str(HARNESS_PLUGINS), str(HARNESS_PLUGINS)]
     args += ["--bind", str(ws), str(ws)]
     for path in readonly:
         args += ["--ro-bind", path, path]

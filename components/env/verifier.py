@@ -17,12 +17,13 @@ check writes survives it:
    start (`python -s -P -B`: no user site, no current folder or repository on sys.path
    ahead of the environment's packages; the repository is appended after them; the
    environment is the sandbox's allow-list, so no PYTHON* variable of the host applies)
-   with pytest plugins given explicitly (autoload off; pytest-timeout and the harness's
-   recorder passed as objects). The recorder notes what each test's setup, call and
+   with pytest plugins given explicitly (autoload off; pytest-timeout, its limit counted in
+   CPU time and unstarved wall time (harness_plugins/agentrl_cpu_timeout.py: load decides
+   no verdict), and the harness's recorder passed as objects). The recorder notes what each test's setup, call and
    teardown raised, independently of pytest's reports. A pass needs both to agree, the
    canary reported as failed, every hidden test present and none skipped; anything else
    that bends the run is a forged verdict (test tampering). The import of a test module
-   (and of the code it imports) is timed like a test.
+   (and of the code it imports) is limited like a test, and so is each hidden case.
 4. **Hidden cases**, when the hidden tests passed and the task ships cases
    (`hidden_cases.json`) or its hidden tests are plain `assert f(literals) == literal`
    lines (read off here, `derive_cases`): another fresh tree from the snapshot, without
@@ -502,7 +503,9 @@ def _case_matches(result: dict, expected: str, comparison: str) -> bool:
 # test can neither read them nor forge a pass (patching pytest, returning an object whose
 # __eq__ is always true).
 CASE_RUNNER = r"""
-import ast, importlib, importlib.util, json, os, signal, sys
+import ast, importlib, importlib.util, json, os, sys
+
+import agentrl_limits  # CPU time and unstarved wall time (harness_plugins/)
 
 PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
@@ -525,7 +528,7 @@ def check(x, depth=0):
     raise TypeError("result of type %s is not a plain value" % t.__name__)
 
 
-def on_alarm(signum, frame):
+def on_limit(kind):
     raise TimeoutError("case timed out")
 
 
@@ -553,11 +556,10 @@ def main():
     with open(args_path) as f:
         calls = json.load(f)
     sys.path.append(".")  # the repository, behind the environment's packages
-    signal.signal(signal.SIGALRM, on_alarm)
     modules, out, import_timeout = {}, [], False
     for module_file, function, text in calls:
         try:
-            signal.setitimer(signal.ITIMER_REAL, float(timeout))
+            agentrl_limits.arm(float(timeout), float(timeout), on_limit)
             try:
                 if module_file not in modules:
                     try:
@@ -570,7 +572,7 @@ def main():
                     raise module
                 value = getattr(module, function)(*ast.literal_eval(text))
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                agentrl_limits.cancel()
             check(value)
             out.append({"repr": repr(value)})
         except BaseException as e:
@@ -589,14 +591,14 @@ main()
 # The harness the hidden tests run under (see the module docstring, step 4). The verdict
 # line goes to a copy of the original stdout taken before any repository code runs.
 HARNESS = r"""
-import json, os, signal, sys
+import json, os, sys
 
 
 IMPORT_TIMEOUTS = []
 ENDINGS = ("_pytest.outcomes.Exit", "SystemExit", "KeyboardInterrupt")
 
 
-def on_alarm(signum, frame):
+def on_limit(kind):
     IMPORT_TIMEOUTS.append(1)
     raise TimeoutError("import of a test module timed out")
 
@@ -605,6 +607,8 @@ def main():
     token, root, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
     out = os.dup(1)
     sys.path.append(root)  # the repository, behind the environment's packages
+    import agentrl_cpu_timeout
+    import agentrl_limits
     import pytest
     import pytest_timeout
 
@@ -641,14 +645,13 @@ def main():
         @pytest.hookimpl(wrapper=True, tryfirst=True)
         def pytest_make_collect_report(self, collector):
             # pytest-timeout covers tests, not the import of a test module (and of the code
-            # it imports): a module that hangs at import fails here, not at the wall clock.
-            previous = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            # it imports): a module that hangs at import fails here, under the limits a
+            # test gets (CPU time, and wall time less the time starved of a core).
+            agentrl_limits.arm(timeout, timeout, on_limit)
             try:
                 return (yield)
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
+                agentrl_limits.cancel()
 
         def pytest_collectreport(self, report):
             if report.outcome != "passed":
@@ -664,7 +667,7 @@ def main():
         def pytest_collection_finish(self, session):
             record["items"] = [[i.nodeid, rel(i.path)] for i in session.items]
 
-    rc = pytest.main(sys.argv[4:], plugins=[pytest_timeout, Recorder()])
+    rc = pytest.main(sys.argv[4:], plugins=[pytest_timeout, agentrl_cpu_timeout, Recorder()])
     record["rc"] = int(rc)
     record["import_timeouts"] = len(IMPORT_TIMEOUTS)
     os.write(out, ("\nAGENTRL-VERDICT %s %s\n" % (token, json.dumps(record))).encode())

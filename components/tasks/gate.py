@@ -200,10 +200,12 @@ _HANGS_MARKER = "AGENTRL-GATE-HANGS"
 # Calls the function on each hidden case's arguments under a per-case alarm; prints the
 # indices of the cases that ran out of time (run in the sandbox: it executes task code).
 _CASE_SCAN = r"""
-import ast, importlib.util, json, signal, sys
+import ast, importlib.util, json, sys
+
+import agentrl_limits  # components/env/harness_plugins/, on the sandbox's PYTHONPATH
 
 
-def on_alarm(signum, frame):
+def on_limit(kind):
     raise TimeoutError
 
 
@@ -212,10 +214,10 @@ sys.path.insert(0, ".")
 spec = importlib.util.spec_from_file_location("module_under_test", module_file)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-signal.signal(signal.SIGALRM, on_alarm)
 hung = []
 for i, text in enumerate(json.load(open(args_file))):
-    signal.setitimer(signal.ITIMER_REAL, float(timeout))
+    # CPU time, and wall time less the time starved of a core (load adds neither).
+    agentrl_limits.arm(float(timeout), float(timeout), on_limit)
     try:
         getattr(module, function)(*ast.literal_eval(text))
     except TimeoutError:
@@ -223,7 +225,7 @@ for i, text in enumerate(json.load(open(args_file))):
     except BaseException:
         pass
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        agentrl_limits.cancel()
 print("\n%s %s" % (sys.argv[5], json.dumps(hung)))
 """
 

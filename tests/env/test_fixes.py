@@ -298,7 +298,6 @@ def test_stored_diff_of_try_fix_is_the_reference_fix(tasks, tmp_path):
 
 def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks):
     import re
-    import time
 
     task = tasks[0]
     env = EpisodeEnv(
@@ -312,10 +311,11 @@ def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks
     head = re.search(r"^def .*:\n", text, re.MULTILINE).group(0)
     hang = text.replace(head, head + "    while True:\n        pass\n", 1)
     (env.workspace.root / module).write_text(hang)  # fix_search has no edit tool
-    t0 = time.monotonic()
     listing = env.step(Action("list_fixes", {}))["observation"]
-    assert time.monotonic() - t0 < 20  # the sandbox's wall limit is 60 s
-    assert "Timeout" in listing and "Candidate fixes of" in listing
+    # Each looping test is stopped after 1 s of CPU time; the sandbox's wall limit (60 s,
+    # "[tests timed out after ...]") is never reached, however busy the machine.
+    assert "Timeout (>1s of CPU time)" in listing and "Candidate fixes of" in listing
+    assert "tests timed out after" not in listing
     env.finish()
 
 

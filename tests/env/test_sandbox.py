@@ -22,6 +22,7 @@ import pytest
 
 from components.env import sandbox as sb
 from components.env.sandbox import (
+    HARNESS_PLUGINS,
     CommandResult,
     PathEscapeError,
     SandboxConfig,
@@ -223,7 +224,11 @@ def test_env_is_scrubbed_and_secrets_do_not_pass(ws: Workspace, monkeypatch):
     assert "s3cr3t" not in r.output
     assert set(env) - {"PWD"} == {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE",
                                   "PYTHONHASHSEED", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
-                                  "PYTEST_PLUGINS"}  # fmt: skip
+                                  "PYTEST_PLUGINS", "PYTHONPATH"}  # fmt: skip
+    # Only the harness's own plugins folder (its per-test limits), read-only in the sandbox.
+    assert env["PYTHONPATH"] == str(HARNESS_PLUGINS)
+    assert sorted(p.name for p in HARNESS_PLUGINS.glob("*.py")) == [
+        "agentrl_cpu_timeout.py", "agentrl_limits.py"]  # fmt: skip
     assert env["HOME"] == str(ws.root)
     assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
 
