@@ -26,6 +26,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 VERIFIER_SOURCES = (
     "components/env/verifier.py",  # snapshot, tampering rules, harness, hidden cases, control
     "components/env/sandbox.py",  # the isolation and limits every verification process has
+    "components/env/harness_plugins/agentrl_cpu_timeout.py",  # per-test limits in CPU time
+    "components/env/harness_plugins/agentrl_limits.py",  # and in unstarved wall time
     "components/env/rewards.py",  # how a verification becomes reward terms and success
     "components/tasks/task.py",  # what a task protects and hides (tests, cases, patterns)
     "components/tasks/environments.py",  # the interpreter and limits a task is verified with
