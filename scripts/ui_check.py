@@ -139,12 +139,17 @@ def facts(uri: str, runs: dict) -> dict:
     by_episode = {r["episode_id"]: r for r in rows["results"]}
     traces = client.search_traces(locations=[exp.experiment_id], run_id=evaluate)
     assert traces, "no trace on the evaluate run"
+    for trace in traces:  # every one; the pages show the first
+        root = next(s for s in trace.data.spans if s.parent_id is None)
+        row = by_episode[root.attributes["episode_id"]]
+        where = f"trace of {row['episode_id']}"
+        assert abs(trace.info.execution_duration - row["wall_s"] * 1000) <= 1, f"{where}: duration"
+        assert trace.info.state.value == ("OK" if row["success"] else "ERROR"), f"{where}: status"
+        assert trace.info.tags.get("pipeline_run_id") == runs["original"], f"{where}: pipeline run"
     trace = traces[0]
-    root = next(s for s in trace.data.spans if s.parent_id is None)
-    row = by_episode[root.attributes["episode_id"]]
-    assert abs(trace.info.execution_duration - row["wall_s"] * 1000) <= 1, "trace duration"
-    assert trace.info.state.value == ("OK" if row["success"] else "ERROR"), "trace status"
-    assert trace.info.tags.get("pipeline_run_id") == runs["original"], "trace's pipeline run"
+    row = by_episode[
+        next(s for s in trace.data.spans if s.parent_id is None).attributes["episode_id"]
+    ]
     model = PromotionConfig().model_name
     mv = client.get_model_version(model, runs["version"])
     trained_by = next((k for k, v in stages.items() if v["run_id"] == mv.run_id), None)
@@ -160,7 +165,8 @@ def facts(uri: str, runs: dict) -> dict:
             "trace": {"id": trace.info.trace_id, "wall_s": row["wall_s"],
                       "duration_ms": trace.info.execution_duration,
                       "success": row["success"]},
-            "version_run": mv.run_id, "version_stage": trained_by, "parents": len(parents), "names": {r.info.run_id: r.info.run_name for r in (a, b)},
+            "version_run": mv.run_id, "version_stage": trained_by, "parents": len(parents),
+            "names": {r.info.run_id: r.info.run_name for r in (a, b)},
             "values": {r.info.run_id: {**{k: r.data.metrics[k] for k in SIDE_BY_SIDE_METRICS},
                                        "weights_sha256": r.data.tags["weights_sha256"]}
                        for r in (a, b)}}  # fmt: skip
@@ -194,12 +200,22 @@ def mlflow_ui(uri: str, port: int, log: Path):
                 time.sleep(1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        # `mlflow ui` leaves its uvicorn workers and job runner behind when it alone is
+        # stopped: stop the whole tree.
+        import psutil
+
+        from components.runtime import descendants
+
+        procs = []
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(pid))
+                procs[-1].terminate()
+        _, alive = psutil.wait_procs(procs, timeout=30)
+        for left in alive:
+            with contextlib.suppress(psutil.Error):
+                left.kill()
+        proc.wait()
         out.close()
 
 
@@ -302,6 +318,9 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        # A loaded 2-core machine serves the UI's first pages in tens of seconds.
+        page.set_default_navigation_timeout(180_000)
+        page.set_default_timeout(120_000)
         responses: list[tuple[str, int]] = []
         page.on("response", lambda r: responses.append((r.url, r.status)))
 
