@@ -129,13 +129,17 @@ def register_candidate(
     lineage: Lineage,
     config: PromotionConfig | None = None,
     actor: str | None = None,
+    extra_tags: dict[str, str] | None = None,
 ) -> str:
     """Register a checkpoint folder as a new model version; returns the version number.
+    A LoRA adapter folder is registered merged into its base (`_register_merged_adapters`).
 
     The version has no alias: it is a candidate until request_approval sees its gates.
     """
     config = config or PromotionConfig()
     checkpoint_dir = Path(checkpoint_dir)
+    if (checkpoint_dir / "agentrl_adapter.json").is_file():
+        return _register_merged_adapters(checkpoint_dir, lineage, config, actor)
     if not (checkpoint_dir / "config.json").is_file():
         raise FileNotFoundError(
             f"{checkpoint_dir} is not a Hugging Face checkpoint (no config.json)"
@@ -147,6 +151,7 @@ def register_candidate(
     tags = {k: str(v) for k, v in asdict(lineage).items()}
     tags["git_commit"] = tags["git_commit"] or current_git_commit()
     tags.update(adapter_base_tags(checkpoint_dir))
+    tags.update(extra_tags or {})
     client = mlflow_client(config)
     source_run = _training_run(client, lineage.training_run_id)
     registration_run = None
@@ -190,6 +195,26 @@ def register_candidate(
         client=client,
     )
     return str(version.version)
+
+
+def _register_merged_adapters(adapter_dir: Path, lineage: Lineage, config: PromotionConfig,
+                              actor: str | None) -> str:  # fmt: skip
+    """A LoRA candidate is registered as its adapters folded into the base (what `agentrl
+    policy merge` writes): a version that loads on its own, not one that needs a base
+    folder on the machine that trained it. The tags keep the base's sha256 and the
+    adapters' own."""
+    import tempfile
+
+    from components.lineage import weights_sha256
+    from components.policy.lora import merge_adapters
+    from components.policy.model import load_policy, save_policy
+
+    with tempfile.TemporaryDirectory(prefix="agentrl-merged-") as tmp:
+        model, tokenizer = load_policy(adapter_dir)
+        merged = save_policy(merge_adapters(model), tokenizer, Path(tmp) / "policy")
+        extra = {**adapter_base_tags(adapter_dir), "adapter_dir": str(adapter_dir),
+                 "adapters_sha256": weights_sha256(adapter_dir)}  # fmt: skip
+        return register_candidate(merged, lineage, config, actor, extra_tags=extra)
 
 
 def _training_run(client, run_id: str):

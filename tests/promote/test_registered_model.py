@@ -59,3 +59,38 @@ def test_candidate_is_an_mlflow_model_logged_from_its_training_run(cfg, policy_d
     folder = registry.download_version(version, cfg)
     assert weights_sha256(folder) == weights_sha256(policy_dir)
     assert (folder / "tokenizer.json").is_file()
+
+
+def test_a_lora_candidate_is_registered_merged_into_its_base(cfg, policy_dir, tmp_path):
+    """A LoRA-trained candidate (an adapter folder, as configs/cpu-pretrained.yaml trains)
+    registers as a version that loads on its own: the adapters folded into the base, whose
+    sha256 and the adapters' stay in the tags."""
+    import mlflow
+    import torch
+
+    from components.policy.config import LoRAConfig
+    from components.policy.lora import add_adapters, merge_adapters, save_adapters
+    from components.policy.model import load_policy
+
+    model, tokenizer = load_policy(policy_dir)
+    adapted = add_adapters(model, LoRAConfig(r=2, alpha=4))
+    with torch.no_grad():  # B = 0 at init: move it so merging changes the weights
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)
+    adapter_dir = save_adapters(adapted, tokenizer, tmp_path / "adapters")
+    lineage = Lineage(data_version="data-v1", config_hash="cfg1")
+    version = registry.register_candidate(adapter_dir, lineage, cfg)
+
+    mv = mlflow_client(cfg).get_model_version(cfg.model_name, version)
+    assert mv.tags["adapter"] == "lora" and mv.tags["base_sha256"]
+    assert mv.tags["adapters_sha256"] == weights_sha256(adapter_dir)
+    folder = registry.download_version(version, cfg)
+    assert (folder / "config.json").is_file() and not (folder / "adapter_config.json").exists()
+    merged, _ = load_policy(folder)
+    ids = torch.tensor([tokenizer.encode("def f(x): return x")])
+    expected = merge_adapters(load_policy(adapter_dir)[0])(ids).logits
+    assert torch.allclose(merged(ids).logits, expected, atol=1e-5)
+    uri = mlflow_client(cfg).get_model_version_download_uri(cfg.model_name, version)
+    local = mlflow.artifacts.download_artifacts(uri, tracking_uri=cfg.resolved_tracking_uri())
+    assert mlflow.pyfunc.load_model(local) is not None
