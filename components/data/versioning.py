@@ -649,7 +649,7 @@ def rollback(cfg: VersioningConfig, version: str, snapshot_first: bool = False) 
                 "snapshot first (agentrl data snapshot) or pass --snapshot-first"
             )
         if changes:
-            _snapshot(cfg, f"before rollback to {entry['version']}")
+            _snapshot(cfg, f"before rollback to {entry['version']}", {})
         init_dvc(cfg)  # a fresh clone may lack the remote settings (e.g. config.local)
         tmp = sibling(data, f"tmp-{os.getpid()}")
         old = sibling(data, f"old-{os.getpid()}")
