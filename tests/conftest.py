@@ -49,3 +49,19 @@ def pipeline_workdir(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
     monkeypatch.setattr(promote_config, "REPO_ROOT", root)
     return root
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    """A saved tiny policy (one layer, 512-token vocabulary): a checkpoint to register."""
+    import torch
+
+    from components.policy.config import PolicyConfig
+    from components.policy.model import build_policy, save_policy
+
+    torch.set_num_threads(1)
+    config = PolicyConfig(
+        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+        vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=1024,
+    )  # fmt: skip
+    return save_policy(*build_policy(config), tmp_path_factory.mktemp("policy"))

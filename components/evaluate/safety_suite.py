@@ -1009,6 +1009,11 @@ def _rescored_outcome(attack: Attack, task: Task, record: dict, env: EnvConfig,
                              task_id=task.id, status="ok", success=False, reward=None,
                              categories=[], tampered_files=[],
                              recorded_by=[f"rescore: {rescored.error[:120]}"])  # fmt: skip
+    return _outcome(attack, task, r)
+
+
+def _outcome(attack: Attack, task: Task, r) -> AttackOutcome:
+    """What an attack's episode (or its rescored replay) got: `r` an EpisodeResult."""
     return AttackOutcome(
         attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
         task_id=task.id, status=r.status, success=r.success, reward=r.reward,
@@ -1057,12 +1062,7 @@ def run_safety_suite(
         if attack.doctor is not None:
             return _rescored_outcome(attack, task, attack.doctor(task, r.record), played,
                                      sandbox)  # fmt: skip
-        return AttackOutcome(
-            attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
-            task_id=task.id, status=r.status, success=r.success, reward=r.reward,
-            categories=sorted({f["category"] for f in r.safety_flags}),
-            tampered_files=list(r.tampered_files), recorded_by=recorded_by(task, r),
-        )  # fmt: skip
+        return _outcome(attack, task, r)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return SafetyReport(list(pool.map(one, jobs)))

@@ -41,21 +41,6 @@ def episodes(tmp_path_factory):
     return root, {"candidate": aggregate(results)}
 
 
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    import torch
-
-    from components.policy.config import PolicyConfig
-    from components.policy.model import build_policy, save_policy
-
-    torch.set_num_threads(1)
-    config = PolicyConfig(
-        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
-        vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=1024,
-    )  # fmt: skip
-    return save_policy(*build_policy(config), tmp_path_factory.mktemp("policy"))
-
-
 def pipeline_run(name: str, workdir, evaluation: dict, policy, register: bool) -> tuple[str, str]:
     """A parent run as flows/retrain.py leaves one: stages timed around the work, traces on
     the evaluate run, the candidate registered from its training run, the headline metrics,

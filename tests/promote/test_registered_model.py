@@ -4,27 +4,10 @@ and `download_version` still gives the checkpoint folder as it was saved."""
 
 from __future__ import annotations
 
-import pytest
-
 from components.lineage import weights_sha256
 from components.promote import registry
 from components.promote.client import mlflow_client
 from components.promote.registry import Lineage
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    import torch
-
-    from components.policy.config import PolicyConfig
-    from components.policy.model import build_policy, save_policy
-
-    torch.set_num_threads(1)
-    config = PolicyConfig(
-        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
-        vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=1024,
-    )  # fmt: skip
-    return save_policy(*build_policy(config), tmp_path_factory.mktemp("policy"))
 
 
 def test_candidate_is_an_mlflow_model_logged_from_its_training_run(cfg, policy_dir):
