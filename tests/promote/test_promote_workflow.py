@@ -155,12 +155,14 @@ def _lineage():
     return lineage()
 
 
-def test_an_adapter_version_records_the_base_it_belongs_to(cfg, checkpoint):
+def test_an_adapter_candidate_whose_base_is_gone_is_refused_and_nothing_registered(
+    cfg, checkpoint
+):
+    """A LoRA candidate registers merged into its base (test_registered_model.py); with the
+    base folder missing it is refused naming that folder, and no version appears."""
     (checkpoint / "agentrl_adapter.json").write_text(
-        json.dumps({"base_path": "runs/base", "base_sha256": "abc123"})
+        json.dumps({"base_path": "runs/base-that-is-gone", "base_sha256": "abc123"})
     )
-    version = registry.register_candidate(checkpoint, _lineage(), cfg, actor="trainer")
-    tags = get_version(version, cfg)["tags"]
-    assert (tags["adapter"], tags["base_path"], tags["base_sha256"]) == (
-        "lora", "runs/base", "abc123"
-    )  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="base-that-is-gone"):
+        registry.register_candidate(checkpoint, _lineage(), cfg, actor="trainer")
+    assert list_versions(cfg) == []

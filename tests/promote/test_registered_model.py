@@ -67,6 +67,7 @@ def test_a_lora_candidate_is_registered_merged_into_its_base(cfg, policy_dir, tm
 
     mv = mlflow_client(cfg).get_model_version(cfg.model_name, version)
     assert mv.tags["adapter"] == "lora" and mv.tags["base_sha256"]
+    assert mv.tags["base_path"] == str(policy_dir)
     assert mv.tags["adapters_sha256"] == weights_sha256(adapter_dir)
     folder = registry.download_version(version, cfg)
     assert (folder / "config.json").is_file() and not (folder / "adapter_config.json").exists()
