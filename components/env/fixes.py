@@ -34,6 +34,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from components import pyast
 from components.env.neighbourhood import blame, function_names
 from components.env.neighbourhood import neighbourhood as grammar_neighbourhood
 from components.tasks.mutations import enumerate_mutants, normalize
@@ -125,7 +126,7 @@ def candidate_fixes(
         raise ValueError(f"unknown neighbourhood {neighbourhood!r}: one of {NEIGHBOURHOODS}")
     hints = blame(test_output, path, function_names(source))
     canonical = source == normalize(source) + "\n"
-    tree = None if canonical else ast.parse(source)
+    tree = None if canonical else pyast.parse(source)
     seen: dict[str, int] = {}
     out = []
     for n in grammar_neighbourhood(source, limit, hints):
@@ -139,7 +140,7 @@ def candidate_fixes(
 def operator_fixes(source: str, limit: int) -> list[FixCandidate]:
     """The earlier listing: the bug generator's operators applied to `source` (most are
     their own inverse), in reading order (line, then operator), at most `limit`."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     mutants = enumerate_mutants(source)
     order = sorted(range(len(mutants)), key=lambda i: (mutants[i].lineno, i))[:limit]
     # A module already in canonical form (the generated suite) needs no search: its mutant's
@@ -351,7 +352,7 @@ def _in_place_texts(text: _Text, original: ast.Module, mutant: ast.Module):
 
 
 def _edit_in_place(text: _Text, original: ast.Module, mutant: str) -> str:
-    for candidate in _in_place_texts(text, original, ast.parse(mutant)):
+    for candidate in _in_place_texts(text, original, pyast.parse(mutant)):
         try:
             if normalize(candidate) == mutant:
                 return candidate
@@ -365,7 +366,7 @@ def edit_in_place(source: str, mutant: str) -> str:
     from `source`) by rewriting only the text of the node that changed: the smallest span
     whose rewrite parses to `mutant`. Comments, blank lines and formatting elsewhere stay.
     Falls back to `mutant` itself when no span rewrite reproduces it."""
-    return _edit_in_place(_Text(source), ast.parse(source), mutant)
+    return _edit_in_place(_Text(source), pyast.parse(source), mutant)
 
 
 def summarize_test_output(output: str, max_lines: int = 5) -> str:

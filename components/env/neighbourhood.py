@@ -49,6 +49,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from components import pyast
+
 # ----------------------------------------------------------------------------- the score
 
 PRIORS: dict[str, float] = {
@@ -550,7 +552,7 @@ def _returned_literals(fn: ast.AST) -> list[str]:
 
 
 def _value(text: str) -> ast.expr:
-    return ast.parse(text, mode="eval").body
+    return pyast.parse(text, mode="eval").body
 
 
 def _statement_replacements(scope, node, field, stmts, i, names, fn) -> Iterator[_Edit]:
@@ -629,7 +631,7 @@ def _render(tree: ast.Module, edit: _Edit) -> str | None:
 def function_names(source: str) -> set[str]:
     """The functions a module defines (what `blame` may blame)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return set()
     return {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)}
@@ -641,7 +643,7 @@ def neighbourhood(
     """The module's one-edit neighbours, best score first (ties in reading order), distinct
     and each different from the module, at most `limit` (None: all). Raises SyntaxError if
     `source` does not parse."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     scope = _Scope(tree)
     original = ast.unparse(tree) + "\n"
     scored = []

@@ -82,6 +82,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components import pyast
 from components.env.config import EnvConfig
 from components.env.sandbox import (
     CommandResult,
@@ -295,7 +296,7 @@ def count_hidden_tests(task: Task) -> int:
     for rel in task.hidden_test_files():
         if not rel.endswith(".py"):
             continue
-        tree = ast.parse((task.hidden_tests_dir / rel).read_text())
+        tree = pyast.parse((task.hidden_tests_dir / rel).read_text())
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
                 "test"
@@ -458,7 +459,7 @@ def derive_cases(task: Task) -> list[dict]:
     for rel in task.hidden_test_files():
         if not rel.endswith(".py"):
             continue
-        tree = ast.parse((task.hidden_tests_dir / rel).read_text())
+        tree = pyast.parse((task.hidden_tests_dir / rel).read_text())
         imported: dict[str, tuple[str, str]] = {}
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -22,6 +22,8 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from components import pyast
+
 # Shared identifier pools (families add their own).
 SEQ = ("xs", "items", "values", "nums", "data", "seq", "arr", "elements", "entries")
 TEXT = ("text", "s", "line", "sentence", "phrase", "raw", "message", "source")
@@ -116,7 +118,7 @@ def render(family: Family, rng: random.Random) -> Variant:
     mapping.update(consts)
     text = string.Template(family.template).substitute(mapping)
     text = _shuffle_blocks(text, rng)
-    source = ast.unparse(ast.parse(text))
+    source = ast.unparse(pyast.parse(text))
     return Variant(family.name, module, fn, source, consts, family.cases(rng, consts))
 
 

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components import pyast
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import HIDDEN_CASES_FILE, Task, load_task
 
@@ -95,7 +96,7 @@ def _imported_names(tree: ast.Module, module: str, function: str) -> set[str]:
 
 
 def _assertions(text: str, rel: str, module: str, function: str) -> list[Assertion]:
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     names = _imported_names(tree, module, function)
     out = []
     for node in ast.walk(tree):
@@ -176,7 +177,7 @@ def _contradicted(text: str, args: str, target: tuple[str, str], wrong: object) 
     """`text` with every assertion on the function with these arguments made to expect
     `wrong` (last first, so earlier offsets hold)."""
     found = [a.line for a in _assertions(text, "", *target) if a.args == args]
-    nodes = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Assert)
+    nodes = [n for n in ast.walk(pyast.parse(text)) if isinstance(n, ast.Assert)
              and n.lineno in found]  # fmt: skip
     for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset), reverse=True):
         text = _replace(text, node.test.comparators[0], repr(wrong))

@@ -61,6 +61,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from components import pyast
 from components.env.fixes import edit_in_place
 from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
 from components.env.verifier import CASE_RUNNER, CASES_MARKER
@@ -511,7 +512,7 @@ def recorded_calls(repo: Repo, cand: Candidate, tests: list[str], sandbox: Sandb
                    config: MineConfig) -> tuple[list[tuple[str, str]], dict[str, int]]:  # fmt: skip
     """(args repr, result repr) of every call of the candidate's function while its covering
     tests run on the unmutated repository, and why other calls were left out."""
-    node = next(n for name, n in _functions(ast.parse((repo.root / cand.module).read_text()))
+    node = next(n for name, n in _functions(pyast.parse((repo.root / cand.module).read_text()))
                 if name == cand.function)  # fmt: skip
     tools = repo.root / TOOLS
     tools.mkdir(exist_ok=True)
@@ -822,14 +823,14 @@ def candidates(repo: Repo, config: MineConfig) -> list[Candidate]:
     for module in sorted(repo.coverage):
         source = (repo.root / module).read_text()
         try:
-            tree = ast.parse(source)
+            tree = pyast.parse(source)
         except SyntaxError:
             continue
         covered_lines = {int(k) for k in repo.coverage[module]}
         spans = [(name, node.lineno, node.end_lineno) for name, node in _functions(tree)
                  if _first_lines(node) & covered_lines]  # fmt: skip
         for op in ops:
-            for k, edit in enumerate(op.edits(ast.parse(source))):
+            for k, edit in enumerate(op.edits(pyast.parse(source))):
                 inside = [s for s in spans if s[1] <= edit.lineno <= s[2]]
                 if inside:  # the innermost covered function holding the edit
                     name = max(inside, key=lambda s: s[1])[0]
@@ -850,7 +851,7 @@ def candidates(repo: Repo, config: MineConfig) -> list[Candidate]:
 def covering_tests(repo: Repo, cand: Candidate) -> list[str]:
     source = (repo.root / cand.module).read_text()
     files: set[str] = set()
-    for name, node in _functions(ast.parse(source)):
+    for name, node in _functions(pyast.parse(source)):
         if name == cand.function or name.startswith(cand.function + "."):
             for line in _first_lines(node):
                 files.update(repo.coverage[cand.module].get(str(line), []))
@@ -869,7 +870,7 @@ def trim_skipped(text: str, names: set[tuple[str, ...]]) -> str | None:
     """The test file without the tests named (module functions or methods of module-level
     classes, decorators included); None when one cannot be found in the source (a test
     made by a base class, a generated one)."""
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     spans = []
     for name in names:
         body, node = tree.body, None
@@ -887,7 +888,7 @@ def trim_skipped(text: str, names: set[tuple[str, ...]]) -> str | None:
     for start, end in sorted(spans, reverse=True):
         del lines[start - 1 : end]
     try:
-        ast.parse("".join(lines))
+        pyast.parse("".join(lines))
     except SyntaxError:  # a class left without a body
         return None
     return "".join(lines)

@@ -16,6 +16,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from components import pyast
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -525,17 +527,17 @@ def get_operator(name: str) -> Operator:
 
 def normalize(source: str) -> str:
     """The canonical text of a module (what mutants are compared and written as)."""
-    return ast.unparse(ast.parse(source))
+    return ast.unparse(pyast.parse(source))
 
 
 def count_edits(source: str, operator: Operator) -> int:
-    return len(operator.edits(ast.parse(source)))
+    return len(operator.edits(pyast.parse(source)))
 
 
 def apply_edit(source: str, operator: Operator, index: int) -> Mutant | None:
     """Mutant number `index` of `operator` on `source`; None if it is not a real change
     (same text as the original) or does not compile."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     edits = operator.edits(tree)
     edit = edits[index]
     edit.apply()

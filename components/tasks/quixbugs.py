@@ -27,6 +27,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from components import pyast
 from components.tasks.external import (
     BOUNDED_CASES,
     PROTECTED_PATHS,
@@ -76,7 +77,7 @@ HELPER_MODULES = ("node",)  # upstream helper modules next to the programs, not 
 
 def _split_trailing_docstring(text: str) -> tuple[str, str]:
     """(code, trailing module-level string): QuixBugs keeps its spec in a string at the end."""
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     last = tree.body[-1] if tree.body else None
     if (
         len(tree.body) > 1
@@ -133,7 +134,7 @@ def read_json_cases(path: Path) -> list[tuple[tuple, object]]:
 
 def _parse(text: str, rel: str) -> ast.Module:
     try:
-        return ast.parse(text)
+        return pyast.parse(text)
     except SyntaxError as e:
         raise ConversionError(f"{rel} does not parse: {e.msg} (line {e.lineno})") from e
 
@@ -143,7 +144,7 @@ def approx_tolerance_arg(test_source: str | None) -> int | None:
     test (sqrt's), None when the test compares exactly."""
     if test_source is None:
         return None
-    for node in ast.walk(ast.parse(test_source)):
+    for node in ast.walk(pyast.parse(test_source)):
         if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.approx"):
             continue
         for kw in node.keywords:
@@ -295,7 +296,7 @@ def _imported_modules(tree: ast.Module) -> set[str]:
 def helper_modules(src: Path, name: str, sources: list[str]) -> dict[str, tuple[str, str]]:
     """{module file: (upstream path, text)} of the upstream helper modules (node.py) that
     the program or its test imports."""
-    wanted = set().union(*(_imported_modules(ast.parse(s)) for s in sources)) - {name}
+    wanted = set().union(*(_imported_modules(pyast.parse(s)) for s in sources)) - {name}
     found = {}
     for module in sorted(wanted):
         for folder in HELPER_DIRS:
@@ -317,7 +318,7 @@ def _test_functions(tree: ast.Module) -> dict[str, tuple[int, int]]:
 
 def without_tests(text: str, names: set[str]) -> str:
     """The test file without the named test functions (and the blank lines after them)."""
-    spans = _test_functions(ast.parse(text))
+    spans = _test_functions(pyast.parse(text))
     lines = text.splitlines(keepends=True)
     for name in sorted(names, key=lambda n: spans[n][0], reverse=True):
         start, end = spans[name]
@@ -339,7 +340,7 @@ def run_test_file(
             (folder / rel).write_text(text)
         argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_timeout",
                 f"--timeout={timeout_s:g}", "--junitxml=_agentrl_junit.xml", test_rel]  # fmt: skip
-        n_tests = len(_test_functions(ast.parse(files[test_rel])))
+        n_tests = len(_test_functions(pyast.parse(files[test_rel])))
         _, output = run_python(folder, argv, 30 + n_tests * (timeout_s + 2))
         try:
             root = ET.parse(folder / "_agentrl_junit.xml").getroot()
