@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,133 @@ def test_the_template_verifier_image_becomes_a_task_environment(tmp_path):
     task = load_task(folders[0])
     assert task.environment is not None and task.environment.python == "3.12"
     assert "pytest-json-ctrf==0.3.5" in task.environment.requirements
+
+
+# ------------------------------------------- export of imported and mined tasks (hidden cases)
+
+QUIXBUGS = REPO / "tests" / "fixtures" / "external_quixbugs"
+MINE_REPO = REPO / "tests" / "fixtures" / "mine_repo"
+
+
+@pytest.fixture(scope="module")
+def mined_task(tmp_path_factory):
+    """One task mined from tests/fixtures/mine_repo (one candidate: the cheapest mining)."""
+    from components.env.verifier import sandboxed_test_runner
+    from components.tasks.mine import MineConfig, mine_repository
+
+    root = tmp_path_factory.mktemp("mined")
+    sandbox = SandboxConfig(environments_dir=str(root / "envs"))
+    report = mine_repository(MINE_REPO, root / "tasks", config=MineConfig(max_candidates=1, seed=0),
+                             sandbox=sandbox, name="minilib",
+                             run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
+    assert report.ok and report.kept, report.error
+    return load_task(root / "tasks" / report.kept[0]), sandbox
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["imported", "mined"])
+def test_imported_and_mined_tasks_export_with_their_hidden_cases_and_round_trip(
+    request, tmp_path, kind
+):
+    """D2: the export of a task with hidden_cases.json (QuixBugs' imported gcd, a mined
+    task) validates against harbor's TaskConfig, carries the hidden cases in tests/, and
+    `tasks import --format harbor` of it passes the gate (buggy fails, solve.sh passes,
+    3 identical runs) and gets the same repo, reference and hidden cases back."""
+    harbor_root()
+    from harbor.models.task.config import TaskConfig
+
+    from components.tasks.harbor import CASES_FILE, CASES_RUNNER, export_harbor_task
+
+    if kind == "imported":
+        task, sandbox = load_task(QUIXBUGS / "gcd"), SandboxConfig()
+    else:
+        task, sandbox = request.getfixturevalue("mined_task")
+    assert task.hidden_cases_path is not None and task.has_reference
+    out = export_harbor_task(task, tmp_path / "harbor")
+    config = TaskConfig.model_validate_toml((out / "task.toml").read_text())
+    assert config.metadata["agentrl_id"] == task.id
+    assert (out / "tests" / CASES_FILE).read_bytes() == task.hidden_cases_path.read_bytes()
+    assert f"python /tests/{CASES_RUNNER}" in (out / "tests" / "test.sh").read_text()
+    folders, errors = convert_harbor(tmp_path / "harbor", tmp_path / "back", sandbox)
+    assert not errors, errors
+    back = load_task(folders[0])
+    assert back.hidden_cases_path is not None
+    assert back.hidden_cases_path.read_bytes() == task.hidden_cases_path.read_bytes()
+    assert _files(back.repo_dir) == _files(task.repo_dir)
+    assert back.has_reference and back.instruction == task.instruction
+
+
+def _slim_bin(root: Path) -> Path:
+    """A PATH with what a python:X-slim image has and no `patch` or `git`."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "cp", "rm", "mkdir", "cat", "env", "ls"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    for name in ("python", "python3"):  # the project's interpreter (it has pytest)
+        (bin_dir / name).write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
+        (bin_dir / name).chmod(0o755)
+    assert shutil.which("patch", path=str(bin_dir)) is None
+    assert shutil.which("git", path=str(bin_dir)) is None
+    return bin_dir
+
+
+class _HarborLayout:
+    """An exported task's scripts run outside any image: /app, /tests, /solution and
+    /logs/verifier are folders of a clean temp copy, PATH is `_slim_bin`'s."""
+
+    def __init__(self, exported: Path, root: Path):
+        self.root = root
+        self.dirs = {"app": root / "app", "tests": root / "tests", "solution": root / "solution",
+                     "logs/verifier": root / "logs"}  # fmt: skip
+        shutil.copytree(exported / "environment" / "app", self.dirs["app"])
+        shutil.copytree(exported / "tests", self.dirs["tests"])
+        if (exported / "solution").is_dir():
+            shutil.copytree(exported / "solution", self.dirs["solution"])
+        self.dirs["logs/verifier"].mkdir()
+        self.bin = _slim_bin(root)
+
+    def run(self, script: Path) -> subprocess.CompletedProcess:
+        import re
+
+        text = re.sub(r"/(app|tests|solution|logs/verifier)\b",
+                      lambda m: str(self.dirs[m[1]]), script.read_text())  # fmt: skip
+        local = self.root / f"{script.parent.name}-{script.name}"
+        local.write_text(text)
+        return subprocess.run(["bash", str(local)], capture_output=True, text=True, timeout=300,
+                              env={"PATH": str(self.bin), "HOME": str(self.root)},
+                              cwd=self.root, executable=shutil.which("bash"))  # fmt: skip
+
+    def reward(self, test_sh: Path) -> str:
+        (self.dirs["logs/verifier"] / "reward.txt").unlink(missing_ok=True)
+        run = self.run(test_sh)
+        return (self.dirs["logs/verifier"] / "reward.txt").read_text().strip() + run.stdout[-600:]
+
+
+def test_exported_solve_sh_needs_no_patch_program(tmp_path):
+    """D2: python:X-slim images ship neither `patch` nor `git`; the exported solve.sh fixes
+    the buggy task with what they have, and test.sh then gives reward 1 (0 before)."""
+    from components.tasks.harbor import export_harbor_task
+
+    out = export_harbor_task(load_task(QUIXBUGS / "gcd"), tmp_path / "harbor")
+    layout = _HarborLayout(out, tmp_path / "run")
+    assert layout.reward(out / "tests" / "test.sh").startswith("0")
+    solved = layout.run(out / "solution" / "solve.sh")
+    assert solved.returncode == 0, solved.stdout + solved.stderr
+    assert layout.reward(out / "tests" / "test.sh").startswith("1")
+
+
+def test_exported_test_sh_judges_the_hidden_cases_with_exact_types(tmp_path):
+    """D2: a fix that returns floats passes the hidden tests' == but not the hidden cases
+    (3.0 is not 3), as under our own verifier: the exported test.sh runs them."""
+    from components.tasks.harbor import export_harbor_task
+
+    out = export_harbor_task(load_task(QUIXBUGS / "gcd"), tmp_path / "harbor")
+    layout = _HarborLayout(out, tmp_path / "run")
+    (layout.dirs["app"] / "gcd.py").write_text(
+        "import math\n\n\ndef gcd(a, b):\n    return float(math.gcd(a, b))\n"
+    )
+    got = layout.reward(out / "tests" / "test.sh")
+    assert got.startswith("0") and "5 passed" in got and "hidden cases: 0 of 5 passed" in got, got
