@@ -22,6 +22,7 @@ from components.data.versioning import (
     snapshot,
     verify,
 )
+from components.env.verifier_version import verifier_version
 from tests.data.trees import file_tree  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"
@@ -45,6 +46,8 @@ def test_snapshot_change_rollback_round_trip(repo, capsys):
     v1, tree1, dvc1 = first["version"], file_tree(data), (repo / "data.dvc").read_text()
     assert first["datasets"]["ingested"]["counts"] == {"ingested": 9, "valid": 9, "quarantined": 0}
     assert len(v1) == 32 and dvc1.count(v1 + ".dir") == 1  # DVC's own directory hash
+    # Which verifier judged the data (issue 33): the current one, on the log entry.
+    assert read_log(cfg)[0]["verifier_version"] == verifier_version()
     assert snapshot(cfg)["version"] == v1 and len(read_log(cfg)) == 1  # unchanged: no new entry
 
     # Change the data: fewer records, one extra file.

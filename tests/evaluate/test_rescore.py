@@ -186,6 +186,38 @@ def test_rescore_write_publishes_a_new_data_version_linked_to_the_old(stored, tm
     assert report["summary"]["not_rescored"] == 1
 
 
+def test_a_rollout_folder_is_read_as_rollouts_and_rescored(stored, tmp_path, monkeypatch,
+                                                           capsys):  # fmt: skip
+    """A rollout stage's folder (samples.jsonl as `agentrl rollout sample` writes it: the
+    episode records with the served model_version, beside result.json) is read as kind
+    "rollouts" and rescored; --write is refused for it (not a dataset)."""
+    from components.cli import run
+
+    root, tasks, records = stored
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    sampled = [records[0], records[3]]  # an oracle episode and a note-taker's
+    with (rollouts / "samples.jsonl").open("w") as f:
+        for record in sampled:
+            record = {**record, "metadata": {**record["metadata"], "model_version": "policy@3"}}
+            f.write(json.dumps(record) + "\n")
+    (rollouts / "result.json").write_text(json.dumps({"samples": str(rollouts / "samples.jsonl")}))
+    args = ["rescore", str(rollouts), "--tasks", str(root / "tasks"), "--preset", PRESET,
+            "--out", str(tmp_path / "out"), "--no-mlflow"]  # fmt: skip
+    assert run([*args, "--write"]) != 0
+    assert "--write needs a dataset folder, not rollouts" in capsys.readouterr().err
+    _new_rule(monkeypatch)
+    assert run(args) == 0, capsys.readouterr().err
+    assert "2 of 2 episodes under vv-new-rule: 1 pass->fail" in capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["source"] == {"kind": "rollouts", "path": str(rollouts / "samples.jsonl")}
+    episodes = report["episodes"]
+    assert [(e["id"], e["flip"]) for e in episodes] == [(sampled[0]["id"], ""),
+                                                        (sampled[1]["id"], "pass->fail")]  # fmt: skip
+    rescored = [json.loads(line) for line in (tmp_path / "out" / "rescored.jsonl").open()]
+    assert [r["metadata"]["model_version"] for r in rescored] == ["policy@3"] * 2
+
+
 def verifier_version_now() -> str:
     from components.env.verifier_version import verifier_version
 
