@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip's global config here lists extra indexes that may be absent; hide only those warnings.
 QUIET_PIP := grep -v -e "is ignored: it is neither" -e "^WARNING: Location" || true
 
-.PHONY: run demo test lint format install sandbox-deps ui-deps ui-check bench clean vllm test-vllm
+.PHONY: run demo test lint format install sandbox-deps ui-deps ui-check bench clean vllm test-vllm harbor
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -79,6 +79,21 @@ vllm: $(VLLM_STAMP)
 # The vllm tier: served sampling, policy sync and async GRPO against real vLLM (opt-in).
 test-vllm: install vllm
 	$(PY) -m pytest -m vllm tests/serve tests/rollout tests/train/test_grpo_vllm.py
+
+# harbor (0.26.0) in its own virtualenv: it needs Python >= 3.12 (typing.override) and the
+# project's venv is 3.11. Python 3.12 from pyenv (mined environments use it too). The harbor
+# tier (`pytest -m harbor`, tests/tasks/test_harbor_reference.py) loads our exported tasks
+# and ATIF trajectories with harbor's own code in it; the stamp makes it run once.
+HARBOR_VENV := .venv-harbor
+HARBOR_STAMP := $(HARBOR_VENV)/.installed
+HARBOR_BASE_PYTHON ?= $(shell pyenv prefix 3.12.1 2>/dev/null || pyenv prefix $$(pyenv latest 3.12 2>/dev/null) 2>/dev/null)/bin/python
+
+$(HARBOR_STAMP):
+	test -x $(HARBOR_VENV)/bin/python || $(HARBOR_BASE_PYTHON) -m venv $(HARBOR_VENV)
+	$(HARBOR_VENV)/bin/python -m pip install -q --disable-pip-version-check harbor==0.26.0 2>&1 | $(QUIET_PIP)
+	$(HARBOR_VENV)/bin/python -c "import harbor.models.task.config, harbor.models.trajectories" && touch $(HARBOR_STAMP)
+
+harbor: $(HARBOR_STAMP)
 
 bench: install
 	$(PY) bench/env_throughput.py
