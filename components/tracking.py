@@ -16,6 +16,22 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = "agentrl-retrain"
 
+# The one-line description (MLflow's `mlflow.note.content` tag, shown on the experiment's
+# page) of each experiment the project creates: the pipeline's, the registry's
+# registration runs (components/promote), and the standalone trainers' defaults
+# (components/train/config.py).
+NOTE_TAG = "mlflow.note.content"
+EXPERIMENT_DESCRIPTIONS = {
+    EXPERIMENT: "Retrain pipeline runs: one parent run per pipeline (filter "
+    "tags.stage = 'pipeline' to compare parents), a child run per stage, episode traces "
+    "on the evaluate runs.",
+    "agentrl-registry": "Registration runs of candidates promoted without a training run "
+    "(the model registry's source runs).",
+    "agentrl-sft": "Standalone supervised fine-tuning runs (agentrl train sft).",
+    "agentrl-dpo": "Standalone DPO preference-training runs (agentrl train dpo).",
+    "agentrl-grpo": "Standalone GRPO reinforcement-learning runs (agentrl train grpo).",
+}
+
 
 def tracking_uri() -> str:
     """$MLFLOW_TRACKING_URI, else the embedded default: SQLite + a local artifact folder."""
@@ -34,7 +50,17 @@ def _mlflow():
         artifacts.mkdir(parents=True, exist_ok=True)
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
     mlflow.set_experiment(EXPERIMENT)
+    describe_experiments(mlflow.MlflowClient())
     return mlflow
+
+
+def describe_experiments(client) -> None:
+    """Give each of the project's experiments that exists here and has no description
+    its one-line description (EXPERIMENT_DESCRIPTIONS); a description set by a user stays."""
+    for name, text in EXPERIMENT_DESCRIPTIONS.items():
+        exp = client.get_experiment_by_name(name)
+        if exp is not None and not exp.tags.get(NOTE_TAG):
+            client.set_experiment_tag(exp.experiment_id, NOTE_TAG, text)
 
 
 def git_commit() -> str:

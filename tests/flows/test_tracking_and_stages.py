@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from mlflow.tracing.constant import SpanAttributeKey
 
 from components import tracking
 from flows import stages
@@ -140,3 +141,74 @@ def test_traces_are_the_recorded_episodes_on_the_evaluate_run(mlflow_store, tmp_
         assert all(s.end_time_ns > s.start_time_ns for s in tools)  # a tool call takes time
         llm = next(s for s in turns if s.span_type == "LLM")
         assert llm.inputs["messages"][0]["role"] == "user"
+
+
+def test_model_turn_spans_carry_the_prompt_the_completion_and_token_counts(mlflow_store):
+    """A sampled episode (synthetic record: two model turns with their decoded completion,
+    sampled token ids and prompt length): each LLM span's inputs are the chat the model
+    saw, each message cut to its last `text_limit` characters; its outputs the completion,
+    cut to its first `text_limit`; its usage the prompt and sampled token counts."""
+    limit = 40
+    first = "I will read the file first. " + "a" * 60 + " <tool>read_file</tool>"
+    second = "Now the fix. " + "b" * 60
+    events = [
+        {"role": "user", "content": "Fix add() in calc.py. " + "task " * 20},
+        {"role": "assistant", "action": "read_file", "arguments": {"path": "calc.py"},
+         "completion": first, "token_ids": list(range(17)), "prompt_tokens": 120},
+        {"role": "environment", "observation": "def add(a, b):\n    return a - b\n" * 3},
+        {"role": "assistant", "action": "submit", "arguments": {}, "completion": second,
+         "token_ids": list(range(5)), "prompt_tokens": 190},
+        {"role": "environment", "observation": "submitted"},
+    ]  # fmt: skip
+    record = {"id": "ep-1", "task_id": "calc-add", "task": "Fix add()", "reward": 1.0,
+              "metadata": {"success": True, "split": "test", "policy": "model"},
+              "trajectory": events}  # fmt: skip
+    row = {"episode_id": "ep-1", "success": True, "wall_s": 4.0,
+           "timing": {"start_unix": 1_700_000_000.0, "verify": [3.5, 3.9],
+                      "steps": [[0.0, 1.0, 1.0, 1.5], [1.6, 2.5, 2.5, 3.0]]}}  # fmt: skip
+    parent = tracking.start_pipeline_run("retrain test", {}, {})
+    ev = stages.track.fn("evaluate", parent, {}, {"success_rate": 1.0}, [])
+    assert tracking.log_episode_traces(ev, [record], [row], text_limit=limit) == 1
+    (trace,) = mlflow_store.search_traces(run_id=ev, return_type="list")
+    turns = sorted((s for s in trace.data.spans if s.span_type == "LLM"),
+                   key=lambda s: s.start_time_ns)  # fmt: skip
+    assert [s.name for s in turns] == ["model turn 1", "model turn 2"]
+    one, two = turns
+    # Turn 1 saw the task; turn 2 also its own first completion and the tool's answer.
+    assert one.inputs["messages"] == [{"role": "user", "content": events[0]["content"][-limit:]}]
+    assert two.inputs["messages"] == [
+        {"role": "user", "content": events[0]["content"][-limit:]},
+        {"role": "assistant", "content": first[-limit:]},
+        {"role": "tool", "content": events[2]["observation"][-limit:]},
+    ]
+    assert all(len(m["content"]) == limit for m in two.inputs["messages"])
+    assert one.outputs["completion"] == first[:limit] and len(first) > limit
+    assert one.outputs["action"] == "read_file"
+    assert one.outputs["arguments"] == {"path": "calc.py"}
+    assert two.outputs["completion"] == second[:limit]
+    usage = SpanAttributeKey.CHAT_USAGE
+    assert one.attributes[usage] == {"input_tokens": 120, "output_tokens": 17, "total_tokens": 137}
+    assert two.attributes[usage] == {"input_tokens": 190, "output_tokens": 5, "total_tokens": 195}
+    # The trace sums them: what the UI's token column shows.
+    assert trace.info.token_usage == {"input_tokens": 310, "output_tokens": 22,
+                                      "total_tokens": 332}  # fmt: skip
+    assert (one.start_time_ns, one.end_time_ns) == (1_700_000_000 * 10**9, 1_700_000_001 * 10**9)
+
+
+def test_the_projects_experiments_carry_a_one_line_description(mlflow_store):
+    """The experiment page shows MLflow's `mlflow.note.content` tag as its description: the
+    pipeline's experiment gets one as soon as the project logs to it, even when created by
+    someone else (here the fixture); other project experiments too; a user's note stays."""
+    client = mlflow_store.MlflowClient()
+    registry = client.create_experiment("agentrl-registry")
+    mine = client.create_experiment("agentrl-sft")
+    client.set_experiment_tag(mine, tracking.NOTE_TAG, "my own notes")
+    client.create_experiment("someone-elses")
+    tracking.start_pipeline_run("retrain test", {}, {})
+    notes = {e.name: e.tags.get(tracking.NOTE_TAG) for e in client.search_experiments()}
+    assert notes[tracking.EXPERIMENT] == tracking.EXPERIMENT_DESCRIPTIONS[tracking.EXPERIMENT]
+    assert "tags.stage = 'pipeline'" in notes[tracking.EXPERIMENT]
+    assert notes["agentrl-registry"] == tracking.EXPERIMENT_DESCRIPTIONS["agentrl-registry"]
+    assert notes["agentrl-sft"] == "my own notes" and notes["someone-elses"] is None
+    assert all(text and "\n" not in text for text in tracking.EXPERIMENT_DESCRIPTIONS.values())
+    assert client.get_experiment(registry).tags[tracking.NOTE_TAG]
