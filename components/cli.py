@@ -185,8 +185,35 @@ def _save_traceback(error: BaseException) -> str:
     return path
 
 
+def _on_ctrl_c(signum, frame) -> None:
+    """SIGINT: stop the work now, then unwind as KeyboardInterrupt. A thread pool's `with`
+    block waits for every queued task before the interrupt reaches the boundary, so the
+    stopping flag is set here (each queued sandbox is refused at once) and the processes
+    already started are stopped."""
+    from components.runtime import begin_stopping, stop_descendants
+
+    begin_stopping()
+    stop_descendants(grace_s=0.5)  # a sandbox's PID-namespace init ignores SIGTERM: KILLed
+    raise KeyboardInterrupt
+
+
 def boundary(call, prog: str, debug: bool = False) -> int:
     """Run `call()` (an exit status), turning every error into one line and a status."""
+    import signal
+    import threading
+
+    ours = threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    saved = signal.signal(signal.SIGINT, _on_ctrl_c) if ours else None
+    try:
+        return _boundary(call, prog, debug)
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, saved)
+
+
+def _boundary(call, prog: str, debug: bool) -> int:
     try:
         return int(call() or 0)
     except SystemExit as e:  # argparse --help, or a command that exits with a message
@@ -195,8 +222,9 @@ def boundary(call, prog: str, debug: bool = False) -> int:
         print(one_line(e.code), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        from components.runtime import stop_descendants
+        from components.runtime import begin_stopping, stop_descendants
 
+        begin_stopping()  # worker threads still running start no new sandbox or folder
         stop_descendants()
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

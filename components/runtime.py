@@ -10,15 +10,23 @@ first import, a port taken in between); the second failure raises ServiceStartEr
 message names the service, the budget and the log file.
 
 Also here: the processes a command leaves behind. `stop_descendants` ends every process
-this one started (sandboxes, servers, DataLoader workers), for Ctrl-C and failures.
+this one started (sandboxes, servers, DataLoader workers), for Ctrl-C and failures. And the
+process-wide "stopping" flag: once Ctrl-C or SIGTERM has begun to end a run
+(`begin_stopping`), worker threads still running must not start anything new, so the
+sandbox and the verifier call `refuse_if_stopping` before they create a temporary folder or
+start a process; `remove_until_gone` removes the run's temporary folder while in-flight work
+may still write into it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +47,72 @@ class RuntimeConfig:
             gt=0,
         ),
     )
+
+
+_STOPPING = threading.Event()
+
+
+class RunStopping(KeyboardInterrupt):
+    """Refused because the run is being stopped (Ctrl-C, SIGTERM): like KeyboardInterrupt,
+    a worker's `except Exception` does not turn it into a result."""
+
+
+def begin_stopping() -> None:
+    """From now on this process starts no sandbox, verifier folder or sandboxed process."""
+    _STOPPING.set()
+
+
+def refuse_if_stopping(what: str) -> None:
+    """Raise RunStopping once `begin_stopping` was called (`what`: what is not started)."""
+    if _STOPPING.is_set():
+        raise RunStopping(f"not starting {what}: the run is stopping")
+
+
+def remove_until_gone(path: str | Path, settle_s: float = 0.25, budget_s: float = 3.0,
+                      between: Callable[[], None] | None = None) -> bool:  # fmt: skip
+    """Remove the folder `path` until it stays gone for `settle_s` (a thread in the middle
+    of a copy recreates the folders it writes into; a removal racing a new entry leaves
+    the folder), calling `between` (e.g. stop_descendants) before each try; at most
+    `budget_s` seconds. True when it is gone."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        if between is not None:
+            between()
+        unmount_under(path)
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            time.sleep(settle_s)
+            if not os.path.lexists(path):
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def unmount_under(path: str | Path) -> None:
+    """Detach every mount at or below `path` (a sandbox workspace's tmpfs, which the
+    sandbox unmounts itself unless the run was cut short): rmtree cannot remove a mount
+    point. Nothing where mounts cannot be read or this process may not unmount."""
+    import ctypes
+
+    root = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            points = [line.split()[1] for line in f if len(line.split()) > 1]
+    except OSError:
+        return
+    # /proc/self/mounts writes space, tab, newline and backslash as octal escapes
+    points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), p) for p in points]
+    below = sorted({p for p in points if p == root or p.startswith(root + os.sep)},
+                   key=len, reverse=True)  # fmt: skip
+    if not below:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    for point in below:
+        libc.umount2(os.fsencode(point), 2)  # MNT_DETACH; a failure leaves it to rmtree
 
 
 class ServiceStartError(RuntimeError):

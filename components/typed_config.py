@@ -74,6 +74,22 @@ def _nested(cls, loc: tuple):
     return cls
 
 
+def _post_init_message(owner, at: str, msg: str) -> str:
+    """A `__post_init__` check's message at `at` (the file and section of dataclass `owner`):
+    its subject `Owner.key ...` becomes `at.key: ...`, `Owner: ...` becomes `at: ...`, and
+    `Owner.` is dropped from keys elsewhere in it."""
+    msg = msg.removeprefix("Value error, ")
+    if owner is not None:
+        name = owner.__name__
+        head, _, rest = msg.partition(" ")
+        key = head.removeprefix(f"{name}.").rstrip(":")
+        if (head.startswith(f"{name}.") and f"{name}." not in rest
+                and key in {f.name for f in dataclasses.fields(owner)}):  # fmt: skip
+            return f"{at}.{key}: {rest}"
+        msg = msg.removeprefix(f"{name}: ").replace(f"{name}.", "")  # "A.r and A.alpha ..."
+    return f"{at}: {msg}"
+
+
 def _message(cls, where: str, error: dict) -> str:
     loc = tuple(str(part) for part in error["loc"] if not str(part).isdigit())
     at = ".".join((where, *loc)) if loc else where
@@ -83,7 +99,7 @@ def _message(cls, where: str, error: dict) -> str:
         parent = ".".join((where, *loc[:-1]))
         return f"{parent}: unknown key(s) {loc[-1]} for {owner.__name__} (known: {known})"
     if error["type"] == "value_error":  # a __post_init__ check: its message names the field
-        return f"{at}: {error['msg'].removeprefix('Value error, ')}"
+        return _post_init_message(_nested(cls, loc), at, error["msg"])
     shown = json.dumps(error.get("input"), default=str)
     return f"{at}: {error['msg'].lower()} (got {shown[:60]})"
 

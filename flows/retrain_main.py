@@ -109,7 +109,10 @@ def wait_for_external_services(budget_s: float) -> None:
 class RunScope:
     """The run's private temporary folder and server; `close` undoes both. SIGINT and
     SIGTERM close it and end the process at once: waiting for Python to unwind would let
-    a thread pool start every queued sandbox first."""
+    a thread pool start every queued sandbox first. Worker threads still run until the
+    exit, so the signal first sets the process-wide stopping flag (the sandbox and the
+    verifier then refuse to create folders or start processes), and the folder is removed
+    until it stays gone (a copy in flight recreates the folders it writes into)."""
 
     def __init__(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="agentrl-retrain-")
@@ -120,20 +123,31 @@ class RunScope:
                          for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
 
     def _on_signal(self, signum, frame) -> None:
+        from components.runtime import begin_stopping
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up
-        self.close()
+        begin_stopping()
+        gone = self.close(stopping=True)
         name = "interrupted" if signum == signal.SIGINT else "terminated"
+        removed = f"removed {self.tmp}" if gone else f"could not remove {self.tmp}"
         # os.write: the flow's print() goes through Prefect's logging (log_prints).
-        os.write(2, f"{PROG}: {name}; stopped the run's processes and removed {self.tmp}\n"
-                 .encode())  # fmt: skip
+        os.write(2, f"{PROG}: {name}; stopped the run's processes and {removed}\n".encode())
         os._exit(128 + signum)
 
-    def close(self) -> None:
-        from components.runtime import stop_descendants
+    def close(self, stopping: bool = False) -> bool:
+        """Stop every process the run started and remove its temporary folder (True: gone).
+        `stopping` (a signal; worker threads may still run): remove it until it stays gone,
+        and keep TMPDIR on the removed folder, so nothing is created in the user's."""
+        from components.runtime import remove_until_gone, stop_descendants, unmount_under
 
-        stop_descendants()
+        # a sandbox's PID-namespace init ignores SIGTERM: on a signal, KILL sooner
+        stop_descendants(grace_s=1.0 if stopping else 2.0)
         self.server = None
+        if stopping:  # within issue 36's 5 s: at most ~1 s + 2.5 s + a last settle
+            return remove_until_gone(self.tmp, budget_s=2.5,
+                                     between=lambda: stop_descendants(grace_s=0.5))  # fmt: skip
+        unmount_under(self.tmp)  # a workspace's tmpfs its sandbox did not get to unmount
         shutil.rmtree(self.tmp, ignore_errors=True)
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
@@ -142,6 +156,7 @@ class RunScope:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = self.saved_tmp
+        return not os.path.lexists(self.tmp)
 
 
 def run(argv: list[str] | None) -> int:

@@ -33,6 +33,8 @@ PRESETS = {
     "three.yaml": 'tasks: {n_tasks: "three"}\n',
     "zero-tasks.yaml": "tasks: {n_tasks: 0}\n",
     "inf-temp.yaml": "rollout: {temperature: .inf}\n",
+    "hot-temp.yaml": "rollout: {temperature: 20.0}\n",
+    "penalty-up.yaml": "env: {weights: {lint: 1.0}}\n",
     "two.yaml": 'grpo: {iterations: "two"}\n',
     "list-section.yaml": "rollout: [temperature, 0.0]\n",
     "mined.yaml": "pipeline: {mined_tasks: does/not/exist}\n",
@@ -198,7 +200,7 @@ CASES = [
         "grpoout",
     ),  # fmt: skip
     C(
-        "workers",
+        "evaluate.workers",
         "2",
         "env",
         "eval",
@@ -264,7 +266,7 @@ CASES = [
         "sftout",
     ),  # fmt: skip
     C(
-        "group_size",
+        "grpo.group_size",
         "2",
         "train",
         "grpo",
@@ -304,7 +306,10 @@ CASES = [
     F("launcher", "2", "--preset", P + "bad-launcher.yaml"),
     F("runtime.startup_timeout_s", "2", "--preset", P + "zero-budget.yaml"),
     F("tool_set", "2", "--preset", P + "bad-tool-set.yaml"),
-    F("workers", "2", "--preset", P + "neg-workers.yaml"),
+    F("neg-workers.yaml:evaluate.workers", "2", "--preset", P + "neg-workers.yaml"),
+    # a range checked in a config's __post_init__ names file:section.key too
+    F("hot-temp.yaml:rollout.temperature: must be in", "2", "--preset", P + "hot-temp.yaml"),
+    F("penalty-up.yaml:env.weights.lint", "2", "--preset", P + "penalty-up.yaml"),
     # 3. the flow's preset errors: one line, before Prefect; duplicates and empty files
     F("duplicate key 'learning_rate'", "3", "--preset", P + "dup-key.yaml"),
     F("duplicate key 'sft'", "3", "--preset", P + "dup-section.yaml"),
@@ -802,6 +807,32 @@ CASES += [C("nope.yaml", "sweep", *cmd, "--preset", "nope.yaml")
           for cmd in COMMANDS if cmd not in {("env", "isolation"), ("serve",), ("policy", "merge")}]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Defect class 4: a command stopped from outside, run as a process of its own in the
+    scratch folder. "ctrl-c": SIGINT to its process group (what a terminal's Ctrl-C does)
+    once it has printed `after`; within 5 s exit 130 with one line, no process of its group
+    and no temporary folder left. "pipe": its stdout a pipe whose reader is gone; exit 0
+    and nothing on stderr. Either way no file changes outside its output."""
+
+    how: str
+    argv: tuple[str, ...]
+    after: str = ""  # ctrl-c: the start of the stdout line to wait for
+    out: str = ""  # the command's own output (may change)
+    kind: str = "4"
+
+
+STOPS = [
+    Stop("ctrl-c", ("demo", "--n", "40", "--out", "demo-a"), "[1/4]", out="demo-a"),
+    Stop("ctrl-c", ("demo", "--n", "40", "--out", "demo-b"), "[2/4]", out="demo-b"),
+    Stop("pipe", ("--help",)),
+    Stop("pipe", ("tasks", "--help")),
+    Stop("pipe", ("tasks", "generate", "--help")),
+    Stop("pipe", ("tasks", "generate", "--n", "2", "--out", "piped"), out="piped"),
+    Stop("pipe", ("env", "isolation")),
+]
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     """The scratch working folder: presets, a tiny suite, bad task folders, the user's files."""
@@ -867,12 +898,12 @@ def invoke(case: Case) -> int:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.kind}:{' '.join(c.argv)[:70]}")
-def test_bad_invocation_is_one_clear_line(case, world, monkeypatch, capsys):
+def test_bad_invocation_is_one_clear_line(case, world, monkeypatch, capfd):
     monkeypatch.chdir(world)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     before = digest(world, case.out)
     code = invoke(case)
-    captured = capsys.readouterr()
+    captured = capfd.readouterr()  # fd 2 too: what a child process or C code writes
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert code != 0, f"exit 0 on bad input; stderr: {captured.err}"
     assert "Traceback" not in captured.out + captured.err
@@ -882,10 +913,68 @@ def test_bad_invocation_is_one_clear_line(case, world, monkeypatch, capsys):
     assert digest(world, case.out) == before, "files outside the command's output changed"
 
 
+def _group_left(pgid: int) -> list[str]:
+    """Live processes of process group `pgid`."""
+    import psutil
+
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:100]}")
+        except (OSError, psutil.Error):
+            continue
+    return left
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=lambda s: f"4:{s.how}:{' '.join(s.argv)[:60]}")
+def test_a_stopped_command_ends_cleanly(stop, world, tmp_path):
+    before = digest(world, stop.out)
+    argv = [sys.executable, "-m", "components.cli", *stop.argv]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    if stop.how == "pipe":
+        r, w = os.pipe()
+        os.close(r)  # the reader is gone before the first write
+        try:
+            out = subprocess.run(argv, cwd=world, stdout=w, stderr=subprocess.PIPE,
+                                 text=True, env=env, timeout=120)  # fmt: skip
+        finally:
+            os.close(w)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+    else:
+        proc = subprocess.Popen(argv, cwd=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env, start_new_session=True)  # fmt: skip
+        try:
+            for line in proc.stdout:
+                if line.startswith(stop.after):
+                    break
+            else:
+                pytest.fail(f"{stop.argv} ended before it printed {stop.after!r}")
+            time.sleep(0.5)  # at work (the gate's sandboxes are running)
+            start = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+            took = time.monotonic() - start
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err, err
+        assert [line for line in err.splitlines() if line.strip()] == [
+            "agentrl demo: interrupted"
+        ], err
+        print(f"stopped in {took:.2f}s")
+        assert took < 5, f"{took:.1f}s"  # issue 36's bound; queued sandboxes are not run
+        assert _group_left(proc.pid) == []
+        assert list(tmp_path.iterdir()) == []  # no sandbox's folder left behind
+    assert digest(world, stop.out) == before, "files outside the command's output changed"
+
+
 def test_every_defect_class_has_cases():
-    kinds = {c.kind for c in CASES}
-    assert {"1", "2", "3", "5", "6", "7", "8", "9"} <= kinds  # 4 (Ctrl-C) is below
-    assert len(CASES) >= 100
+    kinds = {c.kind for c in CASES} | {s.kind for s in STOPS}
+    assert {str(k) for k in range(1, 10)} <= kinds
+    assert {s.how for s in STOPS} == {"ctrl-c", "pipe"}  # class 4: both ways of stopping
+    assert len(CASES) + len(STOPS) >= 100
 
 
 def test_a_bad_preset_never_loads_prefect(world):
@@ -900,6 +989,36 @@ def test_a_bad_preset_never_loads_prefect(world):
     assert out.stdout.strip() == "[]"
     assert out.stderr.strip().count("\n") == 0 and "sft.learning_rate" in out.stderr
     assert not any((world / d).exists() for d in ("data", "mlruns", "runs"))
+
+
+@pytest.mark.parametrize("home", ["", "/nonexistent"], ids=["home", "no-home"])
+def test_the_retrain_command_line_refuses_a_bad_preset_at_once(home, tmp_path):
+    """The real `python -m flows.retrain --preset BAD` (a nan learning rate), as a user runs
+    it, with or without a usable HOME: exit 2, one line naming sft.learning_rate, nothing
+    written, and nothing slow imported: the acceptance's "under 2 s" is the interpreter,
+    pydantic and the configs (the time is printed; on a loaded 2-core machine it can pass
+    2 s, so the test asserts what makes it fast rather than the clock)."""
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "nan-lr.yaml").write_text(PRESETS["nan-lr.yaml"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"HOME": home} if home else {})}
+    env.pop("PREFECT_API_URL", None)
+    argv = ["-m", "flows.retrain", "--preset", "presets/nan-lr.yaml"]
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    took = time.monotonic() - start
+    print(f"python -m flows.retrain with a bad preset: {took:.2f}s")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and "nan-lr.yaml:sft.learning_rate" in lines[0], out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["presets"]  # no data/ mlruns/ runs/
+    timed = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=tmp_path,
+                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    imported = {line.split("|")[-1].strip().split(".")[0]
+                for line in timed.stderr.splitlines() if line.startswith("import time:")}  # fmt: skip
+    assert "pydantic" in imported  # (the probe sees imports)
+    assert not imported & {"prefect", "mlflow", "torch", "transformers"}, imported
 
 
 def test_a_start_up_budget_too_short_is_one_line_naming_service_budget_and_log(world, capsys,
@@ -981,6 +1100,7 @@ def test_ctrl_c_stops_a_command_with_one_line(tmp_path):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.strip().splitlines() == ["agentrl demo: interrupted"]
+    assert _group_left(proc.pid) == []  # no process of its group survives
 
 
 def test_overwrite_replaces_what_agentrl_wrote(tmp_path, capsys):

@@ -101,6 +101,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.runtime import refuse_if_stopping
+
 DEFAULT_ALLOWED_PROGRAMS: tuple[str, ...] = (
     "python",
     "python3",
@@ -393,6 +395,7 @@ class Workspace:
         src = Path(src_dir).resolve()
         if not src.is_dir():
             raise FileNotFoundError(f"workspace source is not a folder: {src}")
+        refuse_if_stopping("a sandbox workspace")  # Ctrl-C: no new folder in the run's tmp
         root = Path(tempfile.mkdtemp(prefix="agentrl-ws-", dir=parent))
         quota = WORKSPACE_QUOTA_BYTES if quota_bytes is None else quota_bytes
         mounted = _mount_quota(root, quota)
@@ -779,6 +782,7 @@ def run_sandboxed(
     writable) binds, e.g. Harbor's /app, /tests and /logs/verifier (bwrap only: refused
     elsewhere); with mounts, `cwd` may be one of the sandbox paths. Raises SandboxError when
     the command is refused."""
+    refuse_if_stopping("a sandboxed process")  # Ctrl-C: nothing new while the run ends
     argv = list(argv)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise SandboxError("argv must be a non-empty list of strings")

@@ -91,6 +91,7 @@ from components.env.sandbox import (
     run_sandboxed,
 )
 from components.env.verifier_version import verifier_version
+from components.runtime import refuse_if_stopping
 from components.tasks.environments import (
     TaskEnvironmentError,
     task_python_env,
@@ -375,6 +376,7 @@ def reference_findings(task: Task) -> Counter:
     if key not in _REFERENCE_LINT:
         from components.tasks.patching import PatchError, apply_unified_diff
 
+        refuse_if_stopping("a reference lint")  # Ctrl-C: no new folder in the run's tmp
         with tempfile.TemporaryDirectory(prefix="agentrl-reflint-") as tmp:
             repo = Path(tmp) / "repo"
             shutil.copytree(task.repo_dir, repo, symlinks=True)
@@ -1112,6 +1114,7 @@ def verify(
         return Verification(status="infra_error", detail=str(e), wall_s=time.monotonic() - start)
     original = _entries(task)
     key = _task_key(task, original)
+    refuse_if_stopping("a verification")  # Ctrl-C: no new folder in the run's tmp
     with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
         try:
             snap = take_snapshot(Path(final_repo), Path(tmp) / "snapshot")

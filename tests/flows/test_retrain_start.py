@@ -43,6 +43,13 @@ def _left_behind(marker: str) -> list[str]:
     return found
 
 
+def _unmount_below(folder: Path) -> None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        point = line.split()[1]
+        if point.startswith(f"{folder}/"):
+            subprocess.run(["umount", "-l", point], capture_output=True)
+
+
 @pytest.mark.slow  # a fresh Prefect database and the first stages on a loaded machine: minutes
 @pytest.mark.timeout(1800)
 def test_flow_starts_on_a_busy_machine_and_ctrl_c_in_the_gate_leaves_nothing(tmp_path):
@@ -84,3 +91,74 @@ def test_flow_starts_on_a_busy_machine_and_ctrl_c_in_the_gate_leaves_nothing(tmp
     time.sleep(0.5)
     assert _left_behind(str(tmp_path)) == []
     assert list(tmp.iterdir()) == []  # the run's private temporary folder is gone
+
+
+def test_ctrl_c_removes_the_run_folder_while_workers_still_create_sandboxes(
+    tmp_path, monkeypatch, capfd
+):
+    """The signal handler's path (os._exit stubbed) while a worker thread keeps creating
+    sandbox workspaces and copying into them, as the gate's thread pool does: the run's
+    folder is gone and stays gone, the worker's next sandbox is refused, and nothing is
+    created in the user's TMPDIR instead."""
+    import tempfile
+    import threading
+
+    from components import runtime
+    from components.env.sandbox import Workspace
+    from flows.retrain_main import RunScope
+
+    user_tmp = tmp_path / "user-tmp"
+    user_tmp.mkdir()
+    src = tmp_path / "repo"
+    for i in range(40):
+        (src / f"pkg{i % 4}").mkdir(parents=True, exist_ok=True)
+        (src / f"pkg{i % 4}" / f"m{i}.py").write_text("x = 1\n" * 50)
+    monkeypatch.setenv("TMPDIR", str(user_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    # this process's stopping flag, fresh (the handler sets it; later tests need it clear)
+    monkeypatch.setattr(runtime, "_STOPPING", threading.Event(), raising=False)
+
+    class Exited(BaseException):
+        pass
+
+    def fake_exit(code):
+        raise Exited(code)
+
+    scope = RunScope()
+    saved_handlers = dict(scope.handlers)
+    done, refused, started = threading.Event(), [], threading.Event()
+
+    def worker():  # a gate worker: a sandbox, then a copy into it that is still going
+        while not done.is_set():
+            try:
+                ws = Workspace.create(src)
+                shutil.copytree(src, ws.root / "copy")
+                started.set()
+            except KeyboardInterrupt:  # RunStopping: refused, the run is stopping
+                refused.append(True)
+                return
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=worker, daemon=True)
+    try:
+        thread.start()
+        assert started.wait(30)
+        time.sleep(0.3)  # a few workspaces exist
+        with monkeypatch.context() as patched, pytest.raises(Exited):
+            patched.setattr(os, "_exit", fake_exit)
+            scope._on_signal(signal.SIGINT, None)
+        time.sleep(0.5)  # the worker, had it not been refused, would create more
+        leftover = list(user_tmp.iterdir())
+        done.set()
+        thread.join(10)
+    finally:
+        done.set()
+        for sig, handler in saved_handlers.items():
+            signal.signal(sig, handler)
+        tempfile.tempdir = None
+        _unmount_below(tmp_path)  # a failed check leaves no workspace's tmpfs behind
+    err = capfd.readouterr().err
+    assert f"interrupted; stopped the run's processes and removed {scope.tmp}" in err
+    assert leftover == [], leftover  # the run's folder gone, nothing new beside it
+    assert refused == [True] and not thread.is_alive()
