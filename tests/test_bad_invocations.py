@@ -901,6 +901,8 @@ def invoke(case: Case) -> int:
 def test_bad_invocation_is_one_clear_line(case, world, monkeypatch, capfd):
     monkeypatch.chdir(world)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # The scratch world's own store: the embedded default is the checkout's mlruns/.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{world / 'mlruns' / 'mlflow.db'}")
     before = digest(world, case.out)
     code = invoke(case)
     captured = capfd.readouterr()  # fd 2 too: what a child process or C code writes
