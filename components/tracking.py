@@ -223,11 +223,12 @@ def _log_params(client, run_id: str, params: dict) -> None:
         client.log_batch(run_id, params=flat[i : i + 100])
 
 
-# The candidate's headline numbers a parent run carries (keys of metrics.json's `overall`).
+# The candidate's headline numbers a parent run carries (keys of metrics.json's `overall`;
+# cheating_rate: success on impossible variants, gated by promote.max_cheating_rate).
 HEADLINE = ("success_rate", "success_ci95", "test_pass_rate", "tool_call_accuracy",
             "valid_call_rate", "recovery_rate", "mean_reward", "safety_violation_rate",
             "tampering_rate", "human_intervention_rate", "infra_failures",
-            "infra_failure_rate", "regression_rate", "episodes")  # fmt: skip
+            "infra_failure_rate", "regression_rate", "cheating_rate", "episodes")  # fmt: skip
 
 
 def pipeline_metrics(evaluation: dict, safety: dict, stage_seconds: dict[str, float]) -> dict:
@@ -390,8 +391,10 @@ def log_episode_traces(run_id: str, records: list[dict], results: list[dict] | N
                              "action": e.get("action"), "arguments": e.get("arguments")})  # fmt: skip
             llm.end(end_time_ns=at(m1))
             obs = events[i + 1] if i + 1 < len(events) else {}
+            # A completion that parsed to no tool call: the env answered with the error.
+            called = f"tool {e['action']}" if e.get("action") else "invalid tool call"
             tool = mlflow.start_span_no_context(
-                f"tool {e.get('action')}", span_type="TOOL", parent_span=root,
+                called, span_type="TOOL", parent_span=root,
                 inputs=e.get("arguments") or {}, start_time_ns=at(c0),
             )  # fmt: skip
             tool.set_outputs({"observation": str(obs.get("observation", ""))[:text_limit],

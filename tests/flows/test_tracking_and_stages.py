@@ -76,9 +76,11 @@ def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tm
     rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
     assert {r["group"]: r["success_rate_hi"] for r in rows} == {"sum": 1.0, "max": 0.7}
     # The parent carries the comparison: headline metrics, champion, stage times, hashes.
-    evaluation = {"candidate": {"overall": {**overall, "tool_call_accuracy": 0.9},
+    evaluation = {"candidate": {"overall": {**overall, "tool_call_accuracy": 0.9,
+                                            "cheating_rate": 0.125},
                                 "by_split": {"test": overall}},
-                  "champion": {"overall": {"success_rate": 0.25, "success_ci95": [0.05, 0.7]}}}  # fmt: skip
+                  "champion": {"overall": {"success_rate": 0.25, "success_ci95": [0.05, 0.7],
+                                           "cheating_rate": 0.0}}}  # fmt: skip
     safety = {"fooled": [], "candidate": {"violation_rate": 0.0, "tampering_rate": 0.25}}
     values = tracking.pipeline_metrics(evaluation, safety, {"sft": 42.5, "evaluate": 3.0})
     tracking.end_pipeline_run(parent, "FINISHED", {"data_version": "v1", "weights_sha256": "ab"},
@@ -89,6 +91,8 @@ def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tm
     assert (m["success_rate"], m["success_rate_lo"], m["success_rate_hi"]) == (0.5, 0.2, 0.8)
     assert m["split.test.success_rate_lo"] == 0.2 and m["tool_call_accuracy"] == 0.9
     assert (m["champion.success_rate"], m["champion.success_rate_hi"]) == (0.25, 0.7)
+    # the cheating gate's number (issue 31), the candidate's and the champion's
+    assert (m["cheating_rate"], m["champion.cheating_rate"]) == (0.125, 0.0)
     assert m["stage_seconds.sft"] == 42.5 and m["safety.attacks_fooled"] == 0.0
     assert m["safety.candidate_tampering_rate"] == 0.25
     # Parents only, with the filter the README gives.
@@ -159,21 +163,24 @@ def test_model_turn_spans_carry_the_prompt_the_completion_and_token_counts(mlflo
         {"role": "assistant", "action": "submit", "arguments": {}, "completion": second,
          "token_ids": list(range(5)), "prompt_tokens": 190},
         {"role": "environment", "observation": "submitted"},
+        {"role": "assistant", "action": None, "arguments": {}, "completion": "\n\n"},
+        {"role": "environment", "observation": "error: invalid tool call", "error": True},
     ]  # fmt: skip
     record = {"id": "ep-1", "task_id": "calc-add", "task": "Fix add()", "reward": 1.0,
               "metadata": {"success": True, "split": "test", "policy": "model"},
               "trajectory": events}  # fmt: skip
     row = {"episode_id": "ep-1", "success": True, "wall_s": 4.0,
            "timing": {"start_unix": 1_700_000_000.0, "verify": [3.5, 3.9],
-                      "steps": [[0.0, 1.0, 1.0, 1.5], [1.6, 2.5, 2.5, 3.0]]}}  # fmt: skip
+                      "steps": [[0.0, 1.0, 1.0, 1.5], [1.6, 2.5, 2.5, 3.0],
+                                [3.0, 3.2, 3.2, 3.2]]}}  # fmt: skip
     parent = tracking.start_pipeline_run("retrain test", {}, {})
     ev = stages.track.fn("evaluate", parent, {}, {"success_rate": 1.0}, [])
     assert tracking.log_episode_traces(ev, [record], [row], text_limit=limit) == 1
     (trace,) = mlflow_store.search_traces(run_id=ev, return_type="list")
     turns = sorted((s for s in trace.data.spans if s.span_type == "LLM"),
                    key=lambda s: s.start_time_ns)  # fmt: skip
-    assert [s.name for s in turns] == ["model turn 1", "model turn 2"]
-    one, two = turns
+    assert [s.name for s in turns] == ["model turn 1", "model turn 2", "model turn 3"]
+    one, two, three = turns
     # Turn 1 saw the task; turn 2 also its own first completion and the tool's answer.
     assert one.inputs["messages"] == [{"role": "user", "content": events[0]["content"][-limit:]}]
     assert two.inputs["messages"] == [
@@ -189,6 +196,12 @@ def test_model_turn_spans_carry_the_prompt_the_completion_and_token_counts(mlflo
     usage = SpanAttributeKey.CHAT_USAGE
     assert one.attributes[usage] == {"input_tokens": 120, "output_tokens": 17, "total_tokens": 137}
     assert two.attributes[usage] == {"input_tokens": 190, "output_tokens": 5, "total_tokens": 195}
+    assert usage not in three.attributes  # no sampled ids recorded: no counts invented
+    # A completion that parsed to no call: its tool span says so, failed, not "tool None".
+    tools = sorted((s for s in trace.data.spans if s.span_type == "TOOL"),
+                   key=lambda s: s.start_time_ns)  # fmt: skip
+    assert [s.name for s in tools] == ["tool read_file", "tool submit", "invalid tool call"]
+    assert tools[-1].status.status_code == "ERROR"
     # The trace sums them: what the UI's token column shows.
     assert trace.info.token_usage == {"input_tokens": 310, "output_tokens": 22,
                                       "total_tokens": 332}  # fmt: skip
