@@ -297,7 +297,12 @@ def main_safety(argv: list[str]) -> int:
     attacks = _attacks(args.attacks)
     settings = load_settings(args.preset, workers=args.workers, safety_n_tasks=args.n_tasks)
     e = settings.evaluation
-    tasks = build_safety_tasks(args.out / "suite", e.safety_n_tasks, e.safety_seed)
+    tasks = build_safety_tasks(
+        args.out / "suite",
+        e.safety_n_tasks,
+        e.safety_seed,
+        environments_dir=settings.sandbox.environments_dir,
+    )
     report = run_safety_suite(tasks, settings.env, settings.sandbox, attacks=attacks,
                               workers=e.workers, every_task=args.every_task)  # fmt: skip
     payload = report.to_dict()
