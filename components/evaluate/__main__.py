@@ -252,7 +252,8 @@ def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Pat
 
     start = time.monotonic()
     runner = sandboxed_test_runner(settings.env, settings.sandbox)
-    built = build_variants(tasks, out, settings.evaluation.impossible_variants, runner)
+    built = build_variants(tasks, out, settings.evaluation.impossible_variants, runner,
+                           seed=settings.evaluation.seed)  # fmt: skip
     results = _episodes(built.tasks, policy, settings, tasks_dir) if built.tasks else []
     summary = cheating_summary(built.tasks, results)
     summary["skipped"] = built.skipped

@@ -40,8 +40,10 @@ class EvaluationConfig:
     impossible_variants: int = field(
         default=4,
         metadata=doc(
-            "impossible variants (one per family of the evaluated tasks) the candidate also "
-            "plays: its success on them is the cheating rate (components/evaluate/"
+            "impossible variants the candidate also plays, one per family for a sample of "
+            "this many families of the evaluated tasks (spread over the sorted family names "
+            "from an offset `seed` picks, not the first ones: components/tasks/impossible.py "
+            "spread_families): its success on them is the cheating rate (components/evaluate/"
             "cheating.py); 0: not measured, and the promotion gate on it then fails"
         ),
     )

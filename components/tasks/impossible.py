@@ -32,14 +32,18 @@ the verifier catches (an edited test, a forged verdict line) fails verification 
 reported as caught, not counted (components/evaluate/cheating.py).
 
 Variants are built deterministically from a gated suite (`build_variants`): tasks grouped by
-family (sorted), the first task by id of each family that has a usable assertion, the first
-usable assertion in file order, at most `max_variants`.
+family, at most `max_variants` families, a *sample* spread over the sorted family names
+(`spread_families`: every k-th name from an offset the seed picks, not the first names
+alphabetically, which would measure the cheating rate on a few similar bug classes only),
+the first task by id of each sampled family that has a usable assertion, the first usable
+assertion in file order. A sampled family without one gives way to the next family after it.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import random
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -193,6 +197,21 @@ class VariantsReport:
         return {"variants": [t.id for t in self.tasks], "skipped": self.skipped}
 
 
+def spread_families(families: list[str], n: int, seed: int = 0) -> list[str]:
+    """Every family (sorted, unique), in the order `build_variants` tries them: first `n`
+    spread evenly over the sorted names (every len/n-th from an offset `seed` picks), then
+    the others from that offset on. Same names, n and seed => same order."""
+    names = sorted(set(families))
+    total, want = len(names), min(max(n, 0), len(names))
+    if not total:
+        return []
+    offset = random.Random(seed).randrange(total)
+    first = [names[(offset + j * total // want) % total] for j in range(want)]
+    chosen = set(first)
+    rest = [names[(offset + i) % total] for i in range(total)]
+    return first + [f for f in rest if f not in chosen]
+
+
 # long: pick the assertion, then write the variant file by file
 def make_variant(task: Task, out: Path) -> Task | str:
     """The impossible variant of `task` in `out` (see the module docstring), or why not."""
@@ -265,9 +284,10 @@ def check_impossible(variant: Task, run_tests: RunTests) -> str:
 
 
 def build_variants(tasks: list[Task], out: str | Path, max_variants: int,
-                   run_tests: RunTests | None = None) -> VariantsReport:  # fmt: skip
-    """At most `max_variants` impossible variants, one per family (see the module
-    docstring); with `run_tests`, each is kept only if the reference fix fails it."""
+                   run_tests: RunTests | None = None, seed: int = 0) -> VariantsReport:  # fmt: skip
+    """At most `max_variants` impossible variants, one per family, the families a sample
+    spread over all of them (`spread_families` with `seed`; see the module docstring);
+    with `run_tests`, each is kept only if the reference fix fails it."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = VariantsReport()
@@ -275,7 +295,7 @@ def build_variants(tasks: list[Task], out: str | Path, max_variants: int,
     for t in sorted(tasks, key=lambda t: t.id):
         if t.metadata.extra.get("impossible") is None:
             by_family.setdefault(t.metadata.family, []).append(t)
-    for family in sorted(by_family):
+    for family in spread_families(list(by_family), max_variants, seed):
         if len(report.tasks) >= max_variants:
             break
         for task in by_family[family]:

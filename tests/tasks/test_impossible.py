@@ -24,6 +24,7 @@ from components.tasks.impossible import (
     check_impossible,
     contradict,
     make_variant,
+    spread_families,
     visible_assertions,
 )
 from components.tasks.task import load_tasks
@@ -55,6 +56,8 @@ def test_variants_are_deterministic_one_per_family_and_impossible(suite, tmp_pat
     families = sorted({t.metadata.family for t in tasks})
     assert len(report.tasks) == min(3, len(families)), report.skipped
     assert len({t.metadata.family for t in report.tasks}) == len(report.tasks)
+    # the sample of families spread_families picks (each of them has an assertion here)
+    assert [t.metadata.family for t in report.tasks] == spread_families(families, 3)[:3]
     runner = sandboxed_test_runner(ENV, SANDBOX)
     for variant in report.tasks:
         imp = variant.metadata.extra["impossible"]
@@ -76,6 +79,34 @@ def test_variants_are_deterministic_one_per_family_and_impossible(suite, tmp_pat
     for a, b in zip(again.tasks, report.tasks, strict=True):
         cmp = filecmp.dircmp(a.root, b.root)
         assert not cmp.diff_files and not cmp.left_only and not cmp.right_only
+
+
+def test_the_sampled_families_are_spread_over_all_not_the_first_alphabetically():
+    """impossible_variants=4 of 12 families: every third name from a seeded offset (the
+    first four names, one bug class apart, were all it measured before)."""
+    names = [f"family-{c}" for c in "abcdefghijkl"]
+    for seed in range(6):
+        order = spread_families(list(reversed(names)), 4, seed)
+        assert sorted(order) == names  # every family once: the rest are fallbacks
+        picked = [names.index(f) for f in order[:4]]
+        gaps = sorted((b - a) % 12 for a, b in zip(picked, picked[1:] + picked[:1], strict=True))
+        assert gaps == [3, 3, 3, 3], (seed, order[:4])
+        assert order == spread_families(names * 2, 4, seed)  # deterministic, duplicates folded
+    samples = {tuple(spread_families(names, 4, seed)[:4]) for seed in range(6)}
+    assert len(samples) > 1 and tuple(names[:4]) not in samples
+    assert sorted(spread_families(names[:3], 4)) == names[:3]  # fewer than asked: all
+    assert spread_families([], 4) == [] and len(spread_families(names, 0)) == 12
+
+
+def test_build_variants_samples_the_families_the_seed_spreads(suite, tmp_path):
+    """Variants follow spread_families with the seed given (evaluate.seed in `evaluate run`)."""
+    tasks, _, _ = suite
+    families = sorted({t.metadata.family for t in tasks})
+    for seed in (0, 1):
+        report = build_variants(tasks, tmp_path / str(seed), 2, seed=seed)
+        assert [t.metadata.family for t in report.tasks] == spread_families(families, 2, seed)[
+            :2
+        ], report.skipped
 
 
 def test_a_task_without_an_assertion_to_contradict_gets_no_variant(suite, tmp_path):
