@@ -6,8 +6,12 @@ of the weights. A saved adapter policy is a folder like any checkpoint (`save_po
 writes it; `load_policy` reads it back), holding PEFT's adapter files, the tokenizer, and
 `agentrl_adapter.json`, which names the base it belongs to:
 
-    {"base_path": "<the base checkpoint folder>", "base_sha256": "<its weight files>",
+    {"base_path": "<the base checkpoint folder>", "base_sha256": "<its tensors' sha256>",
      "r": 16, "alpha": 32, "target_modules": [...], "trainable_parameters": ...}
+
+`base_sha256` is components/lineage.py's `weights_sha256`, the digest `agentrl policy fetch`
+checks and the run's fingerprints record, so a registered version's tag names the base
+checkpoint a user fetched (a digest of the files' bytes differs: safetensors metadata).
 
 A base that cannot be loaded back as it was trained against (built in memory, or its
 embeddings grown by our chat tokens on load) is saved next to the adapters, in `base/`, and
@@ -18,12 +22,12 @@ never imports policy/model.py (which imports it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from components.lineage import weights_sha256
 from components.policy.config import LoRAConfig
 
 ADAPTER_META = "agentrl_adapter.json"
@@ -74,17 +78,6 @@ def frozen_base(model):
             yield model
     finally:
         model.train(was_training)
-
-
-def weights_sha256(directory: str | Path) -> str:
-    """sha256 over a checkpoint's weight files (name and bytes, in name order)."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(directory).glob("*.safetensors")):
-        digest.update(path.name.encode())
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def _base_on_disk(model) -> str:

@@ -66,7 +66,9 @@ def test_a_lora_candidate_is_registered_merged_into_its_base(cfg, policy_dir, tm
     version = registry.register_candidate(adapter_dir, lineage, cfg)
 
     mv = mlflow_client(cfg).get_model_version(cfg.model_name, version)
-    assert mv.tags["adapter"] == "lora" and mv.tags["base_sha256"]
+    # The base's digest as `agentrl policy fetch` checks it and the fingerprints record it
+    # (components/lineage.py), so the tag matches the checkpoint a user fetched.
+    assert mv.tags["adapter"] == "lora" and mv.tags["base_sha256"] == weights_sha256(policy_dir)
     assert mv.tags["base_path"] == str(policy_dir)
     assert mv.tags["adapters_sha256"] == weights_sha256(adapter_dir)
     folder = registry.download_version(version, cfg)

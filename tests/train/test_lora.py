@@ -45,6 +45,23 @@ def _no_second_copy(monkeypatch, *modules):
         monkeypatch.setattr(module.copy, "deepcopy", refuse)
 
 
+def test_an_adapters_base_sha256_is_the_digest_policy_fetch_records(tiny_policy, tmp_path):
+    """ADAPTER_META's base_sha256 is components/lineage.py's weights_sha256 (what `agentrl
+    policy fetch` checks and a registered LoRA version's `base_sha256` tag carries), not a
+    digest of the files' bytes, which differs for the same tensors."""
+    from components.lineage import weights_sha256 as tensors_sha256
+    from components.policy.lora import add_adapters, save_adapters
+    from components.policy.model import load_policy, save_policy
+
+    model, tokenizer = tiny_policy
+    base_dir = save_policy(model, tokenizer, tmp_path / "base")
+    model, tokenizer = load_policy(base_dir)
+    adapter_dir = save_adapters(add_adapters(model, LORA), tokenizer, tmp_path / "adapters")
+    meta = json.loads((adapter_dir / ADAPTER_META).read_text())
+    assert meta["base_path"] == str(base_dir.resolve())
+    assert meta["base_sha256"] == tensors_sha256(base_dir)
+
+
 def test_sft_trains_the_adapters_only_and_saves_them_with_their_base(
     tiny_policy, expert_records, tmp_path
 ):
