@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import default_sigint
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PRESETS = {
@@ -945,7 +947,8 @@ def test_a_stopped_command_ends_cleanly(stop, world, tmp_path):
         assert out.returncode == 0 and out.stderr == "", out.stderr
     else:
         proc = subprocess.Popen(argv, cwd=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env, start_new_session=True)  # fmt: skip
+                                text=True, env=env, start_new_session=True,
+                                preexec_fn=default_sigint)  # fmt: skip
         try:
             for line in proc.stdout:
                 if line.startswith(stop.after):
@@ -1095,7 +1098,8 @@ def test_ctrl_c_stops_a_command_with_one_line(tmp_path):
     traceback, no process of it left."""
     proc = subprocess.Popen([sys.executable, "-m", "components.cli", "demo", "--out",
                              str(tmp_path / "demo")], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=default_sigint)  # fmt: skip
     assert proc.stdout.readline().startswith("[1/4]")  # it is working
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group

@@ -22,6 +22,8 @@ import psutil
 import pytest
 import yaml
 
+from tests.processes import default_sigint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -69,7 +71,8 @@ def test_flow_starts_on_a_busy_machine_and_ctrl_c_in_the_gate_leaves_nothing(tmp
         proc = subprocess.Popen([sys.executable, "-m", "flows.retrain", "--preset",
                                  "configs/busy.yaml"], cwd=repo, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True,
+                                preexec_fn=default_sigint)  # fmt: skip
         seen = []
         for line in proc.stdout:
             seen.append(line)
