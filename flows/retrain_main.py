@@ -180,7 +180,22 @@ def run(argv: list[str] | None) -> int:
         Path("runs/last-retrain.json").write_text(json.dumps(summary, indent=2, default=str))
         return 0
     finally:
+        if scope.server is not None:
+            drain_prefect_workers()
         scope.close()
+
+
+def drain_prefect_workers(timeout_s: float = 5.0) -> None:
+    """Send the logs and events Prefect still holds before the server this run started
+    stops: its workers ship them in the background, and a batch sent after the server is
+    gone prints '--- Error logging to API ---' as the run's last words."""
+    if "prefect" not in sys.modules:  # the run ended before the flow was imported
+        return
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:
