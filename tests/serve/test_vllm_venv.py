@@ -37,7 +37,10 @@ def pinned() -> list[str]:
 def test_the_vllm_venv_is_the_locked_set_without_the_breaking_packages():
     skip_without_vllm()
     python = VLLMConfig().python
-    out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True,
+    # -I: the venv's own packages only. `python -c` puts the working directory on sys.path,
+    # and this checkout's agentrl.egg-info (the project venv's editable install) would be
+    # listed as installed in .venv-vllm.
+    out = subprocess.run([str(python), "-I", "-c", PROBE], capture_output=True, text=True,
                          timeout=300, check=True)  # fmt: skip
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     assert probe["vllm"] == "0.32.0" and probe["torch"] == "2.13.0+cpu"
