@@ -23,16 +23,6 @@ def linked(run_id: str, preset: str = DEFAULT_PRESET, reproduction_of: dict | No
     return {"flow_run_id": str(flow_run.id), "links": stages.link_runs(run_id)}
 
 
-@pytest.fixture
-def mlflow_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    import mlflow
-
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.create_experiment(tracking.EXPERIMENT, artifact_location=(tmp_path / "a").as_uri())
-    return mlflow
-
-
 @pytest.mark.timeout(600)
 def test_a_flow_run_and_its_mlflow_run_link_each_other(mlflow_store, prefect_harness):
     from prefect import get_client

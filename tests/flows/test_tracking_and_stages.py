@@ -11,16 +11,6 @@ from components import tracking
 from flows import stages
 
 
-@pytest.fixture
-def mlflow_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    import mlflow
-
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.create_experiment(tracking.EXPERIMENT, artifact_location=(tmp_path / "a").as_uri())
-    return mlflow
-
-
 def test_stage_runs_a_cli_command_and_reads_its_result(tmp_path):
     out = tmp_path / "tasks"
     result = stages.run.fn("generate", ["tasks", "generate", "--out", str(out), "--n", "3"],
