@@ -155,9 +155,7 @@ def _lineage():
     return lineage()
 
 
-def test_an_adapter_candidate_whose_base_is_gone_is_refused_and_nothing_registered(
-    cfg, checkpoint
-):
+def test_an_adapter_candidate_whose_base_is_gone_is_refused_and_nothing_registered(cfg, checkpoint):
     """A LoRA candidate registers merged into its base (test_registered_model.py); with the
     base folder missing it is refused naming that folder, and no version appears."""
     (checkpoint / "agentrl_adapter.json").write_text(
