@@ -54,13 +54,23 @@ def _mlflow():
     return mlflow
 
 
+# (tracking URI, experiment name) this process has seen described: every tracking call
+# goes through _mlflow(), and one listing there replaces a lookup per experiment.
+_DESCRIBED: set[tuple[str, str]] = set()
+
+
 def describe_experiments(client) -> None:
     """Give each of the project's experiments that exists here and has no description
     its one-line description (EXPERIMENT_DESCRIPTIONS); a description set by a user stays."""
-    for name, text in EXPERIMENT_DESCRIPTIONS.items():
-        exp = client.get_experiment_by_name(name)
-        if exp is not None and not exp.tags.get(NOTE_TAG):
-            client.set_experiment_tag(exp.experiment_id, NOTE_TAG, text)
+    uri = tracking_uri()
+    todo = {n: t for n, t in EXPERIMENT_DESCRIPTIONS.items() if (uri, n) not in _DESCRIBED}
+    if not todo:
+        return
+    for exp in client.search_experiments():
+        if exp.name in todo:
+            if not exp.tags.get(NOTE_TAG):
+                client.set_experiment_tag(exp.experiment_id, NOTE_TAG, todo[exp.name])
+            _DESCRIBED.add((uri, exp.name))
 
 
 def git_commit() -> str:
