@@ -309,8 +309,9 @@ def test_a_lora_run_on_a_template_without_tools_never_resizes_the_embeddings(
     evaluation and vLLM's base do, keeps its vocabulary: no embedding row is added."""
     from safetensors import safe_open
 
+    from components.lineage import weights_sha256
     from components.policy.config import LoRAConfig
-    from components.policy.lora import ADAPTER_META, weights_sha256
+    from components.policy.lora import ADAPTER_META
     from components.policy.model import load_policy
     from components.train.config import SFTConfig
     from components.train.sft import train_sft
