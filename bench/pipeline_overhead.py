@@ -140,12 +140,13 @@ class LoadSampler:
         return f"load min-mean-max {min(s):.1f}-{sum(s) / len(s):.1f}-{max(s):.1f}"
 
 
-def make_run(out: Path) -> Path:
-    """Time `make install` and `make run` in a fresh clone of this checkout's HEAD."""
+def make_run(out: Path, keep: Path | None = None) -> Path:
+    """Time `make install` and `make run` in a fresh clone of this checkout's HEAD; with
+    `keep`, the clone is made there and kept (its run can then be reproduced)."""
     from bench.report import write_table
 
     with tempfile.TemporaryDirectory(prefix="agentrl-make-run-") as tmp:
-        clone = Path(tmp) / "agentrl"
+        clone = keep or Path(tmp) / "agentrl"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         t0 = time.perf_counter()
@@ -171,12 +172,13 @@ def main() -> None:
     p.add_argument("--n-tasks", type=int, default=60)
     p.add_argument("--sft-steps", type=int, default=60)
     p.add_argument("--make-run", action="store_true", help="time install + make run instead")
+    p.add_argument("--keep", type=Path, help="with --make-run: clone into this new folder, keep it")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args()
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.chdir(ROOT)
     if args.make_run:
-        make_run(args.out)
+        make_run(args.out, args.keep)
         return
     with tempfile.TemporaryDirectory(prefix="agentrl-overhead-") as tmp:
         tmp = Path(tmp)
