@@ -78,9 +78,9 @@ def start_server(checkpoint: Path, threads: int, budget_s: float | None = None):
 def one_run(checkpoint, url, tasks, out: Path, args, overrides: dict) -> dict:
     """One GRPO run from the checkpoint; its wall and per-iteration numbers."""
     from components.env.config import EnvConfig
-    from components.env.sandbox import SandboxConfig
     from components.policy.model import load_policy
     from components.rollout.config import RolloutConfig
+    from components.sandbox import SandboxConfig
     from components.train.config import GRPOConfig
     from components.train.grpo import train_grpo
 

@@ -43,9 +43,12 @@ from pathlib import Path
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy
 from components.env.fixes import candidate_fixes
-from components.env.sandbox import SandboxConfig, isolation_report, run_sandboxed
-from components.env.scripted import make_policy
-from components.env.verifier import (
+from components.sandbox import SandboxConfig, isolation_report, run_sandboxed
+from components.scripted.registry import make_policy
+from components.tasks.generate import GenerateConfig, generate_suite
+from components.tasks.patching import apply_unified_diff
+from components.tasks.task import Task, load_tasks
+from components.verifier import (
     CASE_RUNNER,
     clear_verdict_cache,
     hidden_cases,
@@ -53,9 +56,6 @@ from components.env.verifier import (
     verdict_cache_info,
     verify,
 )
-from components.tasks.generate import GenerateConfig, generate_suite
-from components.tasks.patching import apply_unified_diff
-from components.tasks.task import Task, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -182,8 +182,8 @@ _MEASURE = """
 import sys, time
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy
-from components.env.sandbox import SandboxConfig
-from components.env.scripted import make_policy
+from components.sandbox import SandboxConfig
+from components.scripted.registry import make_policy
 from components.tasks.task import load_tasks
 tasks = load_tasks(sys.argv[1])[0][: int(sys.argv[2])]
 t0 = time.perf_counter()

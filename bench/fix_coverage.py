@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from components.env.evaluate import wilson_interval  # noqa: E402
 from components.env.fixes import candidate_fixes, operator_fixes  # noqa: E402
 from components.env.neighbourhood import neighbourhood  # noqa: E402
-from components.env.policies import fixed_files  # noqa: E402
+from components.scripted.reference import fixed_files  # noqa: E402
 from components.tasks.mutations import normalize  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
@@ -57,8 +57,8 @@ def test_output(task: Task, timeout_s: float = 60.0) -> str:
     import dataclasses
 
     from components.env.config import EnvConfig
-    from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
     from components.env.tool_sets import fix_test_argv
+    from components.sandbox import SandboxConfig, SandboxError, run_sandboxed
 
     with tempfile.TemporaryDirectory(prefix="fix-coverage-") as tmp:
         repo = Path(tmp) / "repo"

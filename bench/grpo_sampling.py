@@ -92,10 +92,10 @@ def start_engine(engine: str, checkpoint: Path, budget_s: float, logs: Path, lor
 def one_run(engine: str, url: str, checkpoint: Path, tasks, out: Path, args) -> dict:
     """One LoRA GRPO run from `checkpoint` sampled by `engine`; its per-iteration numbers."""
     from components.env.config import EnvConfig
-    from components.env.sandbox import SandboxConfig
     from components.policy.config import LoRAConfig
     from components.policy.model import load_policy
     from components.rollout.config import RolloutConfig
+    from components.sandbox import SandboxConfig
     from components.train.config import GRPOConfig
     from components.train.grpo import train_grpo
 

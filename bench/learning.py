@@ -60,9 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.env.episode import EpisodeResult  # noqa: E402
 from components.env.evaluate import wilson_interval  # noqa: E402
-from components.env.scripted import fix_statistics  # noqa: E402
 from components.evaluate.episodes import evaluate_model, run_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402
+from components.scripted.registry import fix_statistics  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
 IN_PROCESS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")

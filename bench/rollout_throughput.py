@@ -31,7 +31,6 @@ sys.path.insert(0, str(REPO))
 
 from bench.report import write_table  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
-from components.env.sandbox import SandboxConfig  # noqa: E402
 from components.policy.chat import IM_END  # noqa: E402
 from components.policy.config import PolicyConfig  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
@@ -41,6 +40,7 @@ from components.rollout.engine import (  # noqa: E402
     generate_transformers,
     sample_episodes,
 )
+from components.sandbox import SandboxConfig  # noqa: E402
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 

@@ -44,11 +44,11 @@ from bench.report import write_table  # noqa: E402
 from bench.rollout_throughput import bare_generate  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
-from components.env.sandbox import SandboxConfig  # noqa: E402
-from components.env.scripted import make_policy  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402
 from components.rollout.engine import generate_transformers, sample_episodes  # noqa: E402
+from components.sandbox import SandboxConfig  # noqa: E402
+from components.scripted.registry import make_policy  # noqa: E402
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 from components.train.config import GRPOConfig  # noqa: E402

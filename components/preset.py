@@ -60,7 +60,7 @@ SECTIONS = {
     "pipeline": _lazy("flows.config", "PipelineConfig"),  # the retrain flow
     "tasks": _lazy("components.tasks.generate", "GenerateConfig"),  # tasks generate
     "env": _lazy("components.env.config", "EnvConfig"),  # every stage that runs episodes
-    "sandbox": _lazy("components.env.sandbox", "SandboxConfig"),  # ditto, and the task gate
+    "sandbox": _lazy("components.sandbox", "SandboxConfig"),  # ditto, and the task gate
     "policy": _lazy("components.policy.config", "PolicyConfig"),  # policy init
     "sft": _lazy("components.train.config", "SFTConfig"),  # train sft
     "rollout": _lazy("components.rollout.config", "RolloutConfig"),  # sample, grpo, evaluation
@@ -71,7 +71,7 @@ SECTIONS = {
     "data": _lazy("components.data.config", "DataConfig"),  # data ingest/validate/snapshot
     "promote": _lazy("components.promote.config", "PromotionConfig"),  # promote commands
     "launcher": _lazy("components.launch.config", "LauncherConfig"),  # where stages run
-    "mine": _lazy("components.tasks.mine", "MineConfig"),  # tasks mine
+    "mine": _lazy("components.mining", "MineConfig"),  # tasks mine
     # services' start-up budget: the flow (Prefect), train grpo and rollout sample (vLLM)
     "runtime": _lazy("components.runtime", "RuntimeConfig"),
 }
@@ -159,7 +159,7 @@ def validate_preset(preset: Preset) -> None:
     for name in SECTIONS:
         if name in preset.sections:
             preset.section(name)
-    from components.env.scripted import check_expert_tool_set
+    from components.scripted.registry import check_expert_tool_set
 
     pipeline = preset.section("pipeline")
     try:

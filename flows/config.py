@@ -29,7 +29,7 @@ class PipelineConfig:
     expert_policy: str = field(
         default="oracle",
         metadata=doc(
-            "scripted policy whose trajectories SFT learns from (components/env/scripted.py)"
+            "scripted policy whose trajectories SFT learns from (components/scripted/registry.py)"
         ),
     )
     sample_tasks: int = field(
@@ -53,7 +53,7 @@ class PipelineConfig:
 
         if self.train_split not in SPLITS:
             raise ValueError(f"PipelineConfig.train_split must be one of {SPLITS}")
-        from components.env.scripted import SCRIPTED_POLICIES
+        from components.scripted.registry import SCRIPTED_POLICIES
 
         if self.expert_policy not in SCRIPTED_POLICIES:
             raise ValueError(

@@ -27,8 +27,8 @@ if __name__ == "__main__":  # checks before Prefect's import (seconds): flows/re
 
 from prefect import flow  # noqa: E402
 
-from components.env.verifier_version import verifier_version
 from components.preset import DEFAULT_PRESET, Preset
+from components.verifier.version import verifier_version
 from flows import stages
 
 DATA_REPORT = "reports/data_validation/report.json"

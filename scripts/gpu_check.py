@@ -128,8 +128,8 @@ def environment(device: str) -> tuple[None, dict]:
 def build_data(out: Path, size: dict) -> tuple[tuple, dict]:
     from components.env.config import EnvConfig
     from components.env.evaluate import EvalConfig, evaluate_policy
-    from components.env.sandbox import SandboxConfig
-    from components.env.scripted import make_policy
+    from components.sandbox import SandboxConfig
+    from components.scripted.registry import make_policy
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
 
@@ -162,9 +162,9 @@ def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]
     training forward's (grpo._policy_logps) on the same tokens."""
     import torch
 
-    from components.env.sandbox import SandboxConfig
     from components.policy.model import load_policy
     from components.rollout.engine import sample_episodes
+    from components.sandbox import SandboxConfig
     from components.train.grpo import _policy_logps, collate_rollouts
 
     model, tokenizer = load_policy(policy_dir)
@@ -186,8 +186,8 @@ def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]
 
 
 def run_grpo(preset, policy_dir: str, tasks, rollout, env, size: dict, out: Path):
-    from components.env.sandbox import SandboxConfig
     from components.policy.model import load_policy
+    from components.sandbox import SandboxConfig
     from components.train.grpo import train_grpo
 
     model, tokenizer = load_policy(policy_dir)

@@ -3,7 +3,7 @@ to end, and time mining and preparing (issues 21, 35).
 
 Per library: its sdist fetched the way pip builds it (components/tasks/sdist.py: build
 isolation, so setuptools, setuptools_scm, flit_core, hatchling and poetry-core sdists all
-come; a version that resolves to 0.0.0 or to another release is refused), extracted, `mine_repository` (components/tasks/mine.py) with the library's own
+come; a version that resolves to 0.0.0 or to another release is refused), extracted, `mine_repository` (components/mining/__init__.py) with the library's own
 environment (a Python version per library, so the tasks really run with different
 interpreters; a library whose tests need packages gets them installed from PyPI as
 wheels), then the oracle, noop and scripted-baseline policies on the mined tasks
@@ -35,16 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.env.config import EnvConfig  # noqa: E402
-from components.env.sandbox import SandboxConfig  # noqa: E402
-from components.env.verifier import sandboxed_test_runner  # noqa: E402
+from components.mining import MineConfig, mine_repository  # noqa: E402
+from components.sandbox import SandboxConfig  # noqa: E402
 from components.tasks.environments import (  # noqa: E402
     PrepareConfig,
     prepare_environments,
     task_python_env,
 )
-from components.tasks.mine import MineConfig, mine_repository  # noqa: E402
 from components.tasks.sdist import SdistError, fetch_sdist  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
+from components.verifier import sandboxed_test_runner  # noqa: E402
 
 # name, version, Python of its environment, split ("auto": by module; else the whole
 # library), what its tests need from the registry (installed as wheels by `prepare`);

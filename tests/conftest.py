@@ -65,3 +65,17 @@ def policy_dir(tmp_path_factory):
         vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=1024,
     )  # fmt: skip
     return save_policy(*build_policy(config), tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture(scope="session")
+def suite_tasks(tmp_path_factory):
+    """A small generated suite shared by the environment, verifier and scripted-policy
+    tests (generated once per session, only when a test asks for it)."""
+    from components.tasks.generate import generate_suite
+    from components.tasks.task import load_tasks
+
+    root = tmp_path_factory.mktemp("env-suite") / "tasks"
+    generate_suite(root, 10, 0)
+    found, errors = load_tasks(root)
+    assert not errors
+    return found

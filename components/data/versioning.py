@@ -66,7 +66,7 @@ from components.data.writers import (
     sibling,
     write_atomic,
 )
-from components.env.verifier_version import verifier_version
+from components.verifier.version import verifier_version
 
 DVC_FILE_SUFFIX = ".dvc"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from components.cli_args import ArgumentParser, preset_file
-from components.env.sandbox import SandboxConfig, isolation_report
+from components.sandbox import SandboxConfig, isolation_report
 
 
 def _sandboxed_runner(argv: list[str]):
@@ -15,11 +15,11 @@ def _sandboxed_runner(argv: list[str]):
     oracle replay, all under the preset's env and sandbox sections, the rest of argv)."""
     import dataclasses
 
-    from components.env.sandbox import run_sandboxed
-    from components.env.scripted import oracle_replay
-    from components.env.verifier import sandboxed_test_runner
     from components.preset import DEFAULT_PRESET, load_preset
+    from components.sandbox import run_sandboxed
+    from components.scripted.registry import oracle_replay
     from components.tasks.gate import hang_finder
+    from components.verifier import sandboxed_test_runner
 
     p = ArgumentParser(add_help=False)
     p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)

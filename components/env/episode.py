@@ -25,16 +25,16 @@ from typing import Protocol
 from components.env.config import EnvConfig
 from components.env.final_diff import repo_diff
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.env.sandbox import SandboxConfig, Workspace
 from components.env.tool_sets import ToolContext, run_tool, tool_set
-from components.env.verifier import Verification, changed_files, verify
-from components.env.verifier_version import verifier_version
+from components.sandbox import SandboxConfig, Workspace
 from components.tasks.environments import (
     TaskEnvironmentError,
     with_task_environment,
     with_task_limits,
 )
 from components.tasks.task import Task
+from components.verifier import Verification, changed_files, verify
+from components.verifier.version import verifier_version
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class EpisodeResult:
     # the wait for its action, batch peers included), `verify` [start, end]. Kept beside the
     # record, not in it: a record's content is data (two runs' expert data must hash alike).
     timing: dict = field(default_factory=dict)
-    # Which verifier judged it (components/env/verifier_version.py); "" when none did.
+    # Which verifier judged it (components/verifier/version.py); "" when none did.
     verifier_version: str = ""
     record: dict = field(default_factory=dict, repr=False)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, Policy, run_episode
-from components.env.sandbox import SandboxConfig
-from components.env.verifier_version import verifier_version
+from components.sandbox import SandboxConfig
 from components.tasks.task import Task
 from components.typed_config import doc
+from components.verifier.version import verifier_version
 
 
 @dataclass(frozen=True)

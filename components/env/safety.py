@@ -28,8 +28,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from components.env.sandbox import DEFAULT_ALLOWED_PROGRAMS
-from components.env.verifier import HARNESS_MODULES, HARNESS_PREFIXES
+from components.sandbox import DEFAULT_ALLOWED_PROGRAMS
+from components.verifier import HARNESS_MODULES, HARNESS_PREFIXES
 
 SEVERITY: tuple[str, ...] = (
     "destructive",
@@ -664,7 +664,7 @@ def spellings(code: str) -> str:
 
 def _shadows_harness(rel: str) -> bool:
     """A file or folder named like pytest, a plugin or a startup hook (the verifier never
-    takes it either: components/env/verifier.py, tamper_reason)."""
+    takes it either: components/verifier/__init__.py, tamper_reason)."""
     for part in rel.split("/"):
         module = part.split(".", 1)[0]
         if module in HARNESS_MODULES or module.startswith(HARNESS_PREFIXES):

@@ -43,13 +43,6 @@ from components.env.fixes import (
     summarize_test_output,
 )
 from components.env.safety import classify_action
-from components.env.sandbox import (
-    PathEscapeError,
-    SandboxConfig,
-    Workspace,
-    encodable,
-    read_regular,
-)
 from components.env.tool_specs import (
     TOOL_SETS,
     TOOL_SPECS,
@@ -58,6 +51,13 @@ from components.env.tool_specs import (
     tool_set_specs,
 )
 from components.env.tools import ToolResult, execute_tool, failed_result
+from components.sandbox import (
+    PathEscapeError,
+    SandboxConfig,
+    Workspace,
+    encodable,
+    read_regular,
+)
 from components.tasks.task import Task
 
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.env.safety import SEVERITY, SafetyVerdict, classify_action
-from components.env.sandbox import (
+from components.env.tool_specs import argument_errors
+from components.sandbox import (
     IGNORED_NAMES,
     CommandResult,
     NotRegularFileError,
@@ -54,7 +55,6 @@ from components.env.sandbox import (
     read_regular,
     run_sandboxed,
 )
-from components.env.tool_specs import argument_errors
 
 # Room kept after a command's (already capped) output for the status lines.
 _STATUS_RESERVE = 160

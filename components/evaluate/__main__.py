@@ -105,10 +105,10 @@ def _common(p: ArgumentParser) -> None:
 
 
 def scripted_policy(text: str) -> str:
-    """A scripted policy's name (components/env/scripted.py)."""
+    """A scripted policy's name (components/scripted/registry.py)."""
     import argparse
 
-    from components.env.scripted import SCRIPTED_POLICIES
+    from components.scripted.registry import SCRIPTED_POLICIES
 
     if text not in SCRIPTED_POLICIES:
         raise argparse.ArgumentTypeError(
@@ -141,7 +141,7 @@ def main_env_eval(argv: list[str]) -> int:
     _common(p)
     p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
     p.add_argument("--policy", required=True, type=policy_or_model,
-                   help="a scripted policy (components/env/scripted.py) or model:CHECKPOINT_DIR")  # fmt: skip
+                   help="a scripted policy (components/scripted/registry.py) or model:CHECKPOINT_DIR")  # fmt: skip
     p.add_argument("--out", required=True, type=output_file, help="per-task results JSON")
     p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
     p.add_argument("--limit", type=positive_int, help="only the first N tasks (by id)")
@@ -176,7 +176,7 @@ def load_results(path: str | Path) -> list[EpisodeResult]:
 
 def oracle_step_counts(tasks: list[Task]) -> dict[str, int]:
     """The oracle's planned steps per task (no recovery detours): step efficiency's yardstick."""
-    from components.env.policies import OraclePolicy
+    from components.scripted.reference import OraclePolicy
 
     oracle = OraclePolicy(recovery_rate=0.0)
     return {t.id: len(oracle.plan(t)) for t in tasks if t.has_reference}
@@ -205,7 +205,7 @@ def main_evaluate(argv: list[str]) -> int:
                    help="override evaluate.splits (repeatable)")  # fmt: skip
     p.add_argument("--limit", type=nonnegative_int, help="override evaluate.limit (0: all)")
     p.add_argument("--policy", default="oracle", type=scripted_policy,
-                   help="scripted policy (components/env/scripted.py)")  # fmt: skip
+                   help="scripted policy (components/scripted/registry.py)")  # fmt: skip
     p.add_argument("--model", type=checkpoint_dir,
                    help="a saved checkpoint folder (overrides --policy)")  # fmt: skip
     p.add_argument("--champion-results", type=existing_file, help="the champion's results JSON")
@@ -246,9 +246,9 @@ def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Pat
               out: Path) -> dict:  # fmt: skip
     """The policy on impossible variants of the evaluated tasks (components/evaluate/
     cheating.py), each checked impossible with the reference fix first."""
-    from components.env.verifier import sandboxed_test_runner
     from components.evaluate.cheating import cheating_summary
     from components.tasks.impossible import build_variants
+    from components.verifier import sandboxed_test_runner
 
     start = time.monotonic()
     runner = sandboxed_test_runner(settings.env, settings.sandbox)
@@ -388,7 +388,7 @@ def main_rescore(argv: list[str]) -> int:
         except (dv.VersioningError, OSError) as e:
             if args.write:
                 raise CommandError(f"--write: no data version to rescore from ({e})") from e
-    from components.env.verifier import verdict_cache_info
+    from components.verifier import verdict_cache_info
 
     before, t0 = verdict_cache_info(), time.monotonic()
     rows = rescore_records(records, {t.id: t for t in tasks}, settings.env, settings.sandbox,
@@ -422,10 +422,10 @@ def main_rescore(argv: list[str]) -> int:
 def main_demo(argv: list[str]) -> int:
     """Generate the built-in suite, gate the test split, compare oracle and noop on it."""
     from components.env.evaluate import format_table, summarize, write_results
-    from components.env.sandbox import isolation_report
-    from components.env.verifier import sandboxed_test_runner
+    from components.sandbox import isolation_report
     from components.tasks.gate import check_tasks
     from components.tasks.generate import GenerateConfig, generate_suite
+    from components.verifier import sandboxed_test_runner
 
     p = ArgumentParser(prog="agentrl demo", description=main_demo.__doc__)
     _common(p)

@@ -4,7 +4,7 @@ bench/learning.py.
 
 A policy is named by a string: `model:DIR` (a saved checkpoint, decoded through the rollout
 engine in batches, exactly as it samples in training: same chat template, token budget and
-decoding constraint) or one of the scripted policies of components/env/scripted.py (one
+decoding constraint) or one of the scripted policies of components/scripted/registry.py (one
 episode per task on a thread pool). Scripted fix searches get the tries a model episode
 has turns for, so the two are compared at the same budget.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult
 from components.env.evaluate import EvalConfig, evaluate_policy
-from components.env.sandbox import SandboxConfig
-from components.env.scripted import FixStatistics, env_for_policy, make_policy
 from components.rollout.config import RolloutConfig
+from components.sandbox import SandboxConfig
+from components.scripted.registry import FixStatistics, env_for_policy, make_policy
 from components.tasks.task import Task
 
 MODEL_PREFIX = "model:"
@@ -91,7 +91,7 @@ def run_policy(
 
 def statistics_for(policy: str, tasks_dir: str | Path, env: EnvConfig) -> FixStatistics | None:
     """The train split's fix statistics when `policy` needs them, else None."""
-    from components.env.scripted import NEEDS_STATISTICS, fix_statistics
+    from components.scripted.registry import NEEDS_STATISTICS, fix_statistics
     from components.tasks.task import load_tasks
 
     if policy not in NEEDS_STATISTICS:

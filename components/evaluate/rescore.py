@@ -15,7 +15,7 @@ says about its own verdict (reward, terms, success, a stored diff next to action
   the stored `final_diff` is reported (`diverged`): the actions, not the diff, are the
   episode. Anything else is `unreplayable`, with why, and keeps no new verdict.
 - **Speed.** Episodes replay in `workers` threads; verdicts are cached by (task, tree), so
-  a GRPO group's identical trees are verified once (components/env/verifier.py).
+  a GRPO group's identical trees are verified once (components/verifier/__init__.py).
 - **Report.** Per episode the old and new verdict and reward terms, the flips in each
   direction, the tasks involved and what the new verdicts flagged (`report.json`,
   `report.md`); the rescored records (`rescored.jsonl`) and, for episodes that replayed,
@@ -39,11 +39,11 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.episode import END_REASONS, Action, EpisodeEnv, EpisodeResult
-from components.env.sandbox import SandboxConfig
-from components.env.verifier import verdict_cache_info
-from components.env.verifier_version import verifier_version
+from components.sandbox import SandboxConfig
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task
+from components.verifier import verdict_cache_info
+from components.verifier.version import verifier_version
 
 
 class RescoreError(ValueError):

@@ -402,7 +402,7 @@ def status(config: PromotionConfig | None = None) -> dict:
     warnings: an audit log that does not verify, registry aliases it does not record, a
     decision in flight. Read-only: waits out a writer (shared_lock), creates nothing
     (UnknownModel instead)."""
-    from components.env.verifier_version import verifier_version
+    from components.verifier.version import verifier_version
 
     config = config or PromotionConfig()
     with shared_lock(config):

@@ -141,7 +141,7 @@ def _data_validation(data_validation: dict | None, config: PromotionConfig) -> G
 def _verifier(candidate: dict, champion: dict | None, current: str,
               config: PromotionConfig) -> GateCheck:  # fmt: skip
     """With `require_current_verifier`: the candidate's and the champion's evaluations were
-    judged by the current verifier (components/env/verifier_version.py); a comparison with a
+    judged by the current verifier (components/verifier/version.py); a comparison with a
     champion judged by an older verifier compares two different judges."""
     judged = {"candidate": candidate.get("verifier_version")}
     if champion is not None:
@@ -176,7 +176,7 @@ def evaluate_gates(
     """
     config = config or PromotionConfig()
     if current_verifier is None:
-        from components.env.verifier_version import verifier_version
+        from components.verifier.version import verifier_version
 
         current_verifier = verifier_version()
     checks = [

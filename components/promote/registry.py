@@ -80,7 +80,7 @@ class Lineage:
     sft_sha256: str = ""
     weights_sha256: str = ""
     eval_digest: str = ""
-    # The verifier that judged its evaluation (components/env/verifier_version.py).
+    # The verifier that judged its evaluation (components/verifier/version.py).
     verifier_version: str = ""
 
 

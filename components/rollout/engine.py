@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, EpisodeResult
-from components.env.sandbox import SandboxConfig
 from components.env.tool_sets import DecodingConstraint, tool_set
 from components.policy.chat import (
     chat_format,
@@ -58,6 +57,7 @@ from components.policy.chat import (
 )
 from components.rollout.completion import Completion, GenerateFn
 from components.rollout.config import RolloutConfig
+from components.sandbox import SandboxConfig
 from components.seeding import derive_seed
 from components.tasks.task import Task
 

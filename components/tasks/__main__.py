@@ -255,17 +255,17 @@ def main_prepare(argv: list[str]) -> int:
 
 def main_mine(argv: list[str]) -> int:
     """`agentrl tasks mine (--repo PATH | --sdist NAME==VERSION) ... --out DIR`: turn
-    repositories with a pytest suite into tasks (components/tasks/mine.py); one line per
+    repositories with a pytest suite into tasks (components/mining/__init__.py); one line per
     repository. Settings come from the preset's `mine` section; options override them."""
     import dataclasses
     import tempfile
 
-    from components.env.verifier import sandboxed_test_runner
+    from components.mining import MineReport, mine_repository, report_dict
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.environments import PrepareConfig
-    from components.tasks.mine import MineReport, mine_repository, report_dict
     from components.tasks.sdist import SdistError, fetch_sdist
     from components.tasks.task import requirement_lines
+    from components.verifier import sandboxed_test_runner
 
     p = ArgumentParser(prog="agentrl tasks mine", description=main_mine.__doc__)
     p.add_argument("--repo", action="append", type=existing_dir, default=[], help="a repository")

@@ -6,7 +6,7 @@ the project's interpreter. `prepare_environments` builds each distinct environme
 a content-addressed cache (`<cache>/<key>/`, key = hash of what the environment is made of),
 so a thousand tasks mined from one repository share one folder. The sandbox mounts that
 folder read-only and puts its `bin/` first on PATH (SandboxConfig.python_env); the verifier
-picks it for the task's hidden tests (components/env/verifier.py).
+picks it for the task's hidden tests (components/verifier/__init__.py).
 
 How an environment is made (all on the host, before any task code runs):
   1. `pythonX.Y -m venv --without-pip` (the interpreter found on PATH or under pyenv): no pip
@@ -16,7 +16,7 @@ How an environment is made (all on the host, before any task code runs):
      from the package registry or, with a wheelhouse, from that folder alone (`--no-index`);
   3. the verifier's harness (pytest, pytest-timeout and their dependencies) copied from the
      project's own interpreter, at the project's versions: the verdict logic
-     (components/env/verifier.py) is written against them. A requirement naming one of them
+     (components/verifier/__init__.py) is written against them. A requirement naming one of them
      is left out and listed in the manifest (`ignored`);
   4. with `editable` (a mined repository), the repository installed editable the way
      PEP 660 back-ends do it, without running any of its code: a `.pth` line that appends
@@ -217,7 +217,7 @@ def install_editable(prefix: Path, editable) -> None:
     tag = re.sub(r"[^A-Za-z0-9_]", "_", editable.name or "repository")
     root = "" if editable.path in ("", ".") else editable.path
     # A .pth line starting with `import` is executed by site.py at start-up; HOME is the
-    # workspace inside the sandbox (components/env/sandbox.py: sandbox_env).
+    # workspace inside the sandbox (components/sandbox/__init__.py: sandbox_env).
     line = ("import os, sys; sys.path.append(os.path.join(os.path.expanduser('~'), "
             f"{root!r}))\n")  # fmt: skip
     (site / f"__editable__.agentrl_{tag}.pth").write_text(line)

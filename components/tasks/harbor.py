@@ -395,7 +395,7 @@ def _reward(rewards: dict[str, str]) -> tuple[float | None, str]:
 def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
     """Run the task's tests/test.sh on `tree` (the agent's repo as verification builds it)
     with Harbor's layout; see the module doc for what makes the verdict trustworthy."""
-    from components.env.sandbox import SandboxError, run_sandboxed
+    from components.sandbox import SandboxError, run_sandboxed
 
     with tempfile.TemporaryDirectory(prefix="agentrl-harbor-") as tmp:
         ws, tests = Path(tmp) / "ws", Path(tmp) / "tests"
@@ -437,7 +437,7 @@ def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
 def add_reference_from_solution(folder: Path, cfg) -> str | None:
     """Run solution/solve.sh in the sandbox on a copy of repo/ at /app and write what it
     changed as reference.patch; returns the patch (None without a solution)."""
-    from components.env.sandbox import run_sandboxed
+    from components.sandbox import run_sandboxed
 
     solve = folder / "solution" / "solve.sh"
     if not solve.is_file():
@@ -495,7 +495,7 @@ CASES_FILE = "hidden_cases.json"  # tests/<this>: the task's hidden cases, as we
 CASES_RUNNER = "run_cases.py"  # tests/<this>: test.sh runs it after the hidden tests pass
 
 # tests/run_cases.py of an exported task with hidden cases: the verifier's hidden-case
-# check (components/env/verifier.py) without agentrl. Each case is called in a child
+# check (components/verifier/__init__.py) without agentrl. Each case is called in a child
 # process that is given only the arguments; the expected values stay in this process and
 # are compared here with exact types (3 != 3.0 != True), so an object whose __eq__ always
 # says yes, or code that patches pytest, does not pass a case.

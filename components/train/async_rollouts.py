@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout, sample_episodes
 from components.rollout.policy_sync import PolicySync, PolicySyncError, version_dir, version_name
+from components.sandbox import SandboxConfig
 from components.seeding import derive_seed
 from components.tasks.task import Task
 

@@ -19,8 +19,8 @@ from components.data.schema import parse_record
 from components.data.validate import validate_dataset
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.env.policies import OraclePolicy
-from components.env.sandbox import SandboxConfig
+from components.scripted.reference import OraclePolicy
+from components.sandbox import SandboxConfig
 from components.evaluate.safety_suite import build_safety_tasks
 from tests.harbor_wheel import harbor_root
 

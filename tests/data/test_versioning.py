@@ -22,7 +22,7 @@ from components.data.versioning import (
     snapshot,
     verify,
 )
-from components.env.verifier_version import verifier_version
+from components.verifier.version import verifier_version
 from tests.data.trees import file_tree  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"

@@ -20,8 +20,8 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
-from components.env.policies import OraclePolicy
-from components.env.sandbox import SandboxConfig, isolation_report
+from components.sandbox import SandboxConfig, isolation_report
+from components.scripted.reference import OraclePolicy
 from components.tasks.generate import generate_suite
 from components.tasks.task import TaskFormatError, load_task, load_tasks
 

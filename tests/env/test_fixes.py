@@ -19,10 +19,10 @@ from components.env.fixes import (
     render_listing,
     summarize_test_output,
 )
-from components.env.policies import OraclePolicy, fixed_files
-from components.env.sandbox import SandboxConfig
-from components.env.scripted import make_policy
 from components.env.tool_specs import argument_errors
+from components.sandbox import SandboxConfig
+from components.scripted.reference import OraclePolicy, fixed_files
+from components.scripted.registry import make_policy
 from components.tasks.generate import unified_diff
 from components.tasks.mutations import apply_edit, get_operator, normalize
 from components.tasks.task import TaskMetadata, write_task_folder
@@ -152,7 +152,7 @@ def test_wrong_try_is_undone_and_misuse_is_an_error(tasks):
 
 
 def test_random_fixes_policy_searches_until_pass_or_budget(tasks):
-    from components.env.baseline import RandomFixesPolicy
+    from components.scripted.baselines import RandomFixesPolicy
 
     task = tasks[0]
     result = run_episode(task, RandomFixesPolicy(seed=1, max_tries=2), EnvConfig(tool_set="fix_search", max_steps=6),
@@ -167,7 +167,7 @@ def test_random_fixes_policy_searches_until_pass_or_budget(tasks):
 
 
 def test_prior_fixes_tries_kinds_in_order_of_their_train_rates(tasks):
-    from components.env.baseline import PriorFixesPolicy, kind_success_rates
+    from components.scripted.baselines import PriorFixesPolicy, kind_success_rates
 
     rates = kind_success_rates(tasks)
     # one reference fix per task is a listed candidate for most tasks: rates sum to about
@@ -195,8 +195,8 @@ def test_prior_fixes_tries_kinds_in_order_of_their_train_rates(tasks):
 
 
 def test_listing_order_tries_one_candidate_per_kind_in_listed_order():
-    from components.env.baseline import ListingOrderPolicy
     from components.env.fixes import listed_ids
+    from components.scripted.baselines import ListingOrderPolicy
 
     listing = ("E   assert 1 == 2\n\nCandidate fixes of m.py (5; try_fix an id, kind-number):\n"
                "var (2): 1) line 2: a -> b | 2) line 3: b -> a\n"
@@ -226,7 +226,7 @@ def test_listing_order_tries_one_candidate_per_kind_in_listed_order():
 def test_random_kinds_searches_kinds_in_random_order_each_in_reading_order():
     from types import SimpleNamespace
 
-    from components.env.baseline import RandomFixesPolicy
+    from components.scripted.baselines import RandomFixesPolicy
 
     listing = ("E   assert 1 == 2\n\nCandidate fixes of m.py (5; try_fix an id, kind-number):\n"
                "var (2): 1) line 2: a -> b | 2) line 3: b -> a\n"
@@ -261,9 +261,9 @@ def test_random_kinds_searches_kinds_in_random_order_each_in_reading_order():
 
 
 def test_kind_listing_shares_count_tasks_whose_listing_shows_the_kind(tasks):
-    from components.env.baseline import kind_listing_shares
     from components.env.fixes import candidate_fixes
-    from components.env.policies import fixed_files
+    from components.scripted.baselines import kind_listing_shares
+    from components.scripted.reference import fixed_files
 
     ((before, _),) = fixed_files(tasks[0]).values()
     kinds = {c.id.rsplit("-", 1)[0] for c in candidate_fixes(before, 64)}
@@ -277,8 +277,8 @@ def test_kind_listing_shares_count_tasks_whose_listing_shows_the_kind(tasks):
 def test_stored_diff_of_try_fix_is_the_reference_fix(tasks, tmp_path):
     import shutil
 
-    from components.env.policies import fixed_files
     from components.evaluate.metrics import trajectory_facts
+    from components.scripted.reference import fixed_files
     from components.tasks.patching import apply_unified_diff
 
     task = next(t for t in tasks if t.metadata.bug_class != "missing_return")
@@ -414,7 +414,7 @@ def _commented_task(root):
 def test_try_fix_keeps_comments_and_blank_lines_elsewhere(tmp_path):
     import shutil
 
-    from components.env.policies import fixed_files
+    from components.scripted.reference import fixed_files
     from components.tasks.patching import apply_unified_diff
 
     task = _commented_task(tmp_path / "task")

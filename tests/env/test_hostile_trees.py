@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from components.env import sandbox as sb
+from components import sandbox as sb
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
-from components.env.sandbox import SandboxConfig, Workspace, run_sandboxed
 from components.env.tools import execute_tool
-from components.env.verifier import verify
+from components.sandbox import SandboxConfig, Workspace, run_sandboxed
 from components.tasks.generate import generate_suite
 from components.tasks.task import load_tasks
+from components.verifier import verify
 
 SANDBOX = SandboxConfig()
 ENV = EnvConfig(max_steps=400)

@@ -13,10 +13,10 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
-from components.env.policies import OraclePolicy
-from components.env.sandbox import SandboxConfig
-from components.env.scripted import make_policy
 from components.env.tools import runs_task_tests
+from components.sandbox import SandboxConfig
+from components.scripted.reference import OraclePolicy
+from components.scripted.registry import make_policy
 from components.tasks.generate import unified_diff
 from components.tasks.task import DEFAULT_TEST_COMMAND, TaskMetadata, write_task_folder
 

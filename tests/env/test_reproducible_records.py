@@ -8,9 +8,9 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.env.policies import OraclePolicy
-from components.env.sandbox import SandboxConfig
 from components.env.tools import without_durations
+from components.sandbox import SandboxConfig
+from components.scripted.reference import OraclePolicy
 
 
 def test_pytest_durations_are_taken_off_observations():

@@ -15,9 +15,9 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv
 from components.env.fixes import listed_ids
-from components.env.policies import OraclePolicy, fixed_files, minimal_edits
-from components.env.sandbox import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
 from components.env.tool_specs import TOOL_SPECS
+from components.sandbox import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
+from components.scripted.reference import OraclePolicy, fixed_files, minimal_edits
 
 CHECKED = {
     "run_command": (

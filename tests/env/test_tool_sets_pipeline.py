@@ -61,10 +61,10 @@ def _check_transcripts(records: list[dict], tool_set: str) -> None:
 def _check_verifier_version(summary: dict) -> None:
     """The verifier that judged the run is a tag of its MLflow run, of the registered
     version (lineage) and, once approved, what `promote status` shows for the champion."""
-    from components.env.verifier_version import verifier_version
     from components.promote.approval import approve, status
     from components.promote.registry import get_version
     from components.tracking import _mlflow
+    from components.verifier.version import verifier_version
 
     run = _mlflow().MlflowClient().get_run(summary["run_id"])
     assert run.data.tags["verifier_version"] == verifier_version()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from components.env.sandbox import SandboxConfig, Workspace, isolation_report
 from components.env.tools import ToolResult, execute_tool
+from components.sandbox import SandboxConfig, Workspace, isolation_report
 
 CONFIG = SandboxConfig(wall_time_s=20, cpu_time_s=10, memory_mb=512, max_output_bytes=4000)
 

@@ -8,7 +8,6 @@ import pytest
 
 from components.env.episode import EpisodeResult
 from components.env.final_diff import repo_diff
-from components.env.verifier import changed_files
 from components.evaluate.metrics import (
     aggregate,
     episode_metrics,
@@ -19,6 +18,7 @@ from components.evaluate.metrics import (
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
+from components.verifier import changed_files
 
 PYTEST = {"cmd": "python -m pytest -q"}
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from components.env import verifier
+from components import verifier
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
-from components.env.policies import OraclePolicy
-from components.env.sandbox import SandboxConfig
 from components.evaluate.rescore import rescore_records, summarize_rescore
 from components.evaluate.safety_suite import new_file
+from components.sandbox import SandboxConfig
+from components.scripted.reference import OraclePolicy
 from components.tasks.generate import generate_suite
 from components.tasks.task import load_tasks
 
@@ -71,7 +71,7 @@ def _new_rule(monkeypatch) -> None:
 
     monkeypatch.setattr(verifier, "tamper_reason", stricter)
     for module in ("components.env.episode", "components.evaluate.rescore",
-                   "components.env.evaluate", "components.env.verifier"):  # fmt: skip
+                   "components.env.evaluate", "components.verifier"):  # fmt: skip
         monkeypatch.setattr(f"{module}.verifier_version", lambda: "vv-new-rule")
 
 
@@ -219,7 +219,7 @@ def test_a_rollout_folder_is_read_as_rollouts_and_rescored(stored, tmp_path, mon
 
 
 def verifier_version_now() -> str:
-    from components.env.verifier_version import verifier_version
+    from components.verifier.version import verifier_version
 
     return verifier_version()
 

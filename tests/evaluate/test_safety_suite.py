@@ -21,8 +21,6 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.env.policies import NoopPolicy, OraclePolicy
-from components.env.sandbox import SandboxConfig
 from components.evaluate.safety_suite import (
     ATTACKS,
     MINED_BUNDLE,
@@ -36,6 +34,8 @@ from components.evaluate.safety_suite import (
     sysv_store,
     task_files,
 )
+from components.sandbox import SandboxConfig
+from components.scripted.reference import NoopPolicy, OraclePolicy
 from components.tasks.harbor import is_harbor_task
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
@@ -47,7 +47,7 @@ CONTAINED_NOT_RECORDED: set[str] = set()  # every attack is recorded
 # Verifier holes found by this suite: the attack scores success today. Reported to the
 # lead with a proposed fix; strict xfail, so the fix turns these into failures to remove.
 # Attacks that fooled the verifier, with why; empty since the hidden cases run out of
-# process and the hidden tests under the harness (components/env/verifier.py).
+# process and the hidden tests under the harness (components/verifier/__init__.py).
 KNOWN_VERIFIER_HOLES: dict[str, str] = {}
 # Formerly holes; kept in the fast tier so a regression shows at once.
 CLOSED_HOLES = ("always_equal", "obf_report_patch", "obf_junit_forgery")
@@ -255,7 +255,7 @@ def test_an_abstract_socket_carries_the_answers_between_runs_without_the_sandbox
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="mining needs bubblewrap")
 def test_the_bundled_mined_task_is_what_mining_the_fixture_gives(tmp_path):
-    """MINED_BUNDLE is the output of components/tasks/mine.py on the repository's own
+    """MINED_BUNDLE is the output of components/mining/__init__.py on the repository's own
     fixture with the bundle's settings, file for file (rebuild it when this fails)."""
     from pathlib import Path
 

@@ -23,10 +23,10 @@ def episodes(tmp_path_factory):
     writes them (eval/results.json + trajectories.jsonl)."""
     from components.env.config import EnvConfig
     from components.env.evaluate import write_results
-    from components.env.sandbox import SandboxConfig
     from components.evaluate.episodes import run_policy
     from components.evaluate.metrics import aggregate
     from components.rollout.config import RolloutConfig
+    from components.sandbox import SandboxConfig
     from components.tasks.generate import GenerateConfig, generate_suite
     from components.tasks.task import load_tasks
 

@@ -136,10 +136,10 @@ def test_a_rollout_follows_the_template(own, tmp_path):
     turns, environment turns) is exactly the transcript's tokenization in the template's
     format, and the sampled calls were parsed with its syntax."""
     from components.env.config import EnvConfig
-    from components.env.sandbox import SandboxConfig
     from components.rollout.completion import Completion
     from components.rollout.config import RolloutConfig
     from components.rollout.engine import sample_episodes
+    from components.sandbox import SandboxConfig
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
     from components.train.data import trajectory_tokens

@@ -63,7 +63,7 @@ def test_cli_approve_reject_rollback_status_history(cfg, checkpoint, capsys, mon
     out = capsys.readouterr().out
     assert "champion    1" in out
     # the verifier that judged the champion's evaluation, beside the current one
-    from components.env.verifier_version import verifier_version
+    from components.verifier.version import verifier_version
 
     assert f"champion judged by vv-judged-it; current {verifier_version()}  (stale" in out
     assert main_status(["--json", *s]) == 0

@@ -9,7 +9,6 @@ import dataclasses
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, format_tool_call
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
@@ -20,6 +19,7 @@ from components.rollout.constrain import (
     untried_fix_ids,
 )
 from components.rollout.engine import sample_episodes
+from components.sandbox import SandboxConfig
 
 CALL_PREFIX = '<tool_call>\n{"name": "try_fix", "arguments": {"id": "'
 

@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, prompt_ids
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
@@ -16,6 +15,7 @@ from components.rollout.engine import (
     environment_turn_ids,
     sample_episodes,
 )
+from components.sandbox import SandboxConfig
 from components.typed_config import config_from_dict
 
 SMALL = RolloutConfig(

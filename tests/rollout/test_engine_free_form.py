@@ -25,15 +25,15 @@ import torch
 
 from components.env.config import EnvConfig
 from components.env.episode import initial_message
-from components.env.policies import fixed_files, minimal_edits
 from components.env.rewards import reward_terms
-from components.env.sandbox import SandboxConfig
 from components.env.tool_specs import TOOL_SETS, TOOL_SPECS
 from components.evaluate.metrics import aggregate
 from components.policy.chat import IM_END, format_tool_call
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
+from components.sandbox import SandboxConfig
+from components.scripted.reference import fixed_files, minimal_edits
 from components.train.config import GRPOConfig
 from components.train.grpo import collate_rollouts, per_token, rollout_rewards, train_grpo
 from components.train.losses import group_advantages, token_logprobs

@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, prompt_ids
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import generate_transformers, sample_episodes
 from components.rollout.openai_backend import OpenAICompletionsClient, parse_completion_choice
+from components.sandbox import SandboxConfig
 
 
 def free_port() -> int:

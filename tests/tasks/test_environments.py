@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
-from components.env.verifier import clear_verdict_cache, verify
+from components.sandbox import SandboxConfig, SandboxError, run_sandboxed
 from components.tasks.environments import (
     PrepareConfig,
     TaskEnvironmentError,
@@ -27,6 +26,7 @@ from components.tasks.environments import (
     task_python_env,
 )
 from components.tasks.task import TaskEnvironment, TaskFormatError, load_task
+from components.verifier import clear_verdict_cache, verify
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.verifier import sandboxed_test_runner
 from components.tasks.external import (
     BUGGY_LOOPS,
     FIXED_DISAGREES,
@@ -42,6 +41,7 @@ from components.tasks.quixbugs import (
     without_tests,
 )
 from components.tasks.task import load_task, load_tasks
+from components.verifier import sandboxed_test_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "external_quixbugs"

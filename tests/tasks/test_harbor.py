@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig, resolve_isolation
-from components.env.verifier import clear_verdict_cache, verify
+from components.sandbox import SandboxConfig, resolve_isolation
 from components.tasks.harbor import (
     HARBOR_TESTS,
     HarborRefusal,
@@ -26,6 +25,7 @@ from components.tasks.harbor import (
     read_dockerfile,
 )
 from components.tasks.task import load_task, load_tasks
+from components.verifier import clear_verdict_cache, verify
 from tests.harbor_wheel import harbor_root, template_task
 
 pytestmark = pytest.mark.skipif(
@@ -295,8 +295,8 @@ MINE_REPO = REPO / "tests" / "fixtures" / "mine_repo"
 @pytest.fixture(scope="module")
 def mined_task(tmp_path_factory):
     """One task mined from tests/fixtures/mine_repo (one candidate: the cheapest mining)."""
-    from components.env.verifier import sandboxed_test_runner
-    from components.tasks.mine import MineConfig, mine_repository
+    from components.mining import MineConfig, mine_repository
+    from components.verifier import sandboxed_test_runner
 
     root = tmp_path_factory.mktemp("mined")
     sandbox = SandboxConfig(environments_dir=str(root / "envs"))

@@ -13,11 +13,10 @@ import shutil
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
-from components.env.verifier import sandboxed_test_runner
 from components.evaluate.cheating import HARDCODED, cheating_markdown, cheating_summary
 from components.evaluate.episodes import run_policy
 from components.rollout.config import RolloutConfig
+from components.sandbox import SandboxConfig
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.impossible import (
     build_variants,
@@ -28,6 +27,7 @@ from components.tasks.impossible import (
     visible_assertions,
 )
 from components.tasks.task import load_tasks
+from components.verifier import sandboxed_test_runner
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 ENV, SANDBOX = EnvConfig(), SandboxConfig()

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
 from components.policy.chat import IM_END, format_tool_call
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
+from components.sandbox import SandboxConfig
 from components.train.checkpoints import latest_checkpoint
 from components.train.config import GRPOConfig
 from components.train.grpo import (

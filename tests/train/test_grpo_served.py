@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
 from components.policy.chat import prompt_ids
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import generate_transformers
 from components.rollout.openai_backend import OpenAICompletionsClient
 from components.rollout.policy_sync import PolicySync, PolicySyncError, version_number
+from components.sandbox import SandboxConfig
 from components.train import grpo
 from components.train.checkpoints import version_dir
 from components.train.config import GRPOConfig

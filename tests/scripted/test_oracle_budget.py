@@ -13,9 +13,9 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.env.policies import OraclePolicy, fixed_files, minimal_edits, planned_edits
-from components.env.sandbox import SandboxConfig
-from components.env.scripted import make_policy, oracle_replay
+from components.sandbox import SandboxConfig
+from components.scripted.reference import OraclePolicy, fixed_files, minimal_edits, planned_edits
+from components.scripted.registry import make_policy, oracle_replay
 from components.tasks.gate import check_task, subprocess_run_tests
 from components.tasks.task import TaskMetadata, write_task_folder
 
@@ -196,9 +196,9 @@ def test_oracle_fixes_takes_its_ids_from_the_listing_the_episode_shows(tmp_path)
 
 
 def test_built_in_tasks_are_replayed_by_their_plan(tmp_path):
-    from components.env.verifier import sandboxed_test_runner
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
+    from components.verifier import sandboxed_test_runner
 
     generate_suite(tmp_path / "suite", n_tasks=3, seed=0)
     tasks, _ = load_tasks(tmp_path / "suite")

@@ -54,7 +54,7 @@ reading the hidden test's constants) can still bend the pytest verdict of a task
 hidden cases; tasks whose verdict must hold against that need hidden cases (shipped or
 derivable). Without bubblewrap the hidden tests are writable, the task store is readable
 and a process can leave what it learnt in the host's /tmp for the hidden-case run
-(components/env/sandbox.py says what each isolation mode gives). `verify_command` tasks
+(components/sandbox/__init__.py says what each isolation mode gives). `verify_command` tasks
 get an exit-status verdict only.
 
 A task with an environment (task.json `environment`, components/tasks/environments.py) is
@@ -84,14 +84,13 @@ from pathlib import Path
 
 from components import pyast
 from components.env.config import EnvConfig
-from components.env.sandbox import (
+from components.runtime import refuse_if_stopping
+from components.sandbox import (
     CommandResult,
     SandboxConfig,
     kernel_call_refused,
     run_sandboxed,
 )
-from components.env.verifier_version import verifier_version
-from components.runtime import refuse_if_stopping
 from components.tasks.environments import (
     TaskEnvironmentError,
     task_python_env,
@@ -100,6 +99,7 @@ from components.tasks.environments import (
 from components.tasks.harbor import is_harbor_task
 from components.tasks.harbor import run_verifier as run_harbor_verifier
 from components.tasks.task import Task, same_value
+from components.verifier.version import verifier_version
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
 # Files that change how pytest or the interpreter behaves: never taken from the agent.

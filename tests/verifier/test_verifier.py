@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from components.env import verifier as vf
+from components import verifier as vf
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.env.sandbox import SandboxConfig, isolation_report
-from components.env.verifier import derive_cases, verdict_cache_info, verify
+from components.sandbox import SandboxConfig, isolation_report
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_task, load_tasks
+from components.verifier import derive_cases, verdict_cache_info, verify
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
 BWRAP = isolation_report(SANDBOX)["mode"] == "bwrap"

@@ -4,7 +4,7 @@ Each test plants something through one kernel object in one sandboxed run and lo
 in the next run and on the host: the kernel keyring (also through `run_command`), SysV
 shared memory, semaphores and message queues, an abstract unix socket, /dev/shm and /tmp.
 Each runs under every isolation mode that gives that protection on this machine (see
-components/env/sandbox.py's docstring for the channels that remain, and why).
+components/sandbox/__init__.py's docstring for the channels that remain, and why).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from components.env import sandbox as sb
-from components.env.sandbox import SandboxConfig, Workspace, run_sandboxed
+from components import sandbox as sb
 from components.env.tools import execute_tool
+from components.sandbox import SandboxConfig, Workspace, run_sandboxed
 
 HAS_BWRAP = sb._bwrap_path() is not None
 MODES = [

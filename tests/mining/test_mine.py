@@ -1,4 +1,4 @@
-"""`agentrl tasks mine` (components/tasks/mine.py) on the fixture repository
+"""`agentrl tasks mine` (components/mining/__init__.py) on the fixture repository
 tests/fixtures/mine_repo/ (offline): mined tasks pass the data gate, run end to end with
 their own environment in the sandbox (oracle solves, noop does not), bad repositories give
 one line and nothing else, and the attacks a mined repository opens are refused."""
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig, run_sandboxed
-from components.env.verifier import sandboxed_test_runner, verify
+from components.mining import MineConfig, candidates, mine_repository, setup_repo
+from components.sandbox import SandboxConfig, run_sandboxed
 from components.tasks.environments import PrepareConfig, task_python_env
-from components.tasks.mine import MineConfig, candidates, mine_repository, setup_repo
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
+from components.verifier import sandboxed_test_runner, verify
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mine_repo"
@@ -328,7 +328,7 @@ def test_the_same_seed_mines_the_same_bytes(tmp_path, sandbox):
 
 
 def test_skipped_tests_are_cut_out_of_the_hidden_copy():
-    from components.tasks.mine import trim_skipped
+    from components.mining import trim_skipped
 
     text = textwrap.dedent("""\
         import pytest

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from components import mining as mine
 from components.env.config import EnvConfig
-from components.env.sandbox import SandboxConfig
-from components.env.verifier import sandboxed_test_runner
 from components.evaluate.episodes import run_policy
+from components.mining import MineConfig, mine_repository
 from components.rollout.config import RolloutConfig
-from components.tasks import mine
+from components.sandbox import SandboxConfig
 from components.tasks.environments import with_task_limits
-from components.tasks.mine import MineConfig, mine_repository
 from components.tasks.sdist import SdistError, fetch_sdist, parse_requirement
 from components.tasks.task import TaskFormatError, load_task, load_tasks
+from components.verifier import sandboxed_test_runner
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 

@@ -1,4 +1,4 @@
-from components.env.policies import minimal_edits
+from components.scripted.reference import minimal_edits
 
 
 def _apply(text, edits):

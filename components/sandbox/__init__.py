@@ -31,7 +31,7 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
   * privileges: every capability is dropped (bwrap keeps them for root by default), with
     no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
   * channels out of the run (nothing a command leaves in a kernel object reaches a later
-    run or the host; tests/env/test_sandbox_channels.py, one test per channel): the kernel
+    run or the host; tests/sandbox/test_sandbox_channels.py, one test per channel): the kernel
     keyring, which no namespace separates for uid 0, by a seccomp filter (a process that
     calls add_key, request_key or keyctl, or any call of another ABI, is killed by SIGSYS,
     in every isolation mode; `kernel_call_refused` tells the tools and the verifier, which

@@ -3,8 +3,8 @@
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.env.evaluate import format_table, summarize
-from components.env.sandbox import SandboxConfig
-from components.env.scripted import make_policy
+from components.sandbox import SandboxConfig
+from components.scripted.registry import make_policy
 
 
 def test_oracle_fixes_is_labelled_oracle_fixes(suite_tasks):

@@ -2,10 +2,10 @@
 
 import pytest
 
-from components.env.baseline import ScriptedBaselinePolicy, line_mutations, locate
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy, summarize
-from components.env.sandbox import SandboxConfig
+from components.sandbox import SandboxConfig
+from components.scripted.baselines import ScriptedBaselinePolicy, line_mutations, locate
 
 
 @pytest.fixture(scope="module")

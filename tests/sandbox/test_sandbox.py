@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from components.env import sandbox as sb
-from components.env.sandbox import (
+from components import sandbox as sb
+from components.sandbox import (
     HARNESS_PLUGINS,
     CommandResult,
     PathEscapeError,

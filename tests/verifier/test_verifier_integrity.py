@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from components.env import verifier as vf
+from components import verifier as vf
 from components.env.config import EnvConfig
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.env.sandbox import CommandResult, SandboxConfig
-from components.env.verifier import Snapshot, take_snapshot, verify
+from components.sandbox import CommandResult, SandboxConfig
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
+from components.verifier import Snapshot, take_snapshot, verify
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
 

@@ -4,7 +4,7 @@ A loop burns CPU time on any machine: it is still stopped and charged to the cod
 while other processes hog the core. A test that is slow only in wall time (its core shared
 with burners) is not charged: it neither burns more CPU time nor waits longer, and a
 wait past the limit is re-run before it is judged
-(components/env/harness_plugins/agentrl_cpu_timeout.py).
+(components/sandbox/harness_plugins/agentrl_cpu_timeout.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.env.sandbox import HARNESS_PLUGINS, SandboxConfig
-from components.env.verifier import verify
+from components.sandbox import HARNESS_PLUGINS, SandboxConfig
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
+from components.verifier import verify
 
 ENV = EnvConfig(per_test_timeout_s=1.0)
 SANDBOX = SandboxConfig()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.env.verifier_version import (
+from components.verifier.version import (
     PACKAGE_ROOT,
     VERIFIER_SOURCES,
     compute_verifier_version,
@@ -19,7 +19,7 @@ from components.env.verifier_version import (
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of the verifier's sources and one unrelated module."""
-    for rel in (*VERIFIER_SOURCES, "components/env/policies.py"):
+    for rel in (*VERIFIER_SOURCES, "components/scripted/reference.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(PACKAGE_ROOT / rel, tmp_path / rel)
     return tmp_path
@@ -40,7 +40,7 @@ def test_a_change_to_any_verifier_source_changes_the_version(tree, rel):
 
 def test_a_change_elsewhere_does_not(tree):
     before = compute_verifier_version(tree)
-    with (tree / "components/env/policies.py").open("a") as f:
+    with (tree / "components/scripted/reference.py").open("a") as f:
         f.write("\n# a policy change\n")
     (tree / "components/env/new_tool.py").write_text("x = 1\n")
     assert compute_verifier_version(tree) == before
@@ -58,8 +58,8 @@ def test_an_episode_and_its_results_record_the_version(suite_tasks, tmp_path):
     from components.env.config import EnvConfig
     from components.env.episode import run_episode
     from components.env.evaluate import write_results
-    from components.env.policies import OraclePolicy
-    from components.env.sandbox import SandboxConfig
+    from components.sandbox import SandboxConfig
+    from components.scripted.reference import OraclePolicy
 
     r = run_episode(suite_tasks[0], OraclePolicy(), EnvConfig(), SandboxConfig())
     assert r.verifier_version == verifier_version()

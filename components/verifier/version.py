@@ -24,10 +24,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 # Repository-relative paths of the code a verdict depends on, and why each is here.
 VERIFIER_SOURCES = (
-    "components/env/verifier.py",  # snapshot, tampering rules, harness, hidden cases, control
-    "components/env/sandbox.py",  # the isolation and limits every verification process has
-    "components/env/harness_plugins/agentrl_cpu_timeout.py",  # per-test limits in CPU time
-    "components/env/harness_plugins/agentrl_limits.py",  # and in unstarved wall time
+    "components/verifier/__init__.py",  # snapshot, tampering rules, harness, hidden cases, control
+    "components/sandbox/__init__.py",  # the isolation and limits every verification process has
+    "components/sandbox/harness_plugins/agentrl_cpu_timeout.py",  # per-test limits in CPU time
+    "components/sandbox/harness_plugins/agentrl_limits.py",  # and in unstarved wall time
     "components/env/rewards.py",  # how a verification becomes reward terms and success
     "components/tasks/task.py",  # what a task protects and hides (tests, cases, patterns)
     "components/tasks/environments.py",  # the interpreter and limits a task is verified with

@@ -63,8 +63,7 @@ from pathlib import Path
 
 from components import pyast
 from components.env.fixes import edit_in_place
-from components.env.sandbox import SandboxConfig, SandboxError, run_sandboxed
-from components.env.verifier import CASE_RUNNER, CASES_MARKER
+from components.sandbox import SandboxConfig, SandboxError, run_sandboxed
 from components.tasks.environments import (
     PrepareConfig,
     TaskEnvironmentError,
@@ -88,6 +87,7 @@ from components.tasks.task import (
     task_spec,
 )
 from components.typed_config import doc
+from components.verifier import CASE_RUNNER, CASES_MARKER
 
 SKIP_DIRS = {".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "docs", "doc",
              "__pycache__", ".pytest_cache", ".eggs", "node_modules", "examples", "benchmarks"}  # fmt: skip

@@ -1,6 +1,6 @@
 """pytest-timeout's per-test limit counted in CPU time, so a verdict does not depend on load.
 
-Loaded into every sandboxed pytest run (components/env/sandbox.sandbox_env puts this folder
+Loaded into every sandboxed pytest run (components/sandbox: sandbox_env puts this folder
 on PYTHONPATH and names the module in PYTEST_PLUGINS), next to pytest-timeout, whose
 options, ini keys and markers stay the interface: `--timeout=N` is now N seconds of the
 test process's CPU time, and N seconds of wall time less the time it was starved of a core
@@ -18,7 +18,7 @@ environment's interpreter, which has only the harness's distributions. The
 `--timeout-method` option and the `func_only` setting are ignored: the limit covers setup,
 call and teardown, as pytest-timeout's default does. Not protected: code under test runs in
 this process and can re-arm or ignore the timers (the sandbox's own CPU and wall limits
-still end the process; that costs the code its verdict, components/env/verifier.py).
+still end the process; that costs the code its verdict, components/verifier/__init__.py).
 """
 
 import agentrl_limits

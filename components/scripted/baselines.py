@@ -270,7 +270,7 @@ def _listings(tasks: list[Task], max_fixes: int):
     """(candidate fixes list_fixes shows for the buggy module, the reference fix's source)
     per task with a one-file reference patch."""
     from components.env.fixes import candidate_fixes
-    from components.env.policies import fixed_files
+    from components.scripted.reference import fixed_files
     from components.tasks.mutations import normalize
 
     for task in tasks:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from components.env.baseline import (
+from components.env.config import EnvConfig
+from components.scripted.baselines import (
     ListingOrderPolicy,
     PriorFixesPolicy,
     RandomFixesPolicy,
@@ -20,8 +21,7 @@ from components.env.baseline import (
     kind_listing_shares,
     kind_success_rates,
 )
-from components.env.config import EnvConfig
-from components.env.policies import NoopPolicy, OraclePolicy, SpecialCasePolicy
+from components.scripted.reference import NoopPolicy, OraclePolicy, SpecialCasePolicy
 from components.tasks.task import Task
 from components.typed_config import doc
 
@@ -147,7 +147,7 @@ def oracle_replay(env: EnvConfig, sandbox):
     A flag marks a task the fix-search oracle cannot show (its fix is not one listed
     candidate), so it yields no `oracle-fixes` expert episode."""
     from components.env.episode import run_episode
-    from components.env.policies import fixed_files
+    from components.scripted.reference import fixed_files
 
     free = env.with_tool_set("free_form")
 
@@ -182,8 +182,8 @@ def _replay_plan(task: Task, plan: list, env: EnvConfig, sandbox) -> str:
 
     from components.env.rewards import EpisodeFacts, compute_reward
     from components.env.safety import classify_action
-    from components.env.verifier import verify
     from components.tasks.patching import PatchError, apply_unified_diff
+    from components.verifier import verify
 
     steps = len(plan)
     plan = plan[: env.max_steps]  # what an episode plays: the calls max_steps lets through
