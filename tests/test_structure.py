@@ -118,3 +118,131 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path, monkeypatch):
 
 def test_no_function_over_80_lines_without_a_reason():
     assert long_functions() == []
+
+
+# Packages from the ground floor up: a module may import its own package, a package below
+# it, or a top-level module (components/*.py); never a package above (issue 34). A
+# package's command line (`__main__.py`) is an entry point and may use any of them.
+LAYERS = (
+    "components.sandbox",
+    "components.tasks",
+    "components.verifier",
+    "components.env",
+    "components.scripted",
+    "components.mining",
+    "components.policy",
+    "components.rollout",
+    "components.serve",
+    "components.data",
+    "components.train",
+    "components.evaluate",
+    "components.promote",
+    "components.launch",
+    "flows",
+)
+MAX_FILE_LINES = 600
+LONG_FILES_ALLOWED = {"components/tasks/families.py"}  # function-family data tables
+MAX_PARAMETERS = 8
+MAX_ENV_LINES = 5000
+
+
+def _layer(module: str) -> int | None:
+    for i, package in enumerate(LAYERS):
+        if module == package or module.startswith(package + "."):
+            return i
+    return None
+
+
+def _lazy_module_names(path: Path) -> set[str]:
+    """Modules named in strings ("components.x.y", "components.x.y:function"): lazy
+    registries (the preset's sections, the CLI's commands) import them by name."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            head = node.value.split(":")[0]
+            if head.startswith(("components.", "flows.")) and " " not in head:
+                names.add(head)
+    return names
+
+
+def layering_violations() -> list[str]:
+    modules = _modules()
+    out = []
+    for name, path in modules.items():
+        if name.endswith(".__main__") or name == "components.cli":
+            continue
+        imported = _imports(path, name, modules) | {
+            m for m in _lazy_module_names(path) if m in modules
+        }
+        # `from components.env import episode` names the package and the module: keep the module
+        imported = {m for m in imported if not any(o.startswith(m + ".") for o in imported)}
+        for target in sorted(imported):
+            if name.startswith("components") and target.startswith("flows"):
+                out.append(f"{name} -> {target} (a component imports a flow)")
+                continue
+            mine, theirs = _layer(name), _layer(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                out.append(f"{name} -> {target} (runs back up: {LAYERS[theirs]} is above)")
+    return out
+
+
+def long_files() -> list[str]:
+    out = []
+    for path in _modules().values():
+        rel = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_FILE_LINES and rel not in LONG_FILES_ALLOWED:
+            out.append(f"{rel} ({lines} lines)")
+    return out
+
+
+def many_parameter_functions() -> list[str]:
+    out = []
+    for path in _modules().values():
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+            params = [p for p in params if p is not None and p.arg not in ("self", "cls")]
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            said_why = first >= 2 and lines[first - 2].strip().startswith("# long:")
+            if len(params) > MAX_PARAMETERS and not said_why:
+                rel = path.relative_to(ROOT)
+                out.append(f"{rel}:{node.lineno} {node.name} ({len(params)} parameters)")
+    return out
+
+
+def env_lines() -> int:
+    return sum(len(p.read_text().splitlines()) for p in (ROOT / "components/env").rglob("*.py"))
+
+
+def test_no_import_runs_back_up():
+    assert layering_violations() == []
+
+
+def test_the_layering_check_finds_an_import_running_up(tmp_path, monkeypatch):
+    """The check can fail: a task module that imports the environment is reported."""
+    for folder in ("components", "components/tasks", "components/env"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "components/tasks/task.py").write_text("from components.env import episode\n")
+    (tmp_path / "components/env/episode.py").write_text("from components.tasks import task\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "PACKAGES", ("components",))
+    assert layering_violations() == [
+        "components.tasks.task -> components.env.episode (runs back up: components.env is above)"
+    ]
+
+
+def test_no_file_over_600_lines():
+    assert long_files() == []
+
+
+def test_no_function_over_8_parameters_without_a_reason():
+    assert many_parameter_functions() == []
+
+
+def test_the_environment_package_stays_under_5k_lines():
+    assert env_lines() < MAX_ENV_LINES
