@@ -95,12 +95,26 @@ def flow_run(preset_path: Path) -> float:
 
 # What flows/retrain.py prints when a stage ends: "    gate: done in 380s".
 _STAGE_LINE = re.compile(r"^    ([\w-]+): (done|cached) in (\d+)s$", re.M)
+# The run's closing summary (stdout, after the flow): "  gate 102  expert 58  | total 451";
+# the per-stage lines above may go to Prefect's log (stderr) instead of stdout.
+_SUMMARY = re.compile(r"^=== Stage timings .*===\n  (.*)  \| total \d+$", re.M)
+
+
+def _stages(log: str) -> list[tuple[str, float, str]]:
+    """(name, seconds, "done" | "cached") of every stage, from the per-stage lines or else
+    the closing summary (where 0 s means served from cache)."""
+    found = [(m.group(1), float(m.group(3)), m.group(2)) for m in _STAGE_LINE.finditer(log)]
+    summary = _SUMMARY.search(log)
+    if found or not summary:
+        return found
+    pairs = re.findall(r"([\w-]+) (\d+)", summary.group(1))
+    return [(name, float(s), "cached" if s == "0" else "done") for name, s in pairs]
 
 
 def stage_table(log: str, install_s: float, run_s: float) -> str:
     """The table of a `make run` log: install, each stage (seconds, share of the run), the
     flow's own time and the total."""
-    stages = [(m.group(1), float(m.group(3)), m.group(2)) for m in _STAGE_LINE.finditer(log)]
+    stages = _stages(log)
     lines = ["| step | seconds | share of `make run` |", "|---|---:|---:|",
              f"| install (make install) | {install_s:.0f} | |"]  # fmt: skip
     for name, seconds, how in stages:

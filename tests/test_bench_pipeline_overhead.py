@@ -23,6 +23,20 @@ def test_the_table_reads_the_flows_stage_lines():
     assert "| **total, install included** | **820** | |" in table
 
 
+def test_the_table_reads_the_closing_summary_when_the_stage_lines_went_to_the_log():
+    """Inside the flow Prefect may route prints to its log (stderr): the summary line that
+    flows/retrain.py prints after the flow is enough."""
+    source = inspect.getsource(retrain)
+    assert "=== Stage timings (s; 0 = cached) ===" in source and "| total " in source
+    log = ("PENDING APPROVAL\n\n=== Stage timings (s; 0 = cached) ===\n"
+           "  generate 1  gate 102  sft 0  safety 96  | total 199\n\nUIs:")  # fmt: skip
+    table = stage_table(log, install_s=210.0, run_s=476.0)
+    assert "| gate | 102 | 21% |" in table and "| safety | 96 | 20% |" in table
+    assert "| sft | 0 (cached) | 0% |" in table
+    assert "| flow (Prefect, MLflow, start-up) | 277 | 58% |" in table
+    assert "| **total, install included** | **686** | |" in table
+
+
 def test_the_load_sampler_reads_the_load_average_while_in_its_block():
     from bench.pipeline_overhead import LoadSampler
 
