@@ -102,13 +102,13 @@ _SUMMARY = re.compile(r"^=== Stage timings .*===\n  (.*)  \| total \d+$", re.M)
 
 def _stages(log: str) -> list[tuple[str, float, str]]:
     """(name, seconds, "done" | "cached") of every stage, from the per-stage lines or else
-    the closing summary (where 0 s means served from cache)."""
+    the closing summary (whole seconds, no cache mark: a stage under 0.5 s shows 0)."""
     found = [(m.group(1), float(m.group(3)), m.group(2)) for m in _STAGE_LINE.finditer(log)]
     summary = _SUMMARY.search(log)
     if found or not summary:
         return found
     pairs = re.findall(r"([\w-]+) (\d+)", summary.group(1))
-    return [(name, float(s), "cached" if s == "0" else "done") for name, s in pairs]
+    return [(name, float(s), "done") for name, s in pairs]
 
 
 def stage_table(log: str, install_s: float, run_s: float) -> str:

@@ -32,7 +32,7 @@ def test_the_table_reads_the_closing_summary_when_the_stage_lines_went_to_the_lo
            "  generate 1  gate 102  sft 0  safety 96  | total 199\n\nUIs:")  # fmt: skip
     table = stage_table(log, install_s=210.0, run_s=476.0)
     assert "| gate | 102 | 21% |" in table and "| safety | 96 | 20% |" in table
-    assert "| sft | 0 (cached) | 0% |" in table
+    assert "| sft | 0 | 0% |" in table
     assert "| flow (Prefect, MLflow, start-up) | 277 | 58% |" in table
     assert "| **total, install included** | **686** | |" in table
 
