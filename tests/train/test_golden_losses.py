@@ -1,0 +1,89 @@
+"""Golden per-step numbers of plain SFT, DPO and GRPO on the tiny policy, and the digest of
+the weights each run saves: the evidence that a change of the training code's structure
+left its arithmetic alone.
+
+tests/fixtures/golden_losses.json holds the values of a fixed run of each (seeded init,
+seeded data order, one CPU thread: float32 is deterministic, so they are compared exactly).
+Record them anew (AGENTRL_RECORD_GOLDEN=1) only for a deliberate change of what training
+computes, named in the commit message; never to make a failing test pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from components.lineage import weights_sha256
+from components.train.config import DPOConfig, GRPOConfig, SFTConfig
+from components.train.data import preference_pairs
+
+# The GRPO runs are test_grpo.py's: its scripted episodes and settings.
+from tests.train.test_grpo import ENV, ROLLOUT, TIMING, SandboxConfig, scripted_generate
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden_losses.json"
+RECORD = os.environ.get("AGENTRL_RECORD_GOLDEN") == "1"
+
+
+def _check(name: str, got: dict) -> None:
+    """Compare `got` with the stored values of `name` (or store them when recording)."""
+    got = json.loads(json.dumps(got))  # what the file can hold: lists, floats, strings
+    stored = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {}
+    if RECORD:
+        GOLDEN.write_text(json.dumps({**stored, name: got}, indent=1, sort_keys=True) + "\n")
+        return
+    assert name in stored, f"no golden values of {name}: record them (AGENTRL_RECORD_GOLDEN=1)"
+    assert got == stored[name]
+
+
+def test_sft_golden(tiny_policy, expert_records, tmp_path):
+    from components.train.sft import train_sft
+
+    model, tokenizer = tiny_policy
+    config = SFTConfig(max_steps=4, batch_size=2, grad_accum=2, learning_rate=1e-3,
+                       max_seq_len=768, lr_scheduler="cosine", warmup_steps=1, seed=0,
+                       use_cpu=True, output_dir=str(tmp_path / "sft"))  # fmt: skip
+    result = train_sft(model, tokenizer, expert_records, config)
+    _check("sft", {"losses": result.losses, "grad_norms": result.grad_norms,
+                   "learning_rates": result.learning_rates, "tokens": result.tokens,
+                   "weights_sha256": weights_sha256(result.checkpoint_dir)})  # fmt: skip
+
+
+def test_dpo_golden(tiny_policy, expert_records, failed_records, tmp_path):
+    from components.train.dpo import train_dpo
+
+    model, tokenizer = tiny_policy
+    pairs = preference_pairs(expert_records + failed_records, max_pairs_per_task=2, seed=0)
+    config = DPOConfig(max_steps=3, batch_size=2, grad_accum=2, learning_rate=1e-3, beta=0.1,
+                       warmup_steps=1, max_seq_len=640, use_cpu=True,
+                       output_dir=str(tmp_path / "dpo"))  # fmt: skip
+    result = train_dpo(model, None, tokenizer, pairs, config)
+    _check("dpo", {"losses": result.losses, "chosen_rewards": result.chosen_rewards,
+                   "rejected_rewards": result.rejected_rewards,
+                   "accuracies": result.accuracies,
+                   "weights_sha256": weights_sha256(result.checkpoint_dir)})  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["kl_token", "turn_credit_entropy"])
+def test_grpo_golden(variant, tiny_policy, suite, tmp_path):
+    from components.train.grpo import train_grpo
+
+    model, tokenizer = tiny_policy
+    _, tasks = suite
+    options = {
+        "kl_token": {"beta": 0.05, "loss_type": "token", "minibatch_size": 1},
+        # Two micro-batches per step: the "grpo" reduction weighs each by its share.
+        "turn_credit_entropy": {"turn_credit": True, "top_entropy_quantile": 0.5,
+                                "leave_one_out": True, "loss_type": "grpo",
+                                "minibatch_size": 2},
+    }[variant]  # fmt: skip
+    config = GRPOConfig(iterations=2, tasks_per_iteration=1, group_size=2, learning_rate=1e-3,
+                        ppo_epochs=2, micro_batch_size=1, output_dir=str(tmp_path / "grpo"),
+                        **options)  # fmt: skip
+    result = train_grpo(model, tokenizer, tasks, config, ROLLOUT, ENV, SandboxConfig(),
+                        generate_fn=scripted_generate(model, tokenizer, tasks))  # fmt: skip
+    rows = [{k: v for k, v in row.items() if k not in TIMING} for row in result.metrics]
+    _check(f"grpo_{variant}", {"metrics": rows,
+                               "weights_sha256": weights_sha256(result.policy_dir)})  # fmt: skip
