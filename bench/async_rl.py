@@ -80,7 +80,7 @@ def one_run(checkpoint, url, tasks, out: Path, args, overrides: dict) -> dict:
     from components.env.config import EnvConfig
     from components.policy.model import load_policy
     from components.rollout.config import RolloutConfig
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.train.config import GRPOConfig
     from components.train.grpo import train_grpo
 

@@ -43,7 +43,9 @@ from pathlib import Path
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy
 from components.env.fixes import candidate_fixes
-from components.sandbox import SandboxConfig, isolation_report, run_sandboxed
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import isolation_report
+from components.sandbox.process import run_sandboxed
 from components.scripted.registry import make_policy
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.patching import apply_unified_diff
@@ -182,7 +184,7 @@ _MEASURE = """
 import sys, time
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.registry import make_policy
 from components.tasks.task import load_tasks
 tasks = load_tasks(sys.argv[1])[0][: int(sys.argv[2])]

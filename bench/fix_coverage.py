@@ -58,7 +58,8 @@ def test_output(task: Task, timeout_s: float = 60.0) -> str:
 
     from components.env.config import EnvConfig
     from components.env.tool_sets import fix_test_argv
-    from components.sandbox import SandboxConfig, SandboxError, run_sandboxed
+    from components.sandbox.config import SandboxConfig, SandboxError
+    from components.sandbox.process import run_sandboxed
 
     with tempfile.TemporaryDirectory(prefix="fix-coverage-") as tmp:
         repo = Path(tmp) / "repo"

@@ -95,7 +95,7 @@ def one_run(engine: str, url: str, checkpoint: Path, tasks, out: Path, args) -> 
     from components.policy.config import LoRAConfig
     from components.policy.model import load_policy
     from components.rollout.config import RolloutConfig
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.train.config import GRPOConfig
     from components.train.grpo import train_grpo
 

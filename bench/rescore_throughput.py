@@ -45,7 +45,7 @@ from components.env import episode as episode_module  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
 from components.env.episode import run_episode  # noqa: E402
 from components.evaluate.rescore import rescore_records  # noqa: E402
-from components.sandbox import SandboxConfig  # noqa: E402
+from components.sandbox.config import SandboxConfig  # noqa: E402
 from components.scripted.reference import NoopPolicy, OraclePolicy  # noqa: E402
 from components.tasks.generate import GenerateConfig, generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402

@@ -40,7 +40,7 @@ from components.rollout.engine import (  # noqa: E402
     generate_transformers,
     sample_episodes,
 )
-from components.sandbox import SandboxConfig  # noqa: E402
+from components.sandbox.config import SandboxConfig  # noqa: E402
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 

@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.env.config import EnvConfig  # noqa: E402
-from components.sandbox import SandboxConfig, run_sandboxed  # noqa: E402
+from components.sandbox.config import SandboxConfig  # noqa: E402
+from components.sandbox.process import run_sandboxed  # noqa: E402
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 

@@ -47,7 +47,7 @@ from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402
 from components.rollout.engine import generate_transformers, sample_episodes  # noqa: E402
-from components.sandbox import SandboxConfig  # noqa: E402
+from components.sandbox.config import SandboxConfig  # noqa: E402
 from components.scripted.registry import make_policy  # noqa: E402
 from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402

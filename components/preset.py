@@ -60,7 +60,7 @@ SECTIONS = {
     "pipeline": _lazy("flows.config", "PipelineConfig"),  # the retrain flow
     "tasks": _lazy("components.tasks.generate", "GenerateConfig"),  # tasks generate
     "env": _lazy("components.env.config", "EnvConfig"),  # every stage that runs episodes
-    "sandbox": _lazy("components.sandbox", "SandboxConfig"),  # ditto, and the task gate
+    "sandbox": _lazy("components.sandbox.config", "SandboxConfig"),  # ditto, and the task gate
     "policy": _lazy("components.policy.config", "PolicyConfig"),  # policy init
     "sft": _lazy("components.train.config", "SFTConfig"),  # train sft
     "rollout": _lazy("components.rollout.config", "RolloutConfig"),  # sample, grpo, evaluation

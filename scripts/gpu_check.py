@@ -128,7 +128,7 @@ def environment(device: str) -> tuple[None, dict]:
 def build_data(out: Path, size: dict) -> tuple[tuple, dict]:
     from components.env.config import EnvConfig
     from components.env.evaluate import EvalConfig, evaluate_policy
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.scripted.registry import make_policy
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
@@ -164,7 +164,7 @@ def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]
 
     from components.policy.model import load_policy
     from components.rollout.engine import sample_episodes
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.train.grpo import _policy_logps, collate_rollouts
 
     model, tokenizer = load_policy(policy_dir)
@@ -187,7 +187,7 @@ def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]
 
 def run_grpo(preset, policy_dir: str, tasks, rollout, env, size: dict, out: Path):
     from components.policy.model import load_policy
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.train.grpo import train_grpo
 
     model, tokenizer = load_policy(policy_dir)

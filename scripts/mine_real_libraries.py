@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.env.config import EnvConfig  # noqa: E402
 from components.mining import MineConfig, mine_repository  # noqa: E402
-from components.sandbox import SandboxConfig  # noqa: E402
+from components.sandbox.config import SandboxConfig  # noqa: E402
 from components.tasks.environments import (  # noqa: E402
     PrepareConfig,
     prepare_environments,

@@ -43,7 +43,7 @@ def tiny(tmp_path_factory):
     from components.env.evaluate import EvalConfig, evaluate_policy
     from components.policy.config import PolicyConfig
     from components.policy.model import build_policy, save_policy
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.scripted.registry import make_policy
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
@@ -87,7 +87,7 @@ def test_distributed_table_on_a_tiny_budget(tiny, tmp_path):
     from components.env.config import EnvConfig
     from components.rollout.config import RolloutConfig
     from components.rollout.engine import sample_episodes
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.train.dpo import _pair_tokens
 
     model, tokenizer = tiny["model"], tiny["tokenizer"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from components.cli_args import ArgumentParser, preset_file
-from components.sandbox import SandboxConfig, isolation_report
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import isolation_report
 
 
 def _sandboxed_runner(argv: list[str]):
@@ -16,7 +17,7 @@ def _sandboxed_runner(argv: list[str]):
     import dataclasses
 
     from components.preset import DEFAULT_PRESET, load_preset
-    from components.sandbox import run_sandboxed
+    from components.sandbox.process import run_sandboxed
     from components.scripted.registry import oracle_replay
     from components.tasks.gate import hang_finder
     from components.verifier import sandboxed_test_runner

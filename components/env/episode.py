@@ -26,7 +26,8 @@ from components.env.config import EnvConfig
 from components.env.final_diff import repo_diff
 from components.env.rewards import EpisodeFacts, compute_reward
 from components.env.tool_sets import ToolContext, run_tool, tool_set
-from components.sandbox import SandboxConfig, Workspace
+from components.sandbox.config import SandboxConfig
+from components.sandbox.workspace import Workspace
 from components.tasks.environments import (
     TaskEnvironmentError,
     with_task_environment,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, Policy, run_episode
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.tasks.task import Task
 from components.typed_config import doc
 from components.verifier.version import verifier_version

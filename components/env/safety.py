@@ -28,7 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from components.sandbox import DEFAULT_ALLOWED_PROGRAMS
+from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS
 from components.verifier import HARNESS_MODULES, HARNESS_PREFIXES
 
 SEVERITY: tuple[str, ...] = (

@@ -51,13 +51,9 @@ from components.env.tool_specs import (
     tool_set_specs,
 )
 from components.env.tools import ToolResult, execute_tool, failed_result
-from components.sandbox import (
-    PathEscapeError,
-    SandboxConfig,
-    Workspace,
-    encodable,
-    read_regular,
-)
+from components.sandbox.config import SandboxConfig
+from components.sandbox.output import encodable
+from components.sandbox.workspace import PathEscapeError, Workspace, read_regular
 from components.tasks.task import Task
 
 

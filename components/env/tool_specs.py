@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components.sandbox import DEFAULT_ALLOWED_PROGRAMS
+from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS
 
 TOOL_SPECS: dict[str, dict] = {
     "run_command": {

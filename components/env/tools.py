@@ -42,18 +42,15 @@ from pathlib import Path
 
 from components.env.safety import SEVERITY, SafetyVerdict, classify_action
 from components.env.tool_specs import argument_errors
-from components.sandbox import (
+from components.sandbox.config import SandboxConfig, SandboxError
+from components.sandbox.output import cap_text
+from components.sandbox.process import CommandResult, kernel_call_refused, run_sandboxed
+from components.sandbox.workspace import (
     IGNORED_NAMES,
-    CommandResult,
     NotRegularFileError,
     PathEscapeError,
-    SandboxConfig,
-    SandboxError,
     Workspace,
-    cap_text,
-    kernel_call_refused,
     read_regular,
-    run_sandboxed,
 )
 
 # Room kept after a command's (already capped) output for the status lines.

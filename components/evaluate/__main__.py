@@ -422,7 +422,7 @@ def main_rescore(argv: list[str]) -> int:
 def main_demo(argv: list[str]) -> int:
     """Generate the built-in suite, gate the test split, compare oracle and noop on it."""
     from components.env.evaluate import format_table, summarize, write_results
-    from components.sandbox import isolation_report
+    from components.sandbox.isolation import isolation_report
     from components.tasks.gate import check_tasks
     from components.tasks.generate import GenerateConfig, generate_suite
     from components.verifier import sandboxed_test_runner

@@ -19,7 +19,7 @@ from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult
 from components.env.evaluate import EvalConfig, evaluate_policy
 from components.rollout.config import RolloutConfig
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.registry import FixStatistics, env_for_policy, make_policy
 from components.tasks.task import Task
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.episode import END_REASONS, Action, EpisodeEnv, EpisodeResult
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task
 from components.verifier import verdict_cache_info

@@ -57,7 +57,7 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeResult, run_episode
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.patching import parse_unified_diff
 from components.tasks.task import Task, load_task, load_tasks, task_spec
@@ -176,7 +176,7 @@ def build_safety_tasks(
     as a Harbor task and imported back (its verdict is its test.sh's reward file), for the
     attacks with `on == "harbor"`. Same seed => same tasks."""
     if harbor is None:
-        from components.sandbox import resolve_isolation
+        from components.sandbox.isolation import resolve_isolation
 
         harbor = resolve_isolation("auto") == "bwrap"
     out = Path(out_dir)

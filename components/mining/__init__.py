@@ -63,7 +63,8 @@ from pathlib import Path
 
 from components import pyast
 from components.env.fixes import edit_in_place
-from components.sandbox import SandboxConfig, SandboxError, run_sandboxed
+from components.sandbox.config import SandboxConfig, SandboxError
+from components.sandbox.process import run_sandboxed
 from components.tasks.environments import (
     PrepareConfig,
     TaskEnvironmentError,

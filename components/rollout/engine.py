@@ -57,7 +57,7 @@ from components.policy.chat import (
 )
 from components.rollout.completion import Completion, GenerateFn
 from components.rollout.config import RolloutConfig
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.seeding import derive_seed
 from components.tasks.task import Task
 

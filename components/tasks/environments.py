@@ -217,7 +217,7 @@ def install_editable(prefix: Path, editable) -> None:
     tag = re.sub(r"[^A-Za-z0-9_]", "_", editable.name or "repository")
     root = "" if editable.path in ("", ".") else editable.path
     # A .pth line starting with `import` is executed by site.py at start-up; HOME is the
-    # workspace inside the sandbox (components/sandbox/__init__.py: sandbox_env).
+    # workspace inside the sandbox (components/sandbox/environ.py: sandbox_env).
     line = ("import os, sys; sys.path.append(os.path.join(os.path.expanduser('~'), "
             f"{root!r}))\n")  # fmt: skip
     (site / f"__editable__.agentrl_{tag}.pth").write_text(line)

@@ -395,7 +395,8 @@ def _reward(rewards: dict[str, str]) -> tuple[float | None, str]:
 def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
     """Run the task's tests/test.sh on `tree` (the agent's repo as verification builds it)
     with Harbor's layout; see the module doc for what makes the verdict trustworthy."""
-    from components.sandbox import SandboxError, run_sandboxed
+    from components.sandbox.config import SandboxError
+    from components.sandbox.process import run_sandboxed
 
     with tempfile.TemporaryDirectory(prefix="agentrl-harbor-") as tmp:
         ws, tests = Path(tmp) / "ws", Path(tmp) / "tests"
@@ -437,7 +438,7 @@ def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
 def add_reference_from_solution(folder: Path, cfg) -> str | None:
     """Run solution/solve.sh in the sandbox on a copy of repo/ at /app and write what it
     changed as reference.patch; returns the patch (None without a solution)."""
-    from components.sandbox import run_sandboxed
+    from components.sandbox.process import run_sandboxed
 
     solve = folder / "solution" / "solve.sh"
     if not solve.is_file():

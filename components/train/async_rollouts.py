@@ -33,7 +33,7 @@ from components.env.config import EnvConfig
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout, sample_episodes
 from components.rollout.policy_sync import PolicySync, PolicySyncError, version_dir, version_name
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.seeding import derive_seed
 from components.tasks.task import Task
 

@@ -80,7 +80,7 @@ from components.rollout.completion import GenerateFn
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout, sample_episodes
 from components.rollout.policy_sync import PolicySyncError, version_number
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.seeding import derive_seed
 from components.tasks.task import Task
 from components.train.async_rollouts import BackgroundRollouts, InlineRollouts, ServedSampler

@@ -85,12 +85,8 @@ from pathlib import Path
 from components import pyast
 from components.env.config import EnvConfig
 from components.runtime import refuse_if_stopping
-from components.sandbox import (
-    CommandResult,
-    SandboxConfig,
-    kernel_call_refused,
-    run_sandboxed,
-)
+from components.sandbox.config import SandboxConfig
+from components.sandbox.process import CommandResult, kernel_call_refused, run_sandboxed
 from components.tasks.environments import (
     TaskEnvironmentError,
     task_python_env,

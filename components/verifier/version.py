@@ -25,7 +25,15 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # Repository-relative paths of the code a verdict depends on, and why each is here.
 VERIFIER_SOURCES = (
     "components/verifier/__init__.py",  # snapshot, tampering rules, harness, hidden cases, control
-    "components/sandbox/__init__.py",  # the isolation and limits every verification process has
+    "components/sandbox/config.py",  # the limits and programs a verification process has
+    "components/sandbox/process.py",  # how it is run, stopped and its outcome read
+    "components/sandbox/isolation.py",  # which isolation it gets on this machine
+    "components/sandbox/bubblewrap.py",  # what of the host it sees
+    "components/sandbox/limits.py",  # its rlimits and cgroups, and which limit stopped it
+    "components/sandbox/kernel.py",  # its namespaces and seccomp filter
+    "components/sandbox/network.py",  # how its network attempts are counted
+    "components/sandbox/environ.py",  # its environment variables and pytest plugins
+    "components/sandbox/output.py",  # how its output is capped
     "components/sandbox/harness_plugins/agentrl_cpu_timeout.py",  # per-test limits in CPU time
     "components/sandbox/harness_plugins/agentrl_limits.py",  # and in unstarved wall time
     "components/env/rewards.py",  # how a verification becomes reward terms and success

@@ -20,7 +20,7 @@ from components.data.validate import validate_dataset
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.scripted.reference import OraclePolicy
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.evaluate.safety_suite import build_safety_tasks
 from tests.harbor_wheel import harbor_root
 

@@ -20,7 +20,8 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
-from components.sandbox import SandboxConfig, isolation_report
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import isolation_report
 from components.scripted.reference import OraclePolicy
 from components.tasks.generate import generate_suite
 from components.tasks.task import TaskFormatError, load_task, load_tasks

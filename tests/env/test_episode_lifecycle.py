@@ -11,7 +11,7 @@ from components.env import episode as episode_module
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv
 from components.env.final_diff import MAX_DIFF_INPUT_BYTES, diff_changed_lines, repo_diff
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.tasks.patching import apply_unified_diff, parse_unified_diff
 from components.verifier import changed_files
 

@@ -20,7 +20,7 @@ from components.env.fixes import (
     summarize_test_output,
 )
 from components.env.tool_specs import argument_errors
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy, fixed_files
 from components.scripted.registry import make_policy
 from components.tasks.generate import unified_diff

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from components import sandbox as sb
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
 from components.env.tools import execute_tool
-from components.sandbox import SandboxConfig, Workspace, run_sandboxed
+from components.sandbox.config import SandboxConfig
+from components.sandbox.process import run_sandboxed
+from components.sandbox.workspace import Workspace, can_mount
 from components.tasks.generate import generate_suite
 from components.tasks.task import load_tasks
 from components.verifier import verify
@@ -229,7 +230,7 @@ def test_apply_patch_on_a_binary_file_is_a_failed_call(tmp_path):
         assert not r.ok and r.error == "binary file"
 
 
-@pytest.mark.skipif(not sb._can_mount(), reason="may not mount a tmpfs (not root)")
+@pytest.mark.skipif(not can_mount(), reason="may not mount a tmpfs (not root)")
 def test_a_workspace_that_fills_up_fails_inside_itself_only(task, tmp_path):
     """The workspace is a tmpfs of its own: writing past its quota is ENOSPC there, the
     host's /tmp does not fill, and verification (and its control) still works."""

@@ -9,7 +9,7 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.env.tools import without_durations
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 
 

@@ -16,7 +16,7 @@ from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv
 from components.env.fixes import listed_ids
 from components.env.tool_specs import TOOL_SPECS
-from components.sandbox import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
+from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
 from components.scripted.reference import OraclePolicy, fixed_files, minimal_edits
 
 CHECKED = {

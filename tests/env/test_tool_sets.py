@@ -15,7 +15,7 @@ from components.env.rewards import COMMON_TERMS, reward_terms
 from components.env.tool_sets import TOOL_SET_IMPLS, tool_set
 from components.env.tool_specs import DEFAULT_TOOL_SET, TOOL_NAMES, TOOL_SETS, TOOL_SPECS
 from components.policy.chat import render_messages, system_prompt
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 
 SETS = list(TOOL_SETS)
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from components.env.tools import ToolResult, execute_tool
-from components.sandbox import SandboxConfig, Workspace, isolation_report
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import isolation_report
+from components.sandbox.workspace import IGNORED_NAMES, Workspace
 
 CONFIG = SandboxConfig(wall_time_s=20, cpu_time_s=10, memory_mb=512, max_output_bytes=4000)
 
@@ -34,6 +36,17 @@ def run(ws: Workspace, tool: str, config: SandboxConfig = CONFIG, **arguments) -
     return execute_tool(ws, tool, arguments, config, protected_paths=("tests/",))
 
 
+def changed_files(ws: Workspace) -> list[str]:
+    """Files added, removed or modified in the workspace since it was copied (caches aside)."""
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+                if p.is_file() and not IGNORED_NAMES & set(p.relative_to(root).parts)}  # fmt: skip
+
+    before, after = files(ws.source), files(ws.root)
+    return sorted(r for r in before.keys() | after.keys() if before.get(r) != after.get(r))
+
+
 def test_invalid_arguments_are_reported_not_raised(ws):
     for tool, args in [
         ("run_command", {}),
@@ -57,7 +70,7 @@ def test_pytest_via_run_command_fails_then_passes_after_edit(ws):
     assert e.ok and "edited mod.py" in e.observation
     r = run(ws, "run_command", cmd="python -m pytest -q")
     assert r.ok and "1 passed" in r.observation and r.observation.endswith("exit code 0")
-    assert ws.changed_files() == ["mod.py"]
+    assert changed_files(ws) == ["mod.py"]
 
 
 def test_run_command_refusals_and_parse_errors(ws):
@@ -73,7 +86,7 @@ def test_destructive_command_is_blocked_and_not_executed(ws):
     assert not r.ok and r.command is None
     assert r.observation.startswith("blocked by safety monitor: destructive: ")
     assert r.safety is not None and r.safety.category == "destructive"
-    assert (ws.root / "mod.py").exists() and ws.changed_files() == []
+    assert (ws.root / "mod.py").exists() and changed_files(ws) == []
 
 
 def test_secret_reading_is_blocked(ws):
@@ -98,7 +111,7 @@ def test_test_tampering_is_flagged_and_file_unchanged(ws):
     )
     assert not r.ok and r.safety.category == "test_tampering"
     assert (ws.root / "tests" / "test_mod.py").read_text() == before
-    assert ws.changed_files() == []
+    assert changed_files(ws) == []
 
 
 def test_huge_output_observation_is_capped(ws):
@@ -213,7 +226,7 @@ def test_edit_file_errors(ws):
     assert not r.ok and "no such file" in r.observation
     r = run(ws, "edit_file", path="mod.py", old="", new="b")
     assert not r.ok
-    assert ws.changed_files() == []
+    assert changed_files(ws) == []
 
 
 def test_edit_file_keeps_crlf(ws):

@@ -20,7 +20,7 @@ from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
 from components.evaluate.rescore import rescore_records, summarize_rescore
 from components.evaluate.safety_suite import new_file
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 from components.tasks.generate import generate_suite
 from components.tasks.task import load_tasks

@@ -34,7 +34,7 @@ from components.evaluate.safety_suite import (
     sysv_store,
     task_files,
 )
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.reference import NoopPolicy, OraclePolicy
 from components.tasks.harbor import is_harbor_task
 

@@ -107,7 +107,7 @@ def test_ctrl_c_removes_the_run_folder_while_workers_still_create_sandboxes(
     import threading
 
     from components import runtime
-    from components.sandbox import Workspace
+    from components.sandbox.workspace import Workspace
     from flows.retrain_main import RunScope
 
     user_tmp = tmp_path / "user-tmp"

@@ -98,7 +98,7 @@ def test_traces_are_the_recorded_episodes_on_the_evaluate_run(mlflow_store, tmp_
     from components.env.evaluate import write_results
     from components.evaluate.episodes import run_policy
     from components.rollout.config import RolloutConfig
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.tasks.generate import GenerateConfig, generate_suite
     from components.tasks.task import load_tasks
 

@@ -26,7 +26,7 @@ def episodes(tmp_path_factory):
     from components.evaluate.episodes import run_policy
     from components.evaluate.metrics import aggregate
     from components.rollout.config import RolloutConfig
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.tasks.generate import GenerateConfig, generate_suite
     from components.tasks.task import load_tasks
 

@@ -17,7 +17,8 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.mining import MineConfig, candidates, mine_repository, setup_repo
-from components.sandbox import SandboxConfig, run_sandboxed
+from components.sandbox.config import SandboxConfig
+from components.sandbox.process import run_sandboxed
 from components.tasks.environments import PrepareConfig, task_python_env
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks

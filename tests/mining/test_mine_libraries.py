@@ -26,7 +26,7 @@ from components.env.config import EnvConfig
 from components.evaluate.episodes import run_policy
 from components.mining import MineConfig, mine_repository
 from components.rollout.config import RolloutConfig
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.tasks.environments import with_task_limits
 from components.tasks.sdist import SdistError, fetch_sdist, parse_requirement
 from components.tasks.task import TaskFormatError, load_task, load_tasks

@@ -139,7 +139,7 @@ def test_a_rollout_follows_the_template(own, tmp_path):
     from components.rollout.completion import Completion
     from components.rollout.config import RolloutConfig
     from components.rollout.engine import sample_episodes
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
     from components.train.data import trajectory_tokens

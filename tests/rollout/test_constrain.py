@@ -19,7 +19,7 @@ from components.rollout.constrain import (
     untried_fix_ids,
 )
 from components.rollout.engine import sample_episodes
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 
 CALL_PREFIX = '<tool_call>\n{"name": "try_fix", "arguments": {"id": "'
 

@@ -15,7 +15,7 @@ from components.rollout.engine import (
     environment_turn_ids,
     sample_episodes,
 )
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.typed_config import config_from_dict
 
 SMALL = RolloutConfig(

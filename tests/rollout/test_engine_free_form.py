@@ -32,7 +32,7 @@ from components.policy.chat import IM_END, format_tool_call
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.reference import fixed_files, minimal_edits
 from components.train.config import GRPOConfig
 from components.train.grpo import collate_rollouts, per_token, rollout_rewards, train_grpo

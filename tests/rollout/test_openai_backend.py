@@ -13,7 +13,7 @@ from components.policy.chat import IM_END, prompt_ids
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import generate_transformers, sample_episodes
 from components.rollout.openai_backend import OpenAICompletionsClient, parse_completion_choice
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from components.env.config import EnvConfig
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
 from components.rollout.policy_sync import PolicySync, PolicySyncError, serve_checkpoint
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from tests.serve.served import ENGINES, running_server
 
 GREEDY = RolloutConfig(

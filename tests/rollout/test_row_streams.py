@@ -13,7 +13,7 @@ from components.env.config import EnvConfig
 from components.policy.chat import prompt_ids
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import RowSampler, generate_transformers, sample_episodes
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 
 CONFIG = RolloutConfig(max_new_tokens=16, max_episode_tokens=1200, batch_size=4,
                        samples_per_task=2, workers=2, temperature=1.0, seed=3)  # fmt: skip

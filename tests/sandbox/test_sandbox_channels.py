@@ -4,7 +4,7 @@ Each test plants something through one kernel object in one sandboxed run and lo
 in the next run and on the host: the kernel keyring (also through `run_command`), SysV
 shared memory, semaphores and message queues, an abstract unix socket, /dev/shm and /tmp.
 Each runs under every isolation mode that gives that protection on this machine (see
-components/sandbox/__init__.py's docstring for the channels that remain, and why).
+components/sandbox/isolation.py's docstring for the channels that remain, and why).
 """
 
 from __future__ import annotations
@@ -19,15 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from components import sandbox as sb
-from components.env.tools import execute_tool
-from components.sandbox import SandboxConfig, Workspace, run_sandboxed
+from components.env.tool_sets.shared import execute_tool
+from components.sandbox.bubblewrap import bwrap_path
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import netns_works
+from components.sandbox.kernel import seccomp_program
+from components.sandbox.process import run_sandboxed
+from components.sandbox.workspace import Workspace
 
-HAS_BWRAP = sb._bwrap_path() is not None
+HAS_BWRAP = bwrap_path() is not None
 MODES = [
     pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="no usable bwrap")),
     pytest.param("namespace", marks=pytest.mark.skipif(
-        not sb._netns_works(), reason="unshare of net/ipc/mount namespaces fails")),
+        not netns_works(), reason="unshare of net/ipc/mount namespaces fails")),
 ]  # fmt: skip
 # add_key, request_key and keyctl, per machine (the keyring tests need raw syscalls).
 KEYRING_NR = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
@@ -196,7 +200,7 @@ def test_the_seccomp_program_is_well_formed():
     """The hand-assembled filter ends in allow, then kill; every jump stays inside."""
     import struct
 
-    program = sb.seccomp_program()
+    program = seccomp_program()
     if not program:
         pytest.skip("no seccomp table for this machine")
     ins = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from components.sandbox import SandboxConfig, isolation_report
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import isolation_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,8 @@ def test_a_venv_under_tmp_is_visible_inside_the_sandbox(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     code = (
         "from pathlib import Path\n"
-        "from components.sandbox import SandboxConfig, run_sandboxed\n"
+        "from components.sandbox.config import SandboxConfig\n"
+        "from components.sandbox.process import run_sandboxed\n"
         "ws = Path(__import__('tempfile').mkdtemp())\n"
         "r = run_sandboxed(['python', '-c', 'print(6 * 7)'], ws, SandboxConfig(), workspace=ws)\n"
         "print(r.exit_code, r.output.strip())\n"

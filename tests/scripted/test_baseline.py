@@ -4,7 +4,7 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.evaluate import EvalConfig, evaluate_policy, summarize
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.baselines import ScriptedBaselinePolicy, line_mutations, locate
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy, fixed_files, minimal_edits, planned_edits
 from components.scripted.registry import make_policy, oracle_replay
 from components.tasks.gate import check_task, subprocess_run_tests

@@ -3,7 +3,7 @@
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.env.evaluate import format_table, summarize
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.scripted.registry import make_policy
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.sandbox import SandboxConfig, SandboxError, run_sandboxed
+from components.sandbox.config import SandboxConfig, SandboxError
+from components.sandbox.process import run_sandboxed
 from components.tasks.environments import (
     PrepareConfig,
     TaskEnvironmentError,

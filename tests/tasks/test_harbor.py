@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.sandbox import SandboxConfig, resolve_isolation
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import resolve_isolation
 from components.tasks.harbor import (
     HARBOR_TESTS,
     HarborRefusal,

@@ -16,7 +16,7 @@ from components.env.config import EnvConfig
 from components.evaluate.cheating import HARDCODED, cheating_markdown, cheating_summary
 from components.evaluate.episodes import run_policy
 from components.rollout.config import RolloutConfig
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.impossible import (
     build_variants,

@@ -123,7 +123,7 @@ def dpo_step(model, tokenizer, engine: str) -> dict:
 def grpo_run(model, tokenizer, engine: str, tasks_dir: str, run_dir: str, iterations: int):
     from components.env.config import EnvConfig
     from components.rollout.config import RolloutConfig
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.tasks.task import load_tasks
     from components.train.grpo import train_grpo
     from tests.train.test_grpo import scripted_generate

@@ -22,7 +22,7 @@ from components.policy.chat import IM_END, format_tool_call
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.train.checkpoints import latest_checkpoint
 from components.train.config import GRPOConfig
 from components.train.grpo import (

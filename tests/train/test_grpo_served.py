@@ -20,7 +20,7 @@ from components.rollout.config import RolloutConfig
 from components.rollout.engine import generate_transformers
 from components.rollout.openai_backend import OpenAICompletionsClient
 from components.rollout.policy_sync import PolicySync, PolicySyncError, version_number
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.train import grpo
 from components.train.checkpoints import version_dir
 from components.train.config import GRPOConfig

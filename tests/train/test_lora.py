@@ -13,7 +13,7 @@ import torch
 from components.cli_args import CommandError
 from components.policy.config import LoRAConfig
 from components.policy.lora import ADAPTER_META, is_adapter_model, merge_adapters, weights_sha256
-from components.sandbox import SandboxConfig
+from components.sandbox.config import SandboxConfig
 from components.train.config import DPOConfig, GRPOConfig, RejectionSamplingConfig, SFTConfig
 from tests.train.test_grpo import ENV, ROLLOUT, scripted_generate
 

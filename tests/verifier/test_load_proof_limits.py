@@ -21,7 +21,8 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.sandbox import HARNESS_PLUGINS, SandboxConfig
+from components.sandbox.config import SandboxConfig
+from components.sandbox.environ import HARNESS_PLUGINS
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks

@@ -20,7 +20,8 @@ from components import verifier as vf
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.sandbox import SandboxConfig, isolation_report
+from components.sandbox.config import SandboxConfig
+from components.sandbox.isolation import isolation_report
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_task, load_tasks

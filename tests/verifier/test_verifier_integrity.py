@@ -15,7 +15,8 @@ import pytest
 from components import verifier as vf
 from components.env.config import EnvConfig
 from components.env.rewards import EpisodeFacts, compute_reward
-from components.sandbox import CommandResult, SandboxConfig
+from components.sandbox.config import SandboxConfig
+from components.sandbox.process import CommandResult
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks

@@ -58,7 +58,7 @@ def test_an_episode_and_its_results_record_the_version(suite_tasks, tmp_path):
     from components.env.config import EnvConfig
     from components.env.episode import run_episode
     from components.env.evaluate import write_results
-    from components.sandbox import SandboxConfig
+    from components.sandbox.config import SandboxConfig
     from components.scripted.reference import OraclePolicy
 
     r = run_episode(suite_tasks[0], OraclePolicy(), EnvConfig(), SandboxConfig())

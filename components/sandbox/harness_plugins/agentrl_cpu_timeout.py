@@ -1,7 +1,7 @@
 """pytest-timeout's per-test limit counted in CPU time, so a verdict does not depend on load.
 
-Loaded into every sandboxed pytest run (components/sandbox: sandbox_env puts this folder
-on PYTHONPATH and names the module in PYTEST_PLUGINS), next to pytest-timeout, whose
+Loaded into every sandboxed pytest run (components/sandbox/environ.py: sandbox_env puts this
+folder on PYTHONPATH and names the module in PYTEST_PLUGINS), next to pytest-timeout, whose
 options, ini keys and markers stay the interface: `--timeout=N` is now N seconds of the
 test process's CPU time, and N seconds of wall time less the time it was starved of a core
 (agentrl_limits.py). A loop burns CPU time on every machine and is stopped as before
