@@ -144,7 +144,7 @@ class RunScope:
         # a sandbox's PID-namespace init ignores SIGTERM: on a signal, KILL sooner
         stop_descendants(grace_s=1.0 if stopping else 2.0)
         self.server = None
-        if stopping:  # within issue 36's 5 s: at most ~1 s + 2.5 s + a last settle
+        if stopping:  # Ctrl-C stops within 5 s: at most ~1 s + 2.5 s + a last settle
             return remove_until_gone(self.tmp, budget_s=2.5,
                                      between=lambda: stop_descendants(grace_s=0.5))  # fmt: skip
         unmount_under(self.tmp)  # a workspace's tmpfs its sandbox did not get to unmount

@@ -7,9 +7,8 @@ sample of the Python standard library's sources (code the agent reads and writes
 Choices, and why:
 - Byte-level, Qwen2's pre-tokenizer split (digits one by one, words, punctuation runs,
   newlines): every string round-trips exactly and line numbers tokenize uniformly.
-- A modest vocabulary (default 3k): earlier calibration found that held-out identifiers
-  split into rare tokens were hard for a tiny model to copy; with few merges they split
-  into common pieces instead.
+- A modest vocabulary (default 3k): held-out identifiers split into rare tokens are hard
+  for a tiny model to copy; with few merges they split into common pieces instead.
 - `<|im_start|>`, `<|im_end|>`, `<|endoftext|>` (pad) are special tokens; the four tool tags
   are added tokens that are *not* special: each is one id, but decoding with
   `skip_special_tokens=True` (vLLM's default) keeps them, so the tool-call parser sees them.
