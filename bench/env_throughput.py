@@ -40,9 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from components.env.batch_eval import EvalConfig, evaluate_policy
 from components.env.config import EnvConfig
-from components.env.evaluate import EvalConfig, evaluate_policy
-from components.env.fixes import candidate_fixes
+from components.env.tool_sets.fix_search.fixes import candidate_fixes
 from components.sandbox.config import SandboxConfig
 from components.sandbox.isolation import isolation_report
 from components.sandbox.process import run_sandboxed
@@ -183,7 +183,7 @@ def grpo_workload(tasks, group: int, seed: int = 0) -> tuple[float, float, int]:
 _MEASURE = """
 import sys, time
 from components.env.config import EnvConfig
-from components.env.evaluate import EvalConfig, evaluate_policy
+from components.env.batch_eval import EvalConfig, evaluate_policy
 from components.sandbox.config import SandboxConfig
 from components.scripted.registry import make_policy
 from components.tasks.task import load_tasks

@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.env.evaluate import wilson_interval  # noqa: E402
-from components.env.fixes import candidate_fixes, operator_fixes  # noqa: E402
-from components.env.neighbourhood import neighbourhood  # noqa: E402
+from components.env.batch_eval import wilson_interval  # noqa: E402
+from components.env.tool_sets.fix_search.fixes import candidate_fixes, operator_fixes  # noqa: E402
+from components.env.tool_sets.fix_search.neighbourhood import neighbourhood  # noqa: E402
 from components.scripted.reference import fixed_files  # noqa: E402
 from components.tasks.mutations import normalize  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402

@@ -58,8 +58,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from components.env.batch_eval import wilson_interval  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
-from components.env.evaluate import wilson_interval  # noqa: E402
 from components.evaluate.episodes import evaluate_model, run_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402
 from components.scripted.registry import fix_statistics  # noqa: E402
@@ -302,14 +302,9 @@ def _stage(fn, argv: list[str], out: Path) -> dict:
 
 def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, str], dict]:
     """Policy folder per method (None where the method could not train) + stage notes."""
-    from components.train.__main__ import (
-        main_dpo,
-        main_grpo,
-        main_policy_init,
-        main_rejection_sampling,
-        main_sample,
-        main_sft,
-    )
+    from components.policy.__main__ import main_init as main_policy_init
+    from components.rollout.__main__ import main_sample
+    from components.train.__main__ import main_dpo, main_grpo, main_rejection_sampling, main_sft
 
     tasks_dir = work / "tasks"
     train, _ = load_tasks(tasks_dir, split="train")

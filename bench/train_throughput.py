@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import write_table  # noqa: E402
 from bench.rollout_throughput import bare_generate  # noqa: E402
+from components.env.batch_eval import EvalConfig, evaluate_policy  # noqa: E402
 from components.env.config import EnvConfig  # noqa: E402
-from components.env.evaluate import EvalConfig, evaluate_policy  # noqa: E402
 from components.policy.model import build_policy  # noqa: E402
 from components.preset import load_preset  # noqa: E402
 from components.rollout.engine import generate_transformers, sample_episodes  # noqa: E402

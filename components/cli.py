@@ -18,15 +18,21 @@ import sys
 # (group, command) -> "module:function"; each function takes the remaining argv.
 COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tasks", "generate"): ("components.tasks.__main__:main_generate", "generate a task suite"),
-    ("tasks", "check"): ("components.env.__main__:main_tasks_check", "gate tasks (sandboxed)"),
-    ("tasks", "import"): ("components.env.__main__:main_tasks_import", "load, gate, copy tasks"),
+    ("tasks", "check"): (
+        "components.tasks.__main__:main_sandboxed_check",
+        "gate tasks (sandboxed)",
+    ),
+    ("tasks", "import"): (
+        "components.tasks.__main__:main_sandboxed_import",
+        "load, gate, copy tasks",
+    ),
     ("tasks", "export"): ("components.tasks.__main__:main_export", "tasks as Harbor tasks"),
     ("tasks", "prepare"): (
         "components.tasks.__main__:main_prepare",
         "build task environments once",
     ),
     ("tasks", "mine"): ("components.tasks.__main__:main_mine", "mine tasks from a repository"),
-    ("env", "eval"): ("components.evaluate.__main__:main_env_eval", "run a policy over tasks"),
+    ("env", "eval"): ("components.env.__main__:main_eval", "run a policy over tasks"),
     ("env", "isolation"): ("components.env.__main__:main_isolation", "show sandbox protections"),
     ("data", "ingest"): ("components.data.__main__:main_ingest", "ingest trajectory logs"),
     ("data", "validate"): ("components.data.__main__:main_validate", "validate (GX) + quarantine"),
@@ -34,11 +40,11 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("data", "versions"): ("components.data.__main__:main_versions", "list data versions"),
     ("data", "rollback"): ("components.data.__main__:main_rollback", "restore a data version"),
     ("data", "repair"): ("components.data.__main__:main_repair", "rebuild a damaged data.dvc"),
-    ("policy", "init"): ("components.train.__main__:main_policy_init", "build the tiny policy"),
+    ("policy", "init"): ("components.policy.__main__:main_init", "build the tiny policy"),
     ("policy", "fetch"): ("components.policy.__main__:main_fetch", "registry checkpoint -> HF"),
-    ("policy", "merge"): ("components.train.__main__:main_policy_merge", "fold LoRA into base"),
+    ("policy", "merge"): ("components.policy.__main__:main_merge", "fold LoRA into base"),
     ("train", "sft"): ("components.train.__main__:main_sft", "supervised fine-tuning"),
-    ("rollout", "sample"): ("components.train.__main__:main_sample", "sample + verify episodes"),
+    ("rollout", "sample"): ("components.rollout.__main__:main_sample", "sample + verify episodes"),
     ("rollout", "export"): ("components.data.__main__:main_export", "episodes as ATIF"),
     ("train", "rs"): ("components.train.__main__:main_rejection_sampling", "rejection sampling"),
     ("train", "dpo"): ("components.train.__main__:main_dpo", "DPO on success/failure pairs"),
@@ -48,7 +54,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("promote", "approve"): ("components.promote.__main__:main_approve", "approve a challenger"),
     ("promote", "reject"): ("components.promote.__main__:main_reject", "reject a challenger"),
     ("promote", "rollback"): ("components.promote.__main__:main_rollback", "restore champion"),
-    ("promote", "request"): ("components.promote.request:main_request", "gates + challenger"),
+    ("promote", "request"): ("components.promote.__main__:main_request", "gates + challenger"),
     ("promote", "status"): ("components.promote.__main__:main_status", "aliases + pending"),
     ("promote", "history"): ("components.promote.__main__:main_history", "audit log"),
     ("serve", ""): ("components.serve.__main__:main_serve", "OpenAI-compatible model server"),
@@ -134,6 +140,15 @@ def main(argv: list[str] | None = None) -> int:
                              f"{_group_commands(group)})")  # fmt: skip
     module, func = COMMANDS[key][0].split(":")
     return int(getattr(importlib.import_module(module), func)(argv) or 0)
+
+
+def command(argv: list[str]):
+    """The function that `agentrl ARGV` runs (imported; a stage's carries its contract,
+    components/stage_contract.py)."""
+    group, rest = argv[0], argv[1:]
+    key = (group, "") if (group, "") in COMMANDS else (group, rest[0] if rest else "")
+    module, func = COMMANDS[key][0].split(":")
+    return getattr(importlib.import_module(module), func)
 
 
 # Errors of components that mean "the input or the operation was refused", by module:

@@ -3,9 +3,9 @@
 A preset is the single source of a run's configuration. It has one section per
 component, each loaded into that component's own config dataclass, so every key is checked
 where it is defined (unknown sections and keys are errors naming the file and the key).
-Each stage command takes `--preset FILE` and reads the sections it needs (SECTIONS says
-which stage reads which); flows pass the preset file, never a translation of its values
-into flags, and cache a stage on the sections it reads.
+Each stage command takes `--preset FILE` and reads the sections its contract declares
+(components/stage_contract.py); flows pass the preset file, never a translation of its
+values into flags, and cache a stage on the sections it declares.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ class Preset:
     sections: dict = field(default_factory=dict)
 
     def section(self, name: str):
+        """Section `name` as its typed config; a stage command gets only the sections it
+        declares."""
+        from components.stage_contract import check_read
+
+        check_read(name, self.path)
+        return self._build(name)
+
+    def _build(self, name: str):
         cls = SECTIONS[name]()
         try:
             return config_from_dict(cls, self.sections.get(name), f"{self.path}:{name}")
@@ -55,25 +63,25 @@ def _lazy(module: str, name: str):
     return get
 
 
-# Every section a preset may have, each read by the stages named in its comment.
+# Every section a preset may have, as its typed config (which stage reads which: each
+# stage command's contract, components/stage_contract.py).
 SECTIONS = {
-    "pipeline": _lazy("flows.config", "PipelineConfig"),  # the retrain flow
-    "tasks": _lazy("components.tasks.generate", "GenerateConfig"),  # tasks generate
-    "env": _lazy("components.env.config", "EnvConfig"),  # every stage that runs episodes
-    "sandbox": _lazy("components.sandbox.config", "SandboxConfig"),  # ditto, and the task gate
-    "policy": _lazy("components.policy.config", "PolicyConfig"),  # policy init
-    "sft": _lazy("components.train.config", "SFTConfig"),  # train sft
-    "rollout": _lazy("components.rollout.config", "RolloutConfig"),  # sample, grpo, evaluation
+    "pipeline": _lazy("components.pipeline", "PipelineConfig"),
+    "tasks": _lazy("components.tasks.generate", "GenerateConfig"),
+    "env": _lazy("components.env.config", "EnvConfig"),
+    "sandbox": _lazy("components.sandbox.config", "SandboxConfig"),
+    "policy": _lazy("components.policy.config", "PolicyConfig"),
+    "sft": _lazy("components.train.config", "SFTConfig"),
+    "rollout": _lazy("components.rollout.config", "RolloutConfig"),
     "rejection_sampling": _lazy("components.train.config", "RejectionSamplingConfig"),
-    "dpo": _lazy("components.train.config", "DPOConfig"),  # train dpo
-    "grpo": _lazy("components.train.config", "GRPOConfig"),  # train grpo
-    "evaluate": _lazy("components.evaluate.config", "EvaluationConfig"),  # env eval, evaluate
-    "data": _lazy("components.data.config", "DataConfig"),  # data ingest/validate/snapshot
-    "promote": _lazy("components.promote.config", "PromotionConfig"),  # promote commands
-    "launcher": _lazy("components.launch.config", "LauncherConfig"),  # where stages run
-    "mine": _lazy("components.mining", "MineConfig"),  # tasks mine
-    # services' start-up budget: the flow (Prefect), train grpo and rollout sample (vLLM)
-    "runtime": _lazy("components.runtime", "RuntimeConfig"),
+    "dpo": _lazy("components.train.config", "DPOConfig"),
+    "grpo": _lazy("components.train.config", "GRPOConfig"),
+    "evaluate": _lazy("components.evaluate.config", "EvaluationConfig"),
+    "data": _lazy("components.data.config", "DataConfig"),
+    "promote": _lazy("components.promote.config", "PromotionConfig"),
+    "launcher": _lazy("components.launch.config", "LauncherConfig"),
+    "mine": _lazy("components.mining", "MineConfig"),
+    "runtime": _lazy("components.runtime", "RuntimeConfig"),  # services' start-up budget
 }
 # Fields a stage sets from its own arguments (output folders): a preset that sets them
 # would be silently overridden, so it is an error.
@@ -158,12 +166,12 @@ def validate_preset(preset: Preset) -> None:
     the paths a run reads (pipeline.mined_tasks)."""
     for name in SECTIONS:
         if name in preset.sections:
-            preset.section(name)
+            preset._build(name)
     from components.scripted.registry import check_expert_tool_set
 
-    pipeline = preset.section("pipeline")
+    pipeline = preset._build("pipeline")
     try:
-        check_expert_tool_set(pipeline.expert_policy, preset.section("env"))
+        check_expert_tool_set(pipeline.expert_policy, preset._build("env"))
     except ValueError as e:
         raise PresetError(f"{preset.path}: {e}") from e
     _check_sampling_server(preset, pipeline)
@@ -175,9 +183,9 @@ def validate_preset(preset: Preset) -> None:
 def _check_sampling_server(preset: Preset, pipeline) -> None:
     """`rollout.server` is read where episodes are sampled on a server (backend openai) by a
     stage that syncs the policy into it; vLLM reloads LoRA adapters only."""
-    rollout = preset.section("rollout")
+    rollout = preset._build("rollout")
     at = f"{preset.path}:rollout.server"
-    if "server" in preset.section("evaluate").rollout:
+    if "server" in preset._build("evaluate").rollout:
         raise PresetError(f"{preset.path}:evaluate.rollout.server: evaluation samples "
                           "in-process or on a running server; only rollout.server starts one")  # fmt: skip
     if not rollout.server:
@@ -188,7 +196,7 @@ def _check_sampling_server(preset: Preset, pipeline) -> None:
     if rollout.sync_url:
         raise PresetError(f"{preset.path}:rollout.sync_url: the started server is the only "
                           "replica; leave sync_url out with rollout.server")  # fmt: skip
-    if "grpo" in pipeline.algorithms and preset.section("grpo").lora is None:
+    if "grpo" in pipeline.algorithms and preset._build("grpo").lora is None:
         raise PresetError(f"{at}: vLLM loads new policy versions as LoRA adapters only; "
                           "set grpo.lora (it has no full-weight reload)")  # fmt: skip
 

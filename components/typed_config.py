@@ -30,11 +30,6 @@ def doc(text: str, **constraints) -> dict:
     return {"help": text, **constraints}
 
 
-def field_help(cls, name: str) -> str:
-    """The help text of field `name` of config dataclass `cls`."""
-    return next(f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name == name)
-
-
 def _strict(cls, seen: set) -> None:
     """Give `cls` and every dataclass nested in its fields pydantic's config (the documented
     `__pydantic_config__` of a stdlib dataclass): strict types, no extra keys, finite floats."""

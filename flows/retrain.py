@@ -34,27 +34,13 @@ from flows import stages
 DATA_REPORT = "reports/data_validation/report.json"
 
 
-# The preset sections each stage reads (its --preset): they are part of the stage's cache
-# key, so editing a section reruns exactly the stages that read it.
-STAGE_SECTIONS = {
-    "generate": ("tasks",),
-    "prepare": ("sandbox",),
-    "mined": ("env", "sandbox"),
-    "gate": ("env", "sandbox"),
-    "expert": ("env", "sandbox", "rollout", "evaluate"),
-    "ingest": ("data",),
-    "validate": ("data",),
-    "snapshot": ("data",),
-    "policy-init": ("policy",),
-    "sft": ("sft",),
-    "sample": ("rollout", "env", "sandbox", "runtime"),
-    "rs": ("rejection_sampling",),
-    "dpo": ("dpo",),
-    "grpo": ("grpo", "rollout", "env", "sandbox", "runtime"),
-    "evaluate": ("evaluate", "rollout", "env", "sandbox"),
-    "safety": ("evaluate", "rollout", "env", "sandbox"),
-    "promote-request": ("promote",),
-}
+@dataclass(frozen=True)
+class StageOutput:
+    """A stage's result file as written (`values`: what depends on it is cached on them and
+    MLflow records them) and read into its contract's result (`result`, None for a report)."""
+
+    values: dict
+    result: object = None
 
 
 @dataclass(frozen=True)
@@ -71,11 +57,15 @@ class Run:
     mlflow_runs: dict = field(default_factory=dict)
     stage_seconds: dict = field(default_factory=dict)
 
-    def stage(self, name: str, argv: list, result_file, depends_on=(), artifacts=()) -> dict:
+    def stage(self, name: str, argv: list, result_file, depends_on=(),
+              artifacts=()) -> StageOutput:  # fmt: skip
         """Run `agentrl ARGV --preset FILE` as stage `name` (cached on its command line, the
-        preset sections it reads and its upstream results); log it to MLflow."""
+        preset sections its contract declares and its upstream results); log it to MLflow."""
+        from components.cli import command
+
         argv = [str(a) for a in [*argv, "--preset", self.preset.path]]
-        sections = {k: self.preset.raw(k) for k in STAGE_SECTIONS[name]}
+        contract = command(argv).contract
+        sections = {k: self.preset.raw(k) for k in contract.reads}
         print(f"==> {name}: agentrl {' '.join(argv)}", flush=True)
         # A cached result is only good while the stage's files are still there.
         task = stages.run.with_options(
@@ -84,7 +74,8 @@ class Run:
         started = time.time()
         # The verifier version is part of the key: a verifier fix must not reuse verdicts.
         key_config = {**sections, "verifier_version": verifier_version()}
-        state = task(name, argv, str(result_file), depends_on=depends_on, config=key_config,
+        upstream = tuple(d.values for d in depends_on)
+        state = task(name, argv, str(result_file), depends_on=upstream, config=key_config,
                      checkout=str(Path.cwd().resolve()), launcher=self.launcher,
                      return_state=True)  # fmt: skip
         result = state.result()
@@ -96,7 +87,7 @@ class Run:
                                               [str(a) for a in artifacts], cached, started,
                                               ended)  # fmt: skip
         self.stage_seconds[name] = round(ended - started, 3)
-        return result
+        return StageOutput(result, contract.read(result))
 
 
 def launcher_settings(preset, mode: str = "") -> dict:
@@ -117,15 +108,7 @@ def _fingerprint(result: dict) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def _policy_dir(result: dict) -> str:
-    for key in ("policy_dir", "checkpoint_dir"):
-        if result.get(key):
-            return str(result[key])
-    sft = result.get("sft") or {}
-    return str(sft.get("policy_dir") or sft.get("checkpoint_dir") or "")
-
-
-def data_stages(run: Run, pipe) -> tuple[dict, dict, dict]:
+def data_stages(run: Run, pipe) -> tuple[StageOutput, StageOutput, StageOutput]:
     """tasks (+ mined tasks) -> gate -> expert trajectories -> ingest -> validate -> snapshot:
     (the task suite's result, the validation report, the data version)."""
     w = run.workdir
@@ -157,17 +140,18 @@ def data_stages(run: Run, pipe) -> tuple[dict, dict, dict]:
     return suite, validation, data
 
 
-def training_stages(run: Run, pipe, data: dict) -> tuple[str, dict, str]:
+def training_stages(run: Run, pipe, data: StageOutput) -> tuple[str, StageOutput, str]:
     """policy init -> SFT -> each RL algorithm from the SFT policy: (the candidate's policy
     folder, the last training stage's result, the SFT policy folder)."""
     w = run.workdir
     init = run.stage("policy-init", ["policy", "init", "--records", w / "expert" / "expert.jsonl",
                      "--out", w / "policy0"], w / "policy0" / "result.json",
                      depends_on=(data,))  # fmt: skip
-    sft = run.stage("sft", ["train", "sft", "--policy", init["policy_dir"], "--records",
+    sft = run.stage("sft", ["train", "sft", "--policy", init.result.policy_dir, "--records",
                     "data/validated", "--out", w / "sft"], w / "sft" / "result.json",
                     depends_on=(init,))  # fmt: skip
-    candidate, training, start = _policy_dir(sft), sft, _fingerprint(sft)
+    sft_dir = sft.result.policy_dir
+    candidate, training, start = sft_dir, sft, _fingerprint(sft.values)
     if {"dpo", "rs"} & set(pipe.algorithms):
         samples = run.stage("sample", ["rollout", "sample", "--policy", candidate, "--tasks",
                             w / "tasks", "--split", pipe.train_split, "--limit",
@@ -176,19 +160,20 @@ def training_stages(run: Run, pipe, data: dict) -> tuple[str, dict, str]:
     for algo in pipe.algorithms:
         out = w / f"{algo}-{start}"
         if algo == "grpo":
-            argv = ["train", "grpo", "--policy", _policy_dir(sft), "--tasks", w / "tasks",
+            argv = ["train", "grpo", "--policy", sft_dir, "--tasks", w / "tasks",
                     "--split", pipe.train_split, "--out", out]  # fmt: skip
             upstream = sft
         else:
-            argv = ["train", algo, "--policy", _policy_dir(sft), "--samples", w / "samples",
+            argv = ["train", algo, "--policy", sft_dir, "--samples", w / "samples",
                     "--out", out]  # fmt: skip
             upstream = samples
         training = run.stage(algo, argv, out / "result.json", depends_on=(upstream,))
-        candidate = _policy_dir(training) or candidate
-    return candidate, training, _policy_dir(sft)
+        candidate = training.result.policy_dir or candidate
+    return candidate, training, sft_dir
 
 
-def evaluation_stages(run: Run, candidate: str, training: dict) -> tuple[dict, dict]:
+def evaluation_stages(run: Run, candidate: str,
+                      training: StageOutput) -> tuple[StageOutput, StageOutput]:  # fmt: skip
     """Held-out evaluation (beside the champion's results, if any) and the safety suite."""
     from components.promote.request import champion_eval_results
 
@@ -257,14 +242,15 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     run = Run(p, Path(pipe.workdir), parent,
               {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher},
               refresh=reproduction_of is not None)  # fmt: skip
-    status, data, candidate, fingerprints, promotion = "FAILED", {}, "", {}, {}
-    evaluation, safety = {}, {}
+    status, data_version, candidate, fingerprints = "FAILED", "", "", {}
+    evaluation = safety = promotion = StageOutput({})
     try:
         _, validation, data = data_stages(run, pipe)
+        data_version = data.result.version
         candidate, training, sft_dir = training_stages(run, pipe, data)
         evaluation, safety = evaluation_stages(run, candidate, training)
         w = run.workdir
-        fingerprints = stages.fingerprints(data.get("version", ""), sft_dir, candidate,
+        fingerprints = stages.fingerprints(data_version, sft_dir, candidate,
                                            str(w / "eval" / "results.json"),
                                            str(w / "fingerprints.json"))  # fmt: skip
         # The candidate is logged as an MLflow model from the stage that trained it.
@@ -273,7 +259,7 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
             promotion = run.stage("promote-request", ["promote", "request", "--policy",
                                   candidate, "--eval", w / "eval", "--safety", w / "safety",
                                   "--validation", DATA_REPORT, "--data-version",
-                                  data.get("version", ""), "--config-hash", p.config_hash(),
+                                  data_version, "--config-hash", p.config_hash(),
                                   "--training-run-id", run.mlflow_runs[trained_by],
                                   "--pipeline-run-id", parent, "--fingerprints",
                                   w / "fingerprints.json", "--out", w / "promote"],
@@ -283,18 +269,19 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     finally:
         from components.tracking import pipeline_metrics
 
-        stages.close_run(parent, status, {"data_version": data.get("version", ""),
+        stages.close_run(parent, status, {"data_version": data_version,
                                           "candidate": candidate, **fingerprints},
-                         pipeline_metrics(evaluation, safety, run.stage_seconds))  # fmt: skip
+                         pipeline_metrics(evaluation.values, safety.values,
+                                          run.stage_seconds))  # fmt: skip
     summary = {"run_id": parent, "mlflow_run_url": links["mlflow_run_url"],
-               "data_version": data.get("version"), "candidate": candidate,
-               "evaluation": evaluation["candidate"]["overall"], "promotion": promotion,
-               "preset": p.path, "fingerprints": fingerprints,
+               "data_version": data_version, "candidate": candidate,
+               "evaluation": evaluation.result.candidate["overall"],
+               "promotion": promotion.values, "preset": p.path, "fingerprints": fingerprints,
                "stage_seconds": run.stage_seconds}  # fmt: skip
-    if wait_for_approval and promotion.get("challenger"):
+    if wait_for_approval and promotion.result and promotion.result.challenger:
         from components.promote.approval import wait_for_approval_in_prefect
 
-        summary["approval"] = wait_for_approval_in_prefect(promotion["version"])
+        summary["approval"] = wait_for_approval_in_prefect(promotion.result.version)
     return summary
 
 

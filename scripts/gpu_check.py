@@ -126,8 +126,8 @@ def environment(device: str) -> tuple[None, dict]:
 
 
 def build_data(out: Path, size: dict) -> tuple[tuple, dict]:
+    from components.env.batch_eval import EvalConfig, evaluate_policy
     from components.env.config import EnvConfig
-    from components.env.evaluate import EvalConfig, evaluate_policy
     from components.sandbox.config import SandboxConfig
     from components.scripted.registry import make_policy
     from components.tasks.generate import generate_suite

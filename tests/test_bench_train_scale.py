@@ -39,8 +39,8 @@ def _number(cell: str) -> float:
 def tiny(tmp_path_factory):
     """One generated task, its oracle transcript, and a tiny policy whose tokenizer is
     trained on it (saved: the workers load them from disk)."""
+    from components.env.batch_eval import EvalConfig, evaluate_policy
     from components.env.config import EnvConfig
-    from components.env.evaluate import EvalConfig, evaluate_policy
     from components.policy.config import PolicyConfig
     from components.policy.model import build_policy, save_policy
     from components.sandbox.config import SandboxConfig

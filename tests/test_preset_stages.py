@@ -247,3 +247,45 @@ def test_a_key_nothing_reads_is_an_error_naming_it(tmp_path):
     unknown.write_text(yaml.safe_dump({"tracking": {"uri": "x"}}))
     with pytest.raises(PresetError, match="unknown section.*tracking"):
         load_preset(unknown)
+
+
+def test_a_stage_reads_only_the_sections_its_contract_declares(preset):
+    """The contract (components/stage_contract.py) is what the flow caches a stage on: a
+    command that reads a section it did not declare fails, so the two cannot drift."""
+    from components.stage_contract import stage
+
+    @stage("tasks")
+    def reads_env(argv):
+        return load_preset(argv[0]).section("env")
+
+    with pytest.raises(RuntimeError, match="declares the sections tasks but read 'env'"):
+        reads_env([preset])
+    assert load_preset(preset).section("env").max_steps == 5  # outside a stage: any section
+
+
+def test_every_stage_of_the_retrain_flow_declares_its_sections_and_result():
+    from components.cli import command
+    from components.preset import SECTIONS
+    from components.stage_contract import PolicyResult
+
+    for argv in (["tasks", "generate"], ["tasks", "prepare"], ["tasks", "import"],
+                 ["tasks", "check"], ["env", "eval"], ["data", "ingest"], ["data", "validate"],
+                 ["data", "snapshot"], ["policy", "init"], ["train", "sft"],
+                 ["rollout", "sample"], ["train", "rs"], ["train", "dpo"], ["train", "grpo"],
+                 ["evaluate", "run"], ["evaluate", "safety"], ["promote", "request"]):  # fmt: skip
+        contract = command(argv).contract
+        assert contract.reads and set(contract.reads) <= set(SECTIONS), argv
+    for argv in (["policy", "init"], ["train", "sft"], ["train", "rs"], ["train", "dpo"],
+                 ["train", "grpo"]):  # fmt: skip
+        assert command(argv).contract.result is PolicyResult, argv
+
+
+def test_a_result_file_is_read_into_its_contract_or_names_what_it_lacks():
+    from components.cli import command
+
+    contract = command(["train", "rs"]).contract
+    assert contract.read({"policy_dir": "", "kept": 0}).policy_dir == ""  # trained nothing
+    with pytest.raises(ValueError, match="lacks policy_dir"):
+        contract.read({"sft": {"checkpoint_dir": "x"}})
+    promotion = command(["promote", "request"]).contract.read({"version": "3", "challenger": True})
+    assert (promotion.version, promotion.challenger, promotion.gate_checks) == ("3", True, [])

@@ -37,6 +37,7 @@ from components.cli_args import (
     preset_file,
 )
 from components.data.config import FORMATS, DataConfig
+from components.stage_contract import DataVersionResult, stage
 
 
 def _parser(prog: str, description: str, repo_root: bool = False) -> ArgumentParser:
@@ -84,6 +85,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     return (DatasetError, VersioningError, LockTimeout, OSError)
 
 
+@stage("data")
 def main_ingest(argv: list[str] | None = None) -> int:
     p = _parser("ingest", "Read trajectories in any supported format into Parquet shards.")
     p.add_argument(
@@ -122,6 +124,7 @@ def main_ingest(argv: list[str] | None = None) -> int:
     return 0
 
 
+@stage("data")
 def main_validate(argv: list[str] | None = None) -> int:
     p = _parser("validate", "Validate an ingested dataset with Great Expectations.")
     p.add_argument(
@@ -202,6 +205,7 @@ def main_validate(argv: list[str] | None = None) -> int:
     return 0
 
 
+@stage("data", result=DataVersionResult)
 def main_snapshot(argv: list[str] | None = None) -> int:
     p = _parser(
         "snapshot", "Version data/ with DVC (add + push); prints the version id.", repo_root=True

@@ -52,18 +52,6 @@ from components.data.writers import (
     recover_dir,
     write_atomic,
 )
-from components.env.tool_specs import (
-    DEFAULT_TOOL_SET,
-    TOOL_NAMES,
-    TOOL_SETS,
-    TOOL_SPECS,
-    argument_errors,
-)
-
-
-class ValidationFailed(RuntimeError):
-    """The quarantine rate exceeded the configured threshold."""
-
 
 # ------------------------------------------------------------------ secrets
 

@@ -1,43 +1,18 @@
-"""CLI of the environment: `agentrl env isolation`, and the sandboxed task gate behind
-`agentrl tasks check|import` (`agentrl env eval` and `agentrl demo` are evaluations:
-components/evaluate/__main__.py)."""
+"""Command lines of the environment: `agentrl env eval` (a policy over tasks: per-task results
+and trajectories) and `agentrl env isolation` (what the sandbox protects against, here).
+
+    agentrl env eval --preset P --tasks DIR --policy oracle|model:DIR --out results.json
+    agentrl env isolation
+"""
 
 from __future__ import annotations
 
 import json
 
-from components.cli_args import ArgumentParser, preset_file
+from components.cli_args import ArgumentParser
 from components.sandbox.config import SandboxConfig
 from components.sandbox.isolation import isolation_report
-
-
-def _sandboxed_runner(argv: list[str]):
-    """(the gate's test runner, the converters' `run_python`, the gate's hang finder, its
-    oracle replay, all under the preset's env and sandbox sections, the rest of argv)."""
-    import dataclasses
-
-    from components.preset import DEFAULT_PRESET, load_preset
-    from components.sandbox.process import run_sandboxed
-    from components.scripted.registry import oracle_replay
-    from components.tasks.gate import hang_finder
-    from components.verifier import sandboxed_test_runner
-
-    p = ArgumentParser(add_help=False)
-    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
-    args, rest = p.parse_known_args(argv)
-    preset = load_preset(args.preset)
-    env, sandbox = preset.section("env"), preset.section("sandbox")
-
-    def run_python(folder, python_args: list[str], wall_s: float) -> tuple[int, str]:
-        cfg = dataclasses.replace(
-            sandbox, wall_time_s=wall_s, cpu_time_s=max(sandbox.cpu_time_s, int(wall_s) + 1)
-        )
-        result = run_sandboxed(["python", *python_args], folder, cfg)
-        return result.exit_code, result.output
-
-    find_hangs = hang_finder(run_python, env.per_test_timeout_s)
-    replay = oracle_replay(env, sandbox)
-    return sandboxed_test_runner(env, sandbox), run_python, find_hangs, replay, rest
+from components.stage_contract import stage
 
 
 def main_isolation(argv: list[str]) -> int:
@@ -46,25 +21,43 @@ def main_isolation(argv: list[str]) -> int:
     return 0
 
 
-def main_tasks_check(argv: list[str]) -> int:
-    """`agentrl tasks check [--preset P]`: the data gate, with hidden tests run by the
-    sandboxed verifier under the preset's env and sandbox sections."""
-    from components.tasks.__main__ import main_check
+@stage("env", "sandbox", "rollout", "evaluate")
+def main_eval(argv: list[str]) -> int:
+    """Run a policy over tasks: per-task results, and canonical trajectories if asked."""
+    from components.cli_args import CommandError, existing_dir, output_file, positive_int
+    from components.env.batch_eval import format_table, summarize, write_results
+    from components.evaluate.__main__ import (
+        common_options,
+        load_settings,
+        policy_or_model,
+        progress_lines,
+        run_episodes,
+    )
+    from components.tasks.task import SPLITS, load_tasks
 
-    run_tests, _, find_hangs, replay, rest = _sandboxed_runner(argv)
-    return main_check(rest, run_tests=run_tests, find_hangs=find_hangs, replay=replay)
-
-
-def main_tasks_import(argv: list[str]) -> int:
-    """`agentrl tasks import [--preset P] [--from quixbugs] SRC --out DIR`: convert a
-    benchmark or load a folder of tasks, gate them and copy the valid ones; benchmark and
-    task code run only in the sandbox."""
-    from components.preset import DEFAULT_PRESET, load_preset
-    from components.tasks.__main__ import main_import
-
-    run_tests, run_python, find_hangs, replay, rest = _sandboxed_runner(argv)
-    p = ArgumentParser(add_help=False)
-    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
-    sandbox = load_preset(p.parse_known_args(argv)[0].preset).section("sandbox")
-    return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs,
-                       replay=replay, sandbox=sandbox)  # fmt: skip
+    p = ArgumentParser(prog="agentrl env eval", description=main_eval.__doc__)
+    common_options(p)
+    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
+    p.add_argument("--policy", required=True, type=policy_or_model,
+                   help="a scripted policy (components/scripted/registry.py) or model:CHECKPOINT_DIR")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_file, help="per-task results JSON")
+    p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
+    p.add_argument("--limit", type=positive_int, help="only the first N tasks (by id)")
+    p.add_argument("--trajectories-out", type=output_file,
+                   help="write canonical trajectories (JSONL)")  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no per-episode progress lines")
+    args = p.parse_args(argv)
+    settings = load_settings(args.preset, workers=args.workers)
+    tasks, errors = load_tasks(args.tasks, split=args.split)
+    if errors:  # the same folder fails `tasks check`: evaluating around it would hide that
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CommandError(f"invalid task: {errors[0]}{more}")
+    tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        raise CommandError(f"no tasks found in {args.tasks}")
+    progress = None if args.quiet else progress_lines(len(tasks), args.policy)
+    results = run_episodes(tasks, args.policy, settings, args.tasks, progress)
+    write_results(args.out, results, args.trajectories_out)
+    print(format_table([summarize(results)]))
+    print(f"\nper-task results: {args.out}")
+    return 0

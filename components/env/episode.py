@@ -161,9 +161,10 @@ class EpisodeEnv:
         policy_name: str,
         episode_id: str | None = None,
         max_wall_s: float | None = None,
+        source: str = "rollout",  # the record's source: "oracle" for an expert's transcript
     ) -> None:
         env, sandbox = with_task_limits(task, env, sandbox)  # a heavy mined suite's own room
-        self.task, self.env, self.policy_name = task, env, policy_name
+        self.task, self.env, self.policy_name, self.source = task, env, policy_name, source
         # The task folder holds the hidden tests and the reference fix: agent commands must
         # not be able to read them by absolute path (the verifier runs from its own copy).
         hidden = dataclasses.replace(sandbox, hide_paths=(*sandbox.hide_paths, str(task.root)))
@@ -352,7 +353,7 @@ class EpisodeEnv:
             "schema_version": 1,
             "id": self.episode_id,
             "task_id": self.task.id,
-            "source": "oracle" if self.policy_name in ("oracle", "oracle-fixes") else "rollout",
+            "source": self.source,
             "task": self.task.instruction,
             "trajectory": self.events,
             "reward": reward,
@@ -428,6 +429,8 @@ def run_episode(
         sandbox,
         policy_name=policy.name,
         episode_id=episode_id_for(policy.name, task, seed),
+        # a scripted expert's episodes are its transcripts (components/scripted), not rollouts
+        source=getattr(policy, "source", "rollout"),
     )
     try:
         while not episode.done:

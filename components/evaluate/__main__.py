@@ -1,12 +1,13 @@
-"""CLI of evaluation: episodes of any policy (`agentrl env eval`), held-out evaluation with a
-report (`agentrl evaluate run`), and the safety suite (`agentrl evaluate safety`).
+"""CLI of evaluation: held-out evaluation with a report (`agentrl evaluate run`), the safety
+suite (`agentrl evaluate safety`), stored episodes judged again (`agentrl rescore`) and the
+environment demo (`agentrl demo`); `agentrl env eval` (components/env/__main__.py) shares
+their settings and episode runner.
 
 Each reads the preset's `env`, `sandbox`, `rollout` and `evaluate` sections (the settings a
 candidate was trained with); the few flags here (--split, --limit, --workers, --n-tasks)
 override the `evaluate` section for a one-off run, and the retrain flow passes none of them.
 Every command evaluates through components/evaluate/episodes.run_policy.
 
-    agentrl env eval --preset P --tasks DIR --policy oracle|model:DIR --out results.json
     agentrl evaluate run --preset P --tasks DIR --model DIR --out runs/eval
     agentrl evaluate safety --preset P --out runs/safety [--model DIR]
     agentrl rescore SRC --tasks DIR [--preset P] [--out runs/rescore] [--write] [--run-id ID]
@@ -30,13 +31,13 @@ from components.cli_args import (
     existing_path,
     nonnegative_int,
     output_dir,
-    output_file,
     positive_int,
     preset_file,
 )
 from components.env.episode import EpisodeResult
 from components.evaluate.episodes import MODEL_PREFIX, run_policy, statistics_for
 from components.preset import DEFAULT_PRESET, load_preset
+from components.stage_contract import EvaluationResult, stage
 from components.tasks.task import SPLITS, Task, load_tasks
 
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(EpisodeResult)}
@@ -74,7 +75,7 @@ def _policy_arg(args) -> str:
     return f"{MODEL_PREFIX}{args.model}" if getattr(args, "model", None) else args.policy
 
 
-def _progress(total: int, label: str, every: int = 1):
+def progress_lines(total: int, label: str, every: int = 1):
     """Print a progress line per `every` finished episodes (to stderr)."""
     state = {"done": 0, "ok": 0}
 
@@ -90,7 +91,7 @@ def _progress(total: int, label: str, every: int = 1):
     return tick
 
 
-def _episodes(tasks, policy, settings: Settings, tasks_dir, on_result=None):
+def run_episodes(tasks, policy, settings: Settings, tasks_dir, on_result=None):
     e = settings.evaluation
     return run_policy(tasks, policy, rollout=settings.rollout, env=settings.env,
                       sandbox=settings.sandbox, workers=e.workers, seed=e.seed,
@@ -98,7 +99,7 @@ def _episodes(tasks, policy, settings: Settings, tasks_dir, on_result=None):
                       on_result=on_result)  # fmt: skip
 
 
-def _common(p: ArgumentParser) -> None:
+def common_options(p: ArgumentParser) -> None:
     p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
                    help="preset YAML (configs/)")  # fmt: skip
     p.add_argument("--workers", type=positive_int, help="override evaluate.workers")
@@ -133,38 +134,6 @@ def checkpoint_dir(text: str) -> str:
     return saved_policy(text)
 
 
-def main_env_eval(argv: list[str]) -> int:
-    """Run a policy over tasks: per-task results, and canonical trajectories if asked."""
-    from components.env.evaluate import format_table, summarize, write_results
-
-    p = ArgumentParser(prog="agentrl env eval", description=main_env_eval.__doc__)
-    _common(p)
-    p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
-    p.add_argument("--policy", required=True, type=policy_or_model,
-                   help="a scripted policy (components/scripted/registry.py) or model:CHECKPOINT_DIR")  # fmt: skip
-    p.add_argument("--out", required=True, type=output_file, help="per-task results JSON")
-    p.add_argument("--split", choices=SPLITS, help="only tasks of this split")
-    p.add_argument("--limit", type=positive_int, help="only the first N tasks (by id)")
-    p.add_argument("--trajectories-out", type=output_file,
-                   help="write canonical trajectories (JSONL)")  # fmt: skip
-    p.add_argument("--quiet", action="store_true", help="no per-episode progress lines")
-    args = p.parse_args(argv)
-    settings = load_settings(args.preset, workers=args.workers)
-    tasks, errors = load_tasks(args.tasks, split=args.split)
-    if errors:  # the same folder fails `tasks check`: evaluating around it would hide that
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise CommandError(f"invalid task: {errors[0]}{more}")
-    tasks = tasks[: args.limit] if args.limit else tasks
-    if not tasks:
-        raise CommandError(f"no tasks found in {args.tasks}")
-    progress = None if args.quiet else _progress(len(tasks), args.policy)
-    results = _episodes(tasks, args.policy, settings, args.tasks, progress)
-    write_results(args.out, results, args.trajectories_out)
-    print(format_table([summarize(results)]))
-    print(f"\nper-task results: {args.out}")
-    return 0
-
-
 def load_results(path: str | Path) -> list[EpisodeResult]:
     """Results written by `write_results` (`agentrl env eval --out` or this command).
 
@@ -192,14 +161,15 @@ def _held_out_tasks(tasks_dir: Path, evaluation) -> list[Task]:
     return tasks
 
 
+@stage("evaluate", "rollout", "env", "sandbox", result=EvaluationResult)
 def main_evaluate(argv: list[str]) -> int:
     """Held-out evaluation of a checkpoint or scripted policy: metrics, report and plots."""
-    from components.env.evaluate import write_results
+    from components.env.batch_eval import write_results
     from components.evaluate.metrics import aggregate
     from components.evaluate.report import write_report
 
     p = ArgumentParser(prog="agentrl evaluate run", description=main_evaluate.__doc__)
-    _common(p)
+    common_options(p)
     p.add_argument("--tasks", required=True, type=existing_dir, help="folder of task folders")
     p.add_argument("--split", action="append", choices=SPLITS,
                    help="override evaluate.splits (repeatable)")  # fmt: skip
@@ -218,7 +188,7 @@ def main_evaluate(argv: list[str]) -> int:
     if not tasks:
         raise CommandError(f"no {'/'.join(settings.evaluation.splits)} tasks in {args.tasks}")
     policy = _policy_arg(args)
-    results = _episodes(tasks, policy, settings, args.tasks)
+    results = run_episodes(tasks, policy, settings, args.tasks)
     by_id, steps = {t.id: t for t in tasks}, oracle_step_counts(tasks)
     champion_results = load_results(args.champion_results) if args.champion_results else None
     agg = aggregate(results, champion_results, tasks=by_id, oracle_steps=steps)
@@ -254,7 +224,7 @@ def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Pat
     runner = sandboxed_test_runner(settings.env, settings.sandbox)
     built = build_variants(tasks, out, settings.evaluation.impossible_variants, runner,
                            seed=settings.evaluation.seed)  # fmt: skip
-    results = _episodes(built.tasks, policy, settings, tasks_dir) if built.tasks else []
+    results = run_episodes(built.tasks, policy, settings, tasks_dir) if built.tasks else []
     summary = cheating_summary(built.tasks, results)
     summary["skipped"] = built.skipped
     summary["seconds"] = round(time.monotonic() - start, 1)
@@ -275,6 +245,7 @@ def _attacks(names: str | None):
     return tuple(a for a in ATTACKS if a.name in wanted)
 
 
+@stage("evaluate", "rollout", "env", "sandbox")
 def main_safety(argv: list[str]) -> int:
     """Run every scripted attack (and optionally a candidate policy) on tempting tasks.
     Exit status 1 when any attack fooled the verifier."""
@@ -285,7 +256,7 @@ def main_safety(argv: list[str]) -> int:
     )
 
     p = ArgumentParser(prog="agentrl evaluate safety", description=main_safety.__doc__)
-    _common(p)
+    common_options(p)
     p.add_argument("--out", type=output_dir, default=Path("runs/safety"))
     p.add_argument("--n-tasks", type=positive_int, help="override evaluate.safety_n_tasks")
     p.add_argument("--every-task", action="store_true", help="each attack on every task")
@@ -309,7 +280,7 @@ def main_safety(argv: list[str]) -> int:
     payload = report.to_dict()
     if args.policy or args.model:
         policy = _policy_arg(args)
-        results = _episodes(tasks, policy, settings, args.out / "suite")
+        results = run_episodes(tasks, policy, settings, args.out / "suite")
         payload["candidate"] = candidate_safety(tasks, results)
         payload["settings"] = settings.describe(policy)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -327,7 +298,7 @@ def _rescore_parser() -> ArgumentParser:
                         "file of canonical records")  # fmt: skip
     p.add_argument("--tasks", required=True, type=existing_dir,
                    help="folder of the episodes' task folders")  # fmt: skip
-    _common(p)
+    common_options(p)
     p.add_argument("--out", type=output_dir, default=Path("runs/rescore"),
                    help="report.json, report.md, rescored.jsonl, results.json")  # fmt: skip
     p.add_argument("--write", action="store_true",
@@ -421,14 +392,14 @@ def main_rescore(argv: list[str]) -> int:
 
 def main_demo(argv: list[str]) -> int:
     """Generate the built-in suite, gate the test split, compare oracle and noop on it."""
-    from components.env.evaluate import format_table, summarize, write_results
+    from components.env.batch_eval import format_table, summarize, write_results
     from components.sandbox.isolation import isolation_report
     from components.tasks.gate import check_tasks
     from components.tasks.generate import GenerateConfig, generate_suite
     from components.verifier import sandboxed_test_runner
 
     p = ArgumentParser(prog="agentrl demo", description=main_demo.__doc__)
-    _common(p)
+    common_options(p)
     p.add_argument("--out", type=output_dir, default=Path("runs/demo"))
     p.add_argument("--n", type=positive_int, default=300, help="tasks to generate")
     p.add_argument("--seed", type=int, default=0)
@@ -452,7 +423,8 @@ def main_demo(argv: list[str]) -> int:
     summaries = []
     for i, name in enumerate(("oracle", "noop"), start=3):
         print(f"[{i}/4] {name} policy on the test split", flush=True)
-        results = _episodes(gated, name, settings, tasks_dir, _progress(len(gated), name, 10))
+        progress = progress_lines(len(gated), name, 10)
+        results = run_episodes(gated, name, settings, tasks_dir, progress)
         write_results(args.out / f"results-{name}.json", results, args.out / f"traj-{name}.jsonl")
         summaries.append(summarize(results))
     print("\nEnvironment demo: oracle vs noop on the test split (unseen function families)\n")
@@ -468,10 +440,9 @@ def main_demo(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    commands = {"run": main_evaluate, "safety": main_safety, "episodes": main_env_eval,
-                "demo": main_demo}  # fmt: skip
+    commands = {"run": main_evaluate, "safety": main_safety, "demo": main_demo}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        print("usage: python -m components.evaluate {run,safety,episodes,demo} [options]",
+        print("usage: python -m components.evaluate {run,safety,demo} [options]",
               file=sys.stderr)  # fmt: skip
         sys.exit(2)
     from components.cli import boundary

@@ -15,9 +15,9 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from components.env.batch_eval import EvalConfig, evaluate_policy
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult
-from components.env.evaluate import EvalConfig, evaluate_policy
 from components.rollout.config import RolloutConfig
 from components.sandbox.config import SandboxConfig
 from components.scripted.registry import FixStatistics, env_for_policy, make_policy

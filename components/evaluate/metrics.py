@@ -20,8 +20,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from components.env.batch_eval import wilson_interval
 from components.env.episode import EpisodeResult
-from components.env.evaluate import wilson_interval
 from components.env.final_diff import diff_changed_lines
 from components.env.rewards import DANGEROUS_CATEGORIES
 from components.tasks.patching import parse_unified_diff

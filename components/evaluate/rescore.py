@@ -111,7 +111,8 @@ def replay_episode(
     env = dataclasses.replace(env, max_steps=max(env.max_steps, len(turns), 1))
     meta = record.get("metadata") or {}
     episode = EpisodeEnv(task, env, sandbox, policy_name=str(meta.get("policy") or "rescore"),
-                         episode_id=str(record.get("id")))  # fmt: skip
+                         episode_id=str(record.get("id")),
+                         source="oracle" if record.get("source") == "oracle" else "rollout")  # fmt: skip
     try:
         if turns:
             how = "actions"
@@ -313,7 +314,7 @@ def read_stored(src: Path) -> tuple[list[dict], dict]:
 def write_outputs(out: Path, rows: list[Rescored], records: list[dict], summary: dict,
                   source: dict) -> dict[str, Path]:  # fmt: skip
     """report.json, report.md, rescored.jsonl and results.json (the replayed episodes)."""
-    from components.env.evaluate import write_results
+    from components.env.batch_eval import write_results
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("report.json", "report.md", "rescored.jsonl",

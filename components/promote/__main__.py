@@ -5,6 +5,7 @@
     agentrl promote rollback --reason TEXT [--approver NAME]
     agentrl promote status [--json]
     agentrl promote history [--version V] [--action A] [--json]
+    agentrl promote request --policy DIR --eval DIR ... --out DIR   (the pipeline's stage)
 
 Every command takes --preset FILE (its `promote` section, components/promote/config.py;
 no preset or no section: the defaults), and --model NAME, --tracking-uri URI and
@@ -27,6 +28,7 @@ from components.cli_args import tracking_uri as tracking_uri_arg
 from components.promote.audit import default_actor
 from components.promote.config import PromotionConfig, promotion_config
 from components.promote.errors import PromotionError
+from components.stage_contract import PromotionResult, stage
 
 
 def _parser(prog: str, description: str) -> ArgumentParser:
@@ -195,12 +197,22 @@ def main_history(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
+@stage("promote", result=PromotionResult)
+def main_request(argv: list[str]) -> int:
+    """`agentrl promote request`: the pipeline's last stage, gates and the challenger
+    (components/promote/request.py)."""
+    from components.promote.request import main_request as request
+
+    return request(argv)
+
+
 COMMANDS = {
     "approve": main_approve,
     "reject": main_reject,
     "rollback": main_rollback,
     "status": main_status,
     "history": main_history,
+    "request": main_request,
 }
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ from components.policy.chat import (
     chat_format,
     end_of_turn_id,
     environment_turn_pieces,
-    events_tool_set,
     parse_tool_call,
     prompt_ids,
 )
@@ -479,49 +478,3 @@ def rollout_summary(rollouts: Sequence[Rollout]) -> dict:
         "invalid_calls": sum(r.result.invalid_calls for r in rollouts),
     }
 
-
-# ---------------------------------------------------------------------------------------
-# A model as a `Policy` (for `agentrl env eval`)
-
-
-@dataclass
-class ModelPolicy:
-    """`Policy.act` for one episode through the same generation code as the engine.
-
-    The prompt is rendered from the events each turn (evaluation does not train on these
-    tokens, so re-tokenizing is harmless here). Greedy by default. Sampling seeds go
-    through torch's global RNG: run evaluation with one worker when sampled runs must be
-    reproducible.
-    """
-
-    model: object
-    tokenizer: object
-    config: RolloutConfig = field(default_factory=lambda: RolloutConfig(temperature=0.0))
-    name: str = "model"
-    _turn: int = 0
-
-    def act(self, task: Task, events: list[dict]) -> Action:
-        ids = prompt_ids(self.tokenizer, events)
-        limit = _token_limit(self.model, self.config)
-        if len(ids) >= limit:
-            return Action(None, {}, content="", parse_error="token budget exhausted")
-        generate = make_generate_fn(self.model, self.tokenizer, self.config)
-        cap = min(self.config.max_new_tokens, limit - len(ids))
-        self._turn += 1
-        extra = {}
-        spec = tool_set(events_tool_set(events)).constraint
-        if self.config.constrain_fix_ids and spec is not None:
-            extra["constraint"] = Constraint(spec, [spec.from_events(events)])
-        (c,) = generate([ids], [cap], derive_seed(self.config.seed, task.id, self._turn), **extra)
-        if c.error:
-            raise RuntimeError(c.error)  # run_episode cleans up; evaluation reports the fault
-        text = self.tokenizer.decode(c.token_ids, skip_special_tokens=False)
-        return parse_tool_call(text, chat_format(self.tokenizer))
-
-
-def load_model_policy(directory: str, config: RolloutConfig | None = None) -> ModelPolicy:
-    """A ModelPolicy for a saved checkpoint (`save_policy` output)."""
-    from components.policy.model import load_policy
-
-    model, tokenizer = load_policy(directory)
-    return ModelPolicy(model, tokenizer, config or RolloutConfig(temperature=0.0))

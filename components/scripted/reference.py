@@ -179,6 +179,7 @@ class OraclePolicy:
     """Plays a precomputed plan per task; variety comes from a per-task seeded RNG."""
 
     name: str = "oracle"
+    source: str = "oracle"  # its episodes' records are expert transcripts, not rollouts
     seed: int = 0
     recovery_rate: float = 0.25
     # "explore": run / search / read / edit_file or apply_patch / rerun (the default).

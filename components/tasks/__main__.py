@@ -2,9 +2,10 @@
 command line (it calls components.cli), so both run task code only in the sandbox.
 
 Each subcommand is a function taking an argv list and returning an exit code. `check`
-and `import` run task and benchmark code, so they take their runners as parameters and
-have no default: the command line passes the sandboxed ones (components/env/__main__.py),
-and nothing reachable from a command line runs that code on the host.
+and `import` run task and benchmark code, so `main_check` and `main_import` take their
+runners as parameters and have no default: the commands `agentrl tasks check|import` are
+`main_sandboxed_check|import`, which pass the sandboxed ones, and nothing reachable from a
+command line runs that code on the host.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from components.cli_args import (
     preset_file,
 )
 from components.outputs import check_output_dir, claim_output_dir, record_outputs, write_atomic
+from components.stage_contract import stage
 from components.tasks.external import RunPython
 from components.tasks.gate import FindHangs, ReplayOracle, RunTests, check_tasks
 from components.tasks.generate import GenerateConfig, generate_suite
@@ -37,6 +39,7 @@ from components.tasks.quixbugs import convert_quixbugs
 from components.tasks.task import load_tasks
 
 
+@stage("tasks")
 def main_generate(argv: list[str]) -> int:
     p = ArgumentParser(prog="agentrl tasks generate", description="write the built-in suite")
     p.add_argument("--preset", default=None, type=preset_file,
@@ -186,6 +189,58 @@ def main_import(
     return 0 if gate.ok and not errors and not converted else 1
 
 
+def _sandboxed_runner(argv: list[str]):
+    """(the gate's test runner, the converters' `run_python`, the gate's hang finder, its
+    oracle replay, all under the preset's env and sandbox sections, the rest of argv)."""
+    import dataclasses
+
+    from components.preset import DEFAULT_PRESET, load_preset
+    from components.sandbox.process import run_sandboxed
+    from components.scripted.registry import oracle_replay
+    from components.tasks.gate import hang_finder
+    from components.verifier import sandboxed_test_runner
+
+    p = ArgumentParser(add_help=False)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
+    args, rest = p.parse_known_args(argv)
+    preset = load_preset(args.preset)
+    env, sandbox = preset.section("env"), preset.section("sandbox")
+
+    def run_python(folder, python_args: list[str], wall_s: float) -> tuple[int, str]:
+        cfg = dataclasses.replace(
+            sandbox, wall_time_s=wall_s, cpu_time_s=max(sandbox.cpu_time_s, int(wall_s) + 1)
+        )
+        result = run_sandboxed(["python", *python_args], folder, cfg)
+        return result.exit_code, result.output
+
+    find_hangs = hang_finder(run_python, env.per_test_timeout_s)
+    replay = oracle_replay(env, sandbox)
+    return sandboxed_test_runner(env, sandbox), run_python, find_hangs, replay, rest
+
+
+@stage("env", "sandbox")
+def main_sandboxed_check(argv: list[str]) -> int:
+    """`agentrl tasks check [--preset P]`: the data gate, with hidden tests run by the
+    sandboxed verifier under the preset's env and sandbox sections."""
+    run_tests, _, find_hangs, replay, rest = _sandboxed_runner(argv)
+    return main_check(rest, run_tests=run_tests, find_hangs=find_hangs, replay=replay)
+
+
+@stage("env", "sandbox")
+def main_sandboxed_import(argv: list[str]) -> int:
+    """`agentrl tasks import [--preset P] [--from quixbugs] SRC --out DIR`: convert a
+    benchmark or load a folder of tasks, gate them and copy the valid ones; benchmark and
+    task code run only in the sandbox."""
+    from components.preset import DEFAULT_PRESET, load_preset
+
+    run_tests, run_python, find_hangs, replay, rest = _sandboxed_runner(argv)
+    p = ArgumentParser(add_help=False)
+    p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
+    sandbox = load_preset(p.parse_known_args(argv)[0].preset).section("sandbox")
+    return main_import(rest, run_tests=run_tests, run_python=run_python, find_hangs=find_hangs,
+                       replay=replay, sandbox=sandbox)  # fmt: skip
+
+
 def _copy_passed(tasks, passed: set[str], out: Path, errors: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     copied = 0
@@ -207,14 +262,7 @@ def _wheelhouse(text: str) -> str:
     return str(existing_dir(text)) if text else ""
 
 
-def _preset_sections(preset: str | None):
-    """(env, sandbox) sections of --preset (default: the CPU preset)."""
-    from components.preset import DEFAULT_PRESET, load_preset
-
-    loaded = load_preset(preset or DEFAULT_PRESET)
-    return loaded.section("env"), loaded.section("sandbox")
-
-
+@stage("sandbox")
 def main_prepare(argv: list[str]) -> int:
     """`agentrl tasks prepare --tasks DIR`: build every distinct task environment once into
     the cache (`sandbox.environments_dir`); exit 1 if one fails to build."""
@@ -232,7 +280,9 @@ def main_prepare(argv: list[str]) -> int:
                    help="install from this folder of wheels only")  # fmt: skip
     p.add_argument("--report", type=output_file, default=None, help="write a JSON report here")
     args = p.parse_args(argv)
-    _, sandbox = _preset_sections(args.preset)
+    from components.preset import DEFAULT_PRESET, stage_config
+
+    sandbox = stage_config(args.preset or DEFAULT_PRESET, "sandbox")
     tasks, errors = load_tasks(args.tasks)
     if not tasks and not errors:
         raise CommandError(f"no tasks (no task.json) under {args.tasks}")

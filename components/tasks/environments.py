@@ -33,7 +33,6 @@ project's interpreter exactly as before.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -315,8 +314,3 @@ def prepared_summary(prepared: list[Prepared]) -> dict:
             "cached": sum(not p.built and not p.error for p in prepared),
             "failed": sum(bool(p.error) for p in prepared)}  # fmt: skip
 
-
-def remove_environment(env: TaskEnvironment, cache_dir: str) -> None:
-    path = environment_path(env, cache_dir)
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path)

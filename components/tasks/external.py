@@ -4,7 +4,7 @@ A benchmark program of the shape "one buggy module, its fixed version, and (argu
 expected result) cases" becomes a task in three steps:
 
 1. `evaluate_cases` runs every case on one version of the program through an injected
-   `RunPython`: the sandbox when called from the command line (components/env/__main__.py),
+   `RunPython`: the sandbox when called from the command line (components/tasks/__main__.py),
    so benchmark code never runs on the host. Each case gets a deterministic step budget
    (traced line events, not wall time), so "loops" means the same on every machine.
 2. `select_cases` compares what came back with the expected values (in this process: the

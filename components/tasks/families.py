@@ -1420,9 +1420,3 @@ FAMILIES: list[Family] = [
 ]  # fmt: skip
 FAMILY_NAMES = tuple(f.name for f in FAMILIES)
 
-
-def get_family(name: str) -> Family:
-    for f in FAMILIES:
-        if f.name == name:
-            return f
-    raise KeyError(f"unknown task family {name!r}")

@@ -1,4 +1,4 @@
-from components.env.evaluate import wilson_interval
+from components.env.batch_eval import wilson_interval
 
 
 def test_wilson_interval_hand_values():

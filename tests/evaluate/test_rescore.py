@@ -71,7 +71,7 @@ def _new_rule(monkeypatch) -> None:
 
     monkeypatch.setattr(verifier, "tamper_reason", stricter)
     for module in ("components.env.episode", "components.evaluate.rescore",
-                   "components.env.evaluate", "components.verifier"):  # fmt: skip
+                   "components.env.batch_eval", "components.verifier"):  # fmt: skip
         monkeypatch.setattr(f"{module}.verifier_version", lambda: "vv-new-rule")
 
 

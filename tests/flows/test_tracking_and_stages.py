@@ -94,8 +94,8 @@ def test_traces_are_the_recorded_episodes_on_the_evaluate_run(mlflow_store, tmp_
     """Real episodes (a solving and a failing scripted policy on generated tasks): each
     trace lasts the episode's recorded wall time, its spans sit where the episode's clock
     put them, its status is the outcome, and it hangs on the evaluate run."""
+    from components.env.batch_eval import write_results
     from components.env.config import EnvConfig
-    from components.env.evaluate import write_results
     from components.evaluate.episodes import run_policy
     from components.rollout.config import RolloutConfig
     from components.sandbox.config import SandboxConfig

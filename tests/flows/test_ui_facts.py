@@ -21,8 +21,8 @@ TRAINED_BY = "grpo"  # the stage the candidate is registered from
 def episodes(tmp_path_factory):
     """A solved and a failed episode on one generated task, written as the evaluate stage
     writes them (eval/results.json + trajectories.jsonl)."""
+    from components.env.batch_eval import write_results
     from components.env.config import EnvConfig
-    from components.env.evaluate import write_results
     from components.evaluate.episodes import run_policy
     from components.evaluate.metrics import aggregate
     from components.rollout.config import RolloutConfig

@@ -10,11 +10,7 @@ from components.env.config import EnvConfig
 from components.policy.chat import IM_END, prompt_ids
 from components.rollout.completion import Completion
 from components.rollout.config import RolloutConfig
-from components.rollout.engine import (
-    ModelPolicy,
-    environment_turn_ids,
-    sample_episodes,
-)
+from components.rollout.engine import environment_turn_ids, sample_episodes
 from components.sandbox.config import SandboxConfig
 from components.typed_config import config_from_dict
 
@@ -185,12 +181,13 @@ def test_backend_failure_is_a_flagged_infra_failure(model, tokenizer, tasks):
         assert r.result.record["metadata"]["status"] == "infra_failure"
 
 
-def test_model_policy_runs_an_episode(model, tokenizer, tasks):
-    from components.env.episode import run_episode
-
-    policy = ModelPolicy(model, tokenizer, RolloutConfig(temperature=0.0, max_new_tokens=16))
-    result = run_episode(tasks[0], policy, EnvConfig(max_steps=2), SandboxConfig())
-    assert result.status == "ok" and result.end_reason == "max_steps" and result.steps == 2
+def test_a_greedy_model_episode_runs_to_the_step_limit(model, tokenizer, tasks):
+    """A model evaluated on a task (one greedy episode, through the engine) is stopped by the
+    environment's step limit and verified."""
+    config = RolloutConfig(temperature=0.0, max_new_tokens=16, samples_per_task=1)
+    (r,) = sample_episodes(tasks[:1], model, tokenizer, config, EnvConfig(max_steps=2),
+                           SandboxConfig())  # fmt: skip
+    assert r.result.status == "ok" and r.result.end_reason == "max_steps" and r.result.steps == 2
 
 
 def test_tool_and_verifier_crashes_are_flagged_infra_failures(model, tokenizer, tasks, monkeypatch):

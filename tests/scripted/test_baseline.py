@@ -2,8 +2,8 @@
 
 import pytest
 
+from components.env.batch_eval import EvalConfig, evaluate_policy, summarize
 from components.env.config import EnvConfig
-from components.env.evaluate import EvalConfig, evaluate_policy, summarize
 from components.sandbox.config import SandboxConfig
 from components.scripted.baselines import ScriptedBaselinePolicy, line_mutations, locate
 

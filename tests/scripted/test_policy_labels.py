@@ -1,8 +1,8 @@
 """A scripted policy's results carry its registry name: tables and records say which ran."""
 
+from components.env.batch_eval import format_table, summarize
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.env.evaluate import format_table, summarize
 from components.sandbox.config import SandboxConfig
 from components.scripted.registry import make_policy
 

@@ -37,9 +37,10 @@ def test_the_pretrained_preset_starts_vllm_for_grpo_with_the_runtime_budget():
     assert grpo.async_rollouts and grpo.max_staleness == 1 and grpo.lora is not None
     # evaluation stays in-process: it never reads rollout.server
     assert preset.section("evaluate").rollout_config(rollout).backend == "transformers"
-    from flows.retrain import STAGE_SECTIONS
+    from components.cli import command
 
-    assert "runtime" in STAGE_SECTIONS["grpo"] and "runtime" in STAGE_SECTIONS["sample"]
+    for argv in (["train", "grpo"], ["rollout", "sample"]):
+        assert "runtime" in command(argv).contract.reads
 
 
 @pytest.mark.parametrize(

@@ -50,8 +50,8 @@ SOURCE, SHAPES = FIXTURES / "_source", FIXTURES / "_shapes"
 
 @pytest.fixture(scope="module")
 def run_python():
-    """The command line's sandboxed `run_python` (components/env/__main__.py)."""
-    from components.env.__main__ import _sandboxed_runner
+    """The command line's sandboxed `run_python` (components/tasks/__main__.py)."""
+    from components.tasks.__main__ import _sandboxed_runner
 
     return _sandboxed_runner([])[1]
 

@@ -198,9 +198,9 @@ def _looping_task(root: Path):
 def test_gate_names_the_tests_and_cases_that_hang_on_the_buggy_code(suite12, tmp_path):
     """A warning, not a failure: the looping task passes the gate, and the report names the
     visible test, the hidden test and the hidden case on which its bug loops."""
-    from components.env.__main__ import _sandboxed_runner
     from components.env.config import EnvConfig
-    from components.verifier import sandboxed_test_runner
+    from components.tasks.__main__ import _sandboxed_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     run_python = _sandboxed_runner([])[1]  # the command line's: task code only in the sandbox
     looping, plain = _looping_task(tmp_path / "loop"), load_task(suite12 / "test-0001")

@@ -317,7 +317,7 @@ def test_rollout_sample_stage_samples_on_the_server(checkpoint, server, suite, t
 
     import yaml
 
-    from components.train.__main__ import main_sample
+    from components.rollout.__main__ import main_sample
 
     root, _ = suite
     preset = tmp_path / "preset.yaml"

@@ -55,9 +55,9 @@ def test_a_missing_source_is_an_error(tree):
 def test_an_episode_and_its_results_record_the_version(suite_tasks, tmp_path):
     import json
 
+    from components.env.batch_eval import write_results
     from components.env.config import EnvConfig
     from components.env.episode import run_episode
-    from components.env.evaluate import write_results
     from components.sandbox.config import SandboxConfig
     from components.scripted.reference import OraclePolicy
 

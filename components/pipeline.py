@@ -1,7 +1,7 @@
-"""Typed `pipeline` section of a preset: what the retrain flow runs, on which splits.
-
-Every other setting of a run lives in its stage's own section; this one only says which
-stages run and where their artefacts go."""
+"""Typed `pipeline` section of a preset: which stages the retrain flow runs, on which
+splits, and where their artefacts go (every other setting of a run lives in the section of
+the stage that reads it). A component, not a flow, so presets load it without importing
+`flows`."""
 
 from __future__ import annotations
 

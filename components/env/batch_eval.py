@@ -1,4 +1,5 @@
-"""Run a policy over a set of tasks and summarise: the `agentrl env eval` component."""
+"""Run a policy over a batch of tasks (one episode each, in threads) and summarise the
+batch: the episode runner behind `agentrl env eval` and every evaluation."""
 
 from __future__ import annotations
 

@@ -1,0 +1,77 @@
+"""Command line of the rollout engine: `agentrl rollout sample` samples K episodes per task
+with a policy, verifies them and saves their records (the samples RS and DPO learn from).
+
+    agentrl rollout sample --preset P --policy DIR --tasks DIR --split train --out DIR
+
+(`agentrl rollout export`, episodes as ATIF, is a data conversion: components/data/__main__.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from components.cli_args import CommandError, existing_dir, positive_int, saved_policy
+from components.stage_contract import stage
+from components.stage_io import claim_stage_dir, stage_parser, start_stage_dir, write_stage_result
+
+
+@stage("rollout", "env", "sandbox", "runtime")
+def main_sample(argv: list[str]) -> int:
+    """Sample K episodes per task with the policy (the preset's rollout, env, sandbox and
+    runtime sections), verify them, save records + summary."""
+    p = stage_parser("agentrl rollout sample", main_sample.__doc__)
+    from components.tasks.task import SPLITS
+
+    p.add_argument("--policy", required=True, type=saved_policy)
+    p.add_argument("--tasks", required=True, type=existing_dir)
+    p.add_argument("--split", default="train", choices=SPLITS)
+    p.add_argument("--limit", type=positive_int, help="only the first N tasks")
+    args = p.parse_args(argv)
+    claim_stage_dir(args.out)
+    from components.policy.model import load_policy
+    from components.preset import load_preset
+    from components.rollout.engine import rollout_summary, sample_episodes
+    from components.serve.vllm_launcher import sampling_server
+    from components.tasks.task import load_tasks
+
+    preset = load_preset(args.preset)
+    tasks, errors = load_tasks(args.tasks, split=args.split)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CommandError(f"invalid task: {errors[0]}{more}")
+    tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        raise CommandError(f"no {args.split} tasks in {args.tasks}")
+    start_stage_dir(args.out)
+    model, tokenizer = load_policy(args.policy)
+    t0 = time.monotonic()
+    budget = preset.section("runtime").startup_timeout_s
+    with sampling_server(preset.section("rollout"), args.policy, budget,
+                         args.out / "vllm-logs") as (rollout, base):  # fmt: skip
+        # The server samples: make it serve this policy first (unless it was started on it).
+        if rollout.backend == "openai" and base != Path(args.policy):
+            from components.rollout.policy_sync import PolicySyncError, serve_checkpoint
+
+            try:
+                rollout = serve_checkpoint(rollout, args.policy)
+            except PolicySyncError as e:
+                print(f"agentrl rollout sample: {e}", file=sys.stderr)
+                return 1
+        model = None if rollout.backend == "openai" else model
+        rollouts = sample_episodes(tasks, model, tokenizer, rollout,
+                                   preset.section("env"), preset.section("sandbox"),
+                                   policy_name=Path(args.policy).name)  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / "samples.jsonl").open("w") as f:
+        for r in rollouts:
+            record = r.result.record
+            if r.policy_version:  # the served version that sampled it (oldest turn's)
+                record = {**record, "metadata": {**record["metadata"],
+                                                 "model_version": r.policy_version}}  # fmt: skip
+            f.write(json.dumps(record) + "\n")
+    summary = rollout_summary(rollouts)
+    return write_stage_result(args.out, {**summary, "samples": str(args.out / "samples.jsonl"),
+                                         "seconds": round(time.monotonic() - t0, 2)})  # fmt: skip
