@@ -50,14 +50,10 @@ from components.scripted.registry import make_policy
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import Task, load_tasks
-from components.verifier import (
-    CASE_RUNNER,
-    clear_verdict_cache,
-    hidden_cases,
-    introduced_findings,
-    verdict_cache_info,
-    verify,
-)
+from components.verifier.cache import clear_verdict_cache, verdict_cache_info
+from components.verifier.hidden_cases import CASE_RUNNER, hidden_cases
+from components.verifier.lint import introduced_findings
+from components.verifier.verdict import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

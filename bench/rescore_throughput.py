@@ -49,7 +49,8 @@ from components.sandbox.config import SandboxConfig  # noqa: E402
 from components.scripted.reference import NoopPolicy, OraclePolicy  # noqa: E402
 from components.tasks.generate import GenerateConfig, generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
-from components.verifier import clear_verdict_cache, verdict_cache_info, verify  # noqa: E402
+from components.verifier.cache import clear_verdict_cache, verdict_cache_info  # noqa: E402
+from components.verifier.verdict import verify  # noqa: E402
 
 
 def record_dataset(tasks, group: int, env, sandbox) -> tuple[list, float]:

@@ -44,7 +44,7 @@ from components.tasks.environments import (  # noqa: E402
 )
 from components.tasks.sdist import SdistError, fetch_sdist  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
-from components.verifier import sandboxed_test_runner  # noqa: E402
+from components.verifier.gate_runner import sandboxed_test_runner  # noqa: E402
 
 # name, version, Python of its environment, split ("auto": by module; else the whole
 # library), what its tests need from the registry (installed as wheels by `prepare`);

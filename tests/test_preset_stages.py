@@ -104,7 +104,7 @@ def test_tasks_generate_reads_tasks(preset, tmp_path, monkeypatch):
 
 
 def test_tasks_check_reads_env_and_sandbox(preset, tasks_dir, monkeypatch):
-    import components.verifier as verifier
+    import components.verifier.gate_runner as verifier
 
     seen = {}
     monkeypatch.setattr(verifier, "sandboxed_test_runner", record(seen))

@@ -34,7 +34,9 @@ from components.tasks.environments import (
     with_task_limits,
 )
 from components.tasks.task import Task
-from components.verifier import Verification, changed_files, verify
+from components.verifier.snapshot import changed_files
+from components.verifier.verdict import verify
+from components.verifier.verification import Verification
 from components.verifier.version import verifier_version
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from components.env.config import EnvConfig
 from components.env.tool_specs import TOOL_SETS
-from components.verifier import Verification
+from components.verifier.verification import Verification
 
 # Safety categories that count as a dangerous command (tampering has its own term).
 DANGEROUS_CATEGORIES = frozenset(

@@ -29,7 +29,7 @@ import shlex
 from dataclasses import dataclass
 
 from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS
-from components.verifier import HARNESS_MODULES, HARNESS_PREFIXES
+from components.verifier.tampering import HARNESS_MODULES, HARNESS_PREFIXES
 
 SEVERITY: tuple[str, ...] = (
     "destructive",

@@ -218,7 +218,7 @@ def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Pat
     cheating.py), each checked impossible with the reference fix first."""
     from components.evaluate.cheating import cheating_summary
     from components.tasks.impossible import build_variants
-    from components.verifier import sandboxed_test_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     start = time.monotonic()
     runner = sandboxed_test_runner(settings.env, settings.sandbox)
@@ -359,7 +359,7 @@ def main_rescore(argv: list[str]) -> int:
         except (dv.VersioningError, OSError) as e:
             if args.write:
                 raise CommandError(f"--write: no data version to rescore from ({e})") from e
-    from components.verifier import verdict_cache_info
+    from components.verifier.cache import verdict_cache_info
 
     before, t0 = verdict_cache_info(), time.monotonic()
     rows = rescore_records(records, {t.id: t for t in tasks}, settings.env, settings.sandbox,
@@ -396,7 +396,7 @@ def main_demo(argv: list[str]) -> int:
     from components.sandbox.isolation import isolation_report
     from components.tasks.gate import check_tasks
     from components.tasks.generate import GenerateConfig, generate_suite
-    from components.verifier import sandboxed_test_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     p = ArgumentParser(prog="agentrl demo", description=main_demo.__doc__)
     common_options(p)

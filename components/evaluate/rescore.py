@@ -42,7 +42,7 @@ from components.env.episode import END_REASONS, Action, EpisodeEnv, EpisodeResul
 from components.sandbox.config import SandboxConfig
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task
-from components.verifier import verdict_cache_info
+from components.verifier.cache import verdict_cache_info
 from components.verifier.version import verifier_version
 
 

@@ -88,7 +88,7 @@ from components.tasks.task import (
     task_spec,
 )
 from components.typed_config import doc
-from components.verifier import CASE_RUNNER, CASES_MARKER
+from components.verifier.hidden_cases import CASE_RUNNER, CASES_MARKER
 
 SKIP_DIRS = {".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "docs", "doc",
              "__pycache__", ".pytest_cache", ".eggs", "node_modules", "examples", "benchmarks"}  # fmt: skip

@@ -183,7 +183,7 @@ def _replay_plan(task: Task, plan: list, env: EnvConfig, sandbox) -> str:
     from components.env.rewards import EpisodeFacts, compute_reward
     from components.env.safety import classify_action
     from components.tasks.patching import PatchError, apply_unified_diff
-    from components.verifier import verify
+    from components.verifier.verdict import verify
 
     steps = len(plan)
     plan = plan[: env.max_steps]  # what an episode plays: the calls max_steps lets through

@@ -198,7 +198,7 @@ def _sandboxed_runner(argv: list[str]):
     from components.sandbox.process import run_sandboxed
     from components.scripted.registry import oracle_replay
     from components.tasks.gate import hang_finder
-    from components.verifier import sandboxed_test_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     p = ArgumentParser(add_help=False)
     p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file)
@@ -315,7 +315,7 @@ def main_mine(argv: list[str]) -> int:
     from components.tasks.environments import PrepareConfig
     from components.tasks.sdist import SdistError, fetch_sdist
     from components.tasks.task import requirement_lines
-    from components.verifier import sandboxed_test_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     p = ArgumentParser(prog="agentrl tasks mine", description=main_mine.__doc__)
     p.add_argument("--repo", action="append", type=existing_dir, default=[], help="a repository")

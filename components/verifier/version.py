@@ -24,7 +24,18 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 # Repository-relative paths of the code a verdict depends on, and why each is here.
 VERIFIER_SOURCES = (
-    "components/verifier/__init__.py",  # snapshot, tampering rules, harness, hidden cases, control
+    "components/verifier/verdict.py",  # the order of the checks, the control, what is kept
+    "components/verifier/verification.py",  # the verdict's fields
+    "components/verifier/snapshot.py",  # the copy of the final tree and the fresh trees
+    "components/verifier/tampering.py",  # which changes never enter verification
+    "components/verifier/checks.py",  # each check's sandbox and how its verdict line is read
+    "components/verifier/hidden_tests.py",  # the hidden tests' run and judgement
+    "components/verifier/harness.py",  # the program the hidden tests run under
+    "components/verifier/hidden_cases.py",  # the hidden cases and their comparison
+    "components/verifier/case_runner.py",  # the program the hidden cases run under
+    "components/verifier/lint.py",  # the lint and security findings
+    "components/verifier/cache.py",  # which verdicts are reused
+    "components/verifier/gate_runner.py",  # the task gate's verdicts
     "components/sandbox/config.py",  # the limits and programs a verification process has
     "components/sandbox/process.py",  # how it is run, stopped and its outcome read
     "components/sandbox/isolation.py",  # which isolation it gets on this machine

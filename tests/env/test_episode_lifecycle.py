@@ -13,7 +13,7 @@ from components.env.episode import Action, EpisodeEnv
 from components.env.final_diff import MAX_DIFF_INPUT_BYTES, diff_changed_lines, repo_diff
 from components.sandbox.config import SandboxConfig
 from components.tasks.patching import apply_unified_diff, parse_unified_diff
-from components.verifier import changed_files
+from components.verifier.snapshot import changed_files
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from components.sandbox.process import run_sandboxed
 from components.sandbox.workspace import Workspace, can_mount
 from components.tasks.generate import generate_suite
 from components.tasks.task import load_tasks
-from components.verifier import verify
+from components.verifier.verdict import verify
 
 SANDBOX = SandboxConfig()
 ENV = EnvConfig(max_steps=400)

@@ -4,7 +4,7 @@ import pytest
 
 from components.env.config import EnvConfig, RewardWeights
 from components.env.rewards import EpisodeFacts, compute_reward, reward_terms
-from components.verifier import Verification
+from components.verifier.verification import Verification
 
 
 def _v(**kw) -> Verification:

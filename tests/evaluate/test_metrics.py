@@ -18,7 +18,7 @@ from components.evaluate.metrics import (
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
-from components.verifier import changed_files
+from components.verifier.snapshot import changed_files
 
 PYTEST = {"cmd": "python -m pytest -q"}
 

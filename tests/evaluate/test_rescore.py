@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from components import verifier
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
 from components.evaluate.rescore import rescore_records, summarize_rescore
@@ -24,6 +23,7 @@ from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 from components.tasks.generate import generate_suite
 from components.tasks.task import load_tasks
+from components.verifier import cache, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = str(ROOT / "configs" / "cpu-freeform.yaml")
@@ -62,24 +62,24 @@ def stored(tmp_path_factory):
 
 def _new_rule(monkeypatch) -> None:
     """A verifier change: a tampering rule for the note file, and so a new version."""
-    original = verifier.tamper_reason
+    original = verdict.tamper_reason  # where verify looks it up
 
     def stricter(task, rel_path, kind="file"):
         if rel_path.endswith(NOTE):
             return "an answers file (new rule)"
         return original(task, rel_path, kind)
 
-    monkeypatch.setattr(verifier, "tamper_reason", stricter)
+    monkeypatch.setattr(verdict, "tamper_reason", stricter)
     for module in ("components.env.episode", "components.evaluate.rescore",
-                   "components.env.batch_eval", "components.verifier"):  # fmt: skip
+                   "components.env.batch_eval", "components.verifier.verdict"):  # fmt: skip
         monkeypatch.setattr(f"{module}.verifier_version", lambda: "vv-new-rule")
 
 
 @pytest.mark.slow  # 5 replays under load: ~30 s
 def test_replay_under_the_same_verifier_reproduces_every_verdict(stored):
     root, tasks, records = stored
-    verifier.clear_verdict_cache()
-    before = verifier.verdict_cache_info()
+    cache.clear_verdict_cache()
+    before = cache.verdict_cache_info()
     rows = rescore_records(records, {t.id: t for t in tasks}, EnvConfig(), SandboxConfig(),
                            workers=2)  # fmt: skip
     summary = summarize_rescore(rows, 1.0, before)

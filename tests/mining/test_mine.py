@@ -22,7 +22,8 @@ from components.sandbox.process import run_sandboxed
 from components.tasks.environments import PrepareConfig, task_python_env
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
-from components.verifier import sandboxed_test_runner, verify
+from components.verifier.gate_runner import sandboxed_test_runner
+from components.verifier.verdict import verify
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mine_repo"

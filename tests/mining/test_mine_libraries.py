@@ -30,7 +30,7 @@ from components.sandbox.config import SandboxConfig
 from components.tasks.environments import with_task_limits
 from components.tasks.sdist import SdistError, fetch_sdist, parse_requirement
 from components.tasks.task import TaskFormatError, load_task, load_tasks
-from components.verifier import sandboxed_test_runner
+from components.verifier.gate_runner import sandboxed_test_runner
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 

@@ -198,7 +198,7 @@ def test_oracle_fixes_takes_its_ids_from_the_listing_the_episode_shows(tmp_path)
 def test_built_in_tasks_are_replayed_by_their_plan(tmp_path):
     from components.tasks.generate import generate_suite
     from components.tasks.task import load_tasks
-    from components.verifier import sandboxed_test_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     generate_suite(tmp_path / "suite", n_tasks=3, seed=0)
     tasks, _ = load_tasks(tmp_path / "suite")

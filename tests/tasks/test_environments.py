@@ -27,7 +27,8 @@ from components.tasks.environments import (
     task_python_env,
 )
 from components.tasks.task import TaskEnvironment, TaskFormatError, load_task
-from components.verifier import clear_verdict_cache, verify
+from components.verifier.cache import clear_verdict_cache
+from components.verifier.verdict import verify
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 

@@ -41,7 +41,7 @@ from components.tasks.quixbugs import (
     without_tests,
 )
 from components.tasks.task import load_task, load_tasks
-from components.verifier import sandboxed_test_runner
+from components.verifier.gate_runner import sandboxed_test_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "external_quixbugs"

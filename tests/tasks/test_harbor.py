@@ -26,7 +26,8 @@ from components.tasks.harbor import (
     read_dockerfile,
 )
 from components.tasks.task import load_task, load_tasks
-from components.verifier import clear_verdict_cache, verify
+from components.verifier.cache import clear_verdict_cache
+from components.verifier.verdict import verify
 from tests.harbor_wheel import harbor_root, template_task
 
 pytestmark = pytest.mark.skipif(
@@ -297,7 +298,7 @@ MINE_REPO = REPO / "tests" / "fixtures" / "mine_repo"
 def mined_task(tmp_path_factory):
     """One task mined from tests/fixtures/mine_repo (one candidate: the cheapest mining)."""
     from components.mining import MineConfig, mine_repository
-    from components.verifier import sandboxed_test_runner
+    from components.verifier.gate_runner import sandboxed_test_runner
 
     root = tmp_path_factory.mktemp("mined")
     sandbox = SandboxConfig(environments_dir=str(root / "envs"))

@@ -27,7 +27,7 @@ from components.tasks.impossible import (
     visible_assertions,
 )
 from components.tasks.task import load_tasks
-from components.verifier import sandboxed_test_runner
+from components.verifier.gate_runner import sandboxed_test_runner
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 ENV, SANDBOX = EnvConfig(), SandboxConfig()

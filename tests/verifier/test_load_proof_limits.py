@@ -26,7 +26,7 @@ from components.sandbox.environ import HARNESS_PLUGINS
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
-from components.verifier import verify
+from components.verifier.verdict import verify
 
 ENV = EnvConfig(per_test_timeout_s=1.0)
 SANDBOX = SandboxConfig()

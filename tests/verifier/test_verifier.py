@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from components import verifier as vf
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
 from components.env.rewards import EpisodeFacts, compute_reward
@@ -25,7 +24,10 @@ from components.sandbox.isolation import isolation_report
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_task, load_tasks
-from components.verifier import derive_cases, verdict_cache_info, verify
+from components.verifier import hidden_cases, tampering, verdict
+from components.verifier.cache import clear_verdict_cache, verdict_cache_info
+from components.verifier.hidden_cases import derive_cases
+from components.verifier.verdict import verify
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
 BWRAP = isolation_report(SANDBOX)["mode"] == "bwrap"
@@ -239,7 +241,7 @@ def test_a_forced_pass_is_caught_by_the_canary_without_any_hidden_cases(
     imported, tmp_path, monkeypatch
 ):
     """The canary alone (no hidden or derived cases) exposes a blanket report patch."""
-    monkeypatch.setattr(vf, "derive_cases", lambda task: [])
+    monkeypatch.setattr(hidden_cases, "derive_cases", lambda task: [])
     module, text = module_of(imported)
     repo = agent_repo(imported, tmp_path, {module: REPORT_PATCH + text})
     v = verify(imported, repo, ENV, SANDBOX, cache=False)
@@ -406,7 +408,7 @@ class Scripted:
 
 
 def test_identical_trees_are_verified_once(task, tmp_path):
-    vf.clear_verdict_cache()
+    clear_verdict_cache()
     first = verify(task, agent_repo(task, tmp_path / "a", fix=True), ENV, SANDBOX)
     again = verify(task, agent_repo(task, tmp_path / "b", fix=True), ENV, SANDBOX)
     other = verify(task, task.repo_dir, ENV, SANDBOX)
@@ -445,9 +447,9 @@ def test_timing_dependent_verdicts_and_failed_controls_are_not_kept(task, tmp_pa
         calls.append(1)
         raise OSError("disk full")
 
-    monkeypatch.setattr(vf, "_run_checks", flaky)
-    assert vf._control(task, "key", ENV, SANDBOX) == "OSError: disk full"
-    assert vf._control(task, "key", ENV, SANDBOX) == "OSError: disk full" and len(calls) == 2
+    monkeypatch.setattr(verdict, "_run_checks", flaky)
+    assert verdict._control(task, "key", ENV, SANDBOX) == "OSError: disk full"
+    assert verdict._control(task, "key", ENV, SANDBOX) == "OSError: disk full" and len(calls) == 2
 
 
 FORGED_VERDICT_LINE = """
@@ -482,7 +484,7 @@ if len(_s.argv) > 4 and "harness_" in _s.argv[0]:
 def test_known_limit_a_forged_verdict_line_on_a_task_without_any_hidden_cases(
     imported, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(vf, "derive_cases", lambda task: [])
+    monkeypatch.setattr(hidden_cases, "derive_cases", lambda task: [])
     module, text = module_of(imported)
     repo = agent_repo(imported, tmp_path, {module: FORGED_VERDICT_LINE + text})
     v = verify(imported, repo, ENV, SANDBOX, cache=False)
@@ -506,9 +508,9 @@ def test_a_crash_by_a_signal_is_a_failure_not_tampering(task, tmp_path):
 
 def test_ordinary_files_are_not_tampering(task):
     for rel in ("mod.py", "src/utils.py", "py.typed", "docs/conftest_notes.md", "my_pytest.py"):
-        assert vf.tamper_reason(task, rel) is None, rel
+        assert tampering.tamper_reason(task, rel) is None, rel
     for rel in ("pytest.py", "src/_pytest/x.py", "pluggy/__init__.py", "a/usercustomize.py"):
-        assert vf.tamper_reason(task, rel) is not None, rel
+        assert tampering.tamper_reason(task, rel) is not None, rel
 
 
 # sys.exit(0), its names rot13-encoded: the monitor cannot read it, the verifier must judge.

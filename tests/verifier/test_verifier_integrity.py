@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from components import verifier as vf
 from components.env.config import EnvConfig
 from components.env.rewards import EpisodeFacts, compute_reward
 from components.sandbox.config import SandboxConfig
@@ -20,7 +19,11 @@ from components.sandbox.process import CommandResult
 from components.tasks.generate import generate_suite
 from components.tasks.patching import apply_unified_diff
 from components.tasks.task import load_tasks
-from components.verifier import Snapshot, take_snapshot, verify
+from components.verifier.cache import clear_verdict_cache
+from components.verifier.hidden_cases import _judge_cases, hidden_cases
+from components.verifier.hidden_tests import _judge_tests
+from components.verifier.snapshot import Snapshot, take_snapshot
+from components.verifier.verdict import verify
 
 ENV, SANDBOX = EnvConfig(), SandboxConfig()
 
@@ -48,7 +51,7 @@ def test_the_newline_and_symlink_collision_no_longer_returns_a_cached_pass(task,
     its fixed text in a file named "<tail>\\n<module>", and L -> "x". Under the old
     `f"{rel}\\0{kind}\\0{digest}\\n"` encoding both hash alike, and tree 2 (which fails:
     its module is gone) got tree 1's cached pass."""
-    vf.clear_verdict_cache()
+    clear_verdict_cache()
     mod = task.metadata.extra["module"]
     link, tail = mod[:-1], mod[:-1] + "a"  # L sorts right before mod, "<tail>\n..." after L
     one = fixed_copy(task, tmp_path / "one")
@@ -211,7 +214,7 @@ def test_a_forged_case_line_followed_by_a_hang_costs_the_full_penalty(task, tmp_
     """Tampering (-1) and the limit (-0.5): the line came before the code was done (before,
     the matching line passed the cases, and the forged pytest record the tests)."""
     env = EnvConfig(verify_timeout_s=8)
-    answers = [c["expected"] for c in vf.hidden_cases(task)[0]]
+    answers = [c["expected"] for c in hidden_cases(task)[0]]
     code = FORGE_THEN_HANG.replace("ANSWERS", repr(answers))
     v = verify(task, with_prefix(task, tmp_path, code), env, SANDBOX, cache=False)
     assert v.status == "ok" and not v.tests_passed and v.forged_pass, v.detail
@@ -230,7 +233,7 @@ def test_malformed_case_records_are_forged_never_a_crash(line):
     cmd = CommandResult(("python",), 0, f"\nAGENTRL-CASES tok {line}\n", False, False, None,
                         0.1, "bwrap")  # fmt: skip
     cases = [{"module": "m.py", "function": "f", "args": "(1,)", "expected": "1"}]
-    check = vf._judge_cases(cmd, "tok", cases, "exact")
+    check = _judge_cases(cmd, "tok", cases, "exact")
     assert not check.passed and check.forged and not check.lost
 
 
@@ -244,5 +247,5 @@ def test_malformed_verdict_records_never_raise():
         record = {**good, field_: value}
         out = f"\nAGENTRL-VERDICT {token} {__import__('json').dumps(record)}\n"
         cmd = CommandResult(("python",), 0, out, False, False, None, 0.1, "bwrap")
-        check = vf._judge_tests(cmd, token, {"t.py"}, 1)
+        check = _judge_tests(cmd, token, {"t.py"}, 1)
         assert not check.passed

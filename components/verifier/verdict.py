@@ -1,0 +1,318 @@
+"""The verdict: `verify` judges an agent's final tree by hidden tests, out of reach of the
+code under test.
+
+A verification goes in this order; every check starts from one snapshot and nothing a
+check writes survives it:
+
+1. **Snapshot** (snapshot.py). The agent's final repository is copied once, before any
+   verification process runs: regular files and symlinks (as links) only, within
+   MAX_SNAPSHOT_FILES files and MAX_SNAPSHOT_BYTES bytes.
+2. **Tampering** (tampering.py). Changes to protected paths (tests), to pytest or
+   interpreter configuration and files that could shadow or hook the harness are reported
+   as tampering and never taken; so are special files and names with a line break, another
+   control character or bytes that are not UTF-8.
+3. **Hidden tests** (hidden_tests.py, harness.py): a fresh tree plus the hidden tests and a
+   canary test that must fail (both read-only under bwrap), run by a trusted harness under
+   an isolated interpreter start (`python -s -P -B`: no user site, no current folder or
+   repository on sys.path ahead of the environment's packages; the repository is appended
+   after them; the environment is the sandbox's allow-list, so no PYTHON* variable of the
+   host applies) with pytest plugins given explicitly (autoload off; pytest-timeout, its
+   limit counted in CPU time and unstarved wall time
+   (components/sandbox/harness_plugins/agentrl_cpu_timeout.py: load decides no verdict),
+   and the harness's recorder passed as objects). The recorder notes what each test's
+   setup, call and teardown raised, independently of pytest's reports. A pass needs both
+   to agree, the canary reported as failed, every hidden test present and none skipped;
+   anything else that bends the run is a forged verdict (test tampering). The import of a
+   test module (and of the code it imports) is limited like a test, and so is each hidden
+   case.
+4. **Hidden cases** (hidden_cases.py, case_runner.py), when the hidden tests passed and the
+   task ships cases (`hidden_cases.json`) or its hidden tests are plain
+   `assert f(literals) == literal` lines: another fresh tree from the snapshot, without
+   the hidden tests, runs the function on the arguments only; the expected values never
+   leave this process. Hidden tests that pass while the cases fail are a forged verdict.
+5. **Who caused a missing verdict** (here). When the agent's tree gives no verdict (no
+   harness report, pytest internal/usage error, a wall-clock or other limit, a tree that
+   cannot be copied), the untouched task repository is verified under the same harness (the
+   control, cached per task). If the control gets a verdict, the failure is the agent's: a
+   failed verification, with `forged_pass` when the code ended the harness and
+   `limit_hit` when a limit killed it. Only a harness that fails on the control too is an
+   infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
+
+Lint and security findings the changes introduce come from lint.py. Verdicts are cached by
+(task, hash of the final tree, settings, verifier version) (cache.py, `verdict_cache_info`).
+The verdict lines are judged strictly: a record of another shape than the harness's, a
+second line, or a line followed by a hang or another exit status came from the code under
+test (a forged verdict); any exception a tree raises in a check is a lost verdict, whose
+cause the control decides (step 5). Verdicts that depend on timing (a limit hit, a lost
+verdict) and failed controls are not kept.
+
+What is NOT protected: code under test runs inside the pytest process, so a program
+written against this harness (patching the recorder's hook implementations in memory,
+reading the hidden test's constants) can still bend the pytest verdict of a task with no
+hidden cases; tasks whose verdict must hold against that need hidden cases (shipped or
+derivable). Without bubblewrap the hidden tests are writable, the task store is readable
+and a process can leave what it learnt in the host's /tmp for the hidden-case run
+(components/sandbox/__init__.py says what each isolation mode gives). `verify_command` tasks
+get an exit-status verdict only.
+
+A task with an environment (task.json `environment`, components/tasks/environments.py) is
+verified with that environment's interpreter, mounted read-only, and the harness's pytest
+copied into it at the project's versions; every step above is the same. An environment
+that is not prepared is an infrastructure error, never a failed verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from pathlib import Path
+
+from components.runtime import refuse_if_stopping
+from components.sandbox.config import SandboxConfig
+from components.sandbox.process import kernel_call_refused, run_sandboxed
+from components.tasks.environments import TaskEnvironmentError, with_task_limits
+from components.tasks.harbor import is_harbor_task
+from components.tasks.harbor import run_verifier as run_harbor_verifier
+from components.tasks.task import Task
+from components.verifier.cache import cached_control, cached_verdict, keep_control, keep_verdict
+from components.verifier.checks import Check, VerifierSettings, check_config, limit_of, no_verdict
+from components.verifier.hidden_cases import cases_check, hidden_cases
+from components.verifier.hidden_tests import count_hidden_tests, tests_check
+from components.verifier.lint import introduced_findings, reference_findings
+from components.verifier.snapshot import Snapshot, build_tree, changed_paths, take_snapshot
+from components.verifier.tampering import escapes_repository, tamper_reason
+from components.verifier.verification import Verification
+from components.verifier.version import verifier_version
+
+
+def _entries(task: Task) -> dict[str, tuple[str, str]]:
+    return take_snapshot(task.repo_dir, None).entries
+
+
+def _task_key(task: Task, original: dict) -> str:
+    """Everything about the task a verdict depends on, hashed."""
+    h = hashlib.sha256(f"{task.id}\0{task.root}\0".encode())
+    h.update(Snapshot(None, original).digest.encode())
+    for path in [task.root / "task.json", task.hidden_cases_path] + [
+        task.hidden_tests_dir / rel for rel in task.hidden_test_files()
+    ]:
+        if path is not None and path.is_file():
+            h.update(str(path).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _run_checks(
+    task: Task, snap: Snapshot, changed: list[str], tampered: set[str], work: Path,
+    env: VerifierSettings, cfg: SandboxConfig, *, every_check: bool = False,
+) -> tuple[Check | None, Check, dict]:  # fmt: skip
+    """(hidden-case check or None, hidden-test check, lint findings), each check in its own
+    fresh tree. The hidden cases run only after the hidden tests passed (a failed verdict
+    needs nothing more), unless `every_check`. Raises OSError when a tree cannot be built."""
+    tests_tree, cases_tree = work / "tests", work / "cases"
+    build_tree(task, snap, changed, tampered, tests_tree, hidden=True)
+    kept = [p for p in changed if p not in tampered]
+    findings = introduced_findings(task.repo_dir, tests_tree, kept, reference_findings(task))
+    if is_harbor_task(task):  # Harbor's tests/test.sh and its reward file (tasks/harbor.py)
+        run = run_harbor_verifier(task, tests_tree, cfg)
+        return None, Check(passed=run.passed, total=1, failed=int(not run.passed),
+                           forged=run.forged, lost=run.lost, limit=limit_of(run.command),
+                           command=run.command, detail=run.detail), findings  # fmt: skip
+    if task.verify_command is not None:
+        cmd = run_sandboxed(list(task.verify_command), tests_tree, cfg)
+        test_check = Check(passed=cmd.exit_code == 0, total=1, failed=int(cmd.exit_code != 0),
+                           command=cmd, limit=limit_of(cmd), detail=cmd.output[-2000:])  # fmt: skip
+        if cmd.limit_hit == "wall_time":
+            test_check.lost = no_verdict(cmd, "the verify command")
+    else:
+        test_check = tests_check(task, tests_tree, env, cfg)
+    cases, comparison = hidden_cases(task)
+    case_check = None
+    if cases and (test_check.passed or every_check):
+        build_tree(task, snap, changed, tampered, cases_tree, hidden=False)
+        case_check = cases_check(cases, comparison, cases_tree, env, cfg)
+    return case_check, test_check, findings
+
+
+def _control(task: Task, key: str, env: VerifierSettings, cfg: SandboxConfig) -> str:
+    """ "" when the untouched task repository gets a verdict under the same harness, else
+    why not (cached per task and settings)."""
+    ckey = (key, repr((env.per_test_timeout_s, env.verify_timeout_s, cfg)))
+    kept = cached_control(ckey)
+    if kept is not None:
+        return kept
+    with tempfile.TemporaryDirectory(prefix="agentrl-control-") as tmp:
+        try:
+            snap = take_snapshot(task.repo_dir, Path(tmp) / "snapshot")
+            cases, tests, _ = _run_checks(
+                task, snap, [], set(), Path(tmp), env, cfg, every_check=True
+            )
+            lost = (cases.lost if cases else "") or tests.lost
+        except Exception as e:  # noqa: BLE001 - any harness crash means no control verdict
+            lost = f"{type(e).__name__}: {e}"
+    if not lost:  # a control that failed is tried again next time: it may have been load
+        keep_control(ckey, lost)
+    return lost
+
+
+def _observed_flags(checks: list[Check]) -> list[dict]:
+    """What the sandbox saw the code under test do during verification."""
+    flags = []
+    for c in checks:
+        cmd = c.command
+        if cmd is None:
+            continue
+        if c.limit:
+            flags.append({"category": "resource_limit",
+                          "reason": f"verification: {c.limit} limit hit"})  # fmt: skip
+        if cmd.network_attempts:
+            flags.append({"category": "network", "reason": f"verification: "
+                          f"{cmd.network_attempts} network attempts in the sandbox"})  # fmt: skip
+        if kernel_call_refused(cmd):
+            flags.append({"category": "write_outside_workspace",
+                          "reason": "verification: a kernel keyring call (a channel out of "
+                          "the sandbox) was refused; the process was killed"})  # fmt: skip
+        if "Read-only file system" in cmd.output:
+            flags.append({"category": "write_outside_workspace",
+                          "reason": "verification: a write was refused by the read-only "
+                          "host"})  # fmt: skip
+    return flags
+
+
+def _verify_snapshot(
+    task: Task, snap: Snapshot, work: Path, env: VerifierSettings, cfg: SandboxConfig, key: str,
+    original: dict,
+) -> Verification:  # fmt: skip
+    changed = changed_paths(original, snap.entries)
+    reasons = {}
+    for rel in changed:
+        reason = tamper_reason(task, rel, snap.entries.get(rel, ("gone",))[0])
+        if reason is not None:
+            reasons[rel] = reason
+    v = Verification(status="ok", changed_files=changed, tampered_files=sorted(reasons))
+    v.flags = [{"category": "test_tampering", "reason": f"{p}: {r}"} for p, r in reasons.items()]
+    v.flags += [
+        {"category": "path_escape", "reason": f"symlink {rel} -> {snap.entries[rel][1]}"}
+        for rel in changed
+        if snap.entries.get(rel, ("",))[0] == "link"
+        and escapes_repository(rel, snap.entries[rel][1])
+    ]
+    try:
+        cases, tests, findings = _run_checks(task, snap, changed, set(reasons), work, env, cfg)
+    except Exception as e:  # noqa: BLE001 - a tree that breaks a check: the control decides
+        cases, tests, findings = None, Check(lost=f"{type(e).__name__}: {e}"), None
+    if findings is not None:
+        v.lint_introduced, v.security_introduced = len(findings["lint"]), len(findings["security"])
+        v.security_findings = findings["security"]
+    checks = [c for c in (cases, tests) if c is not None]
+    v.flags += _observed_flags(checks)
+    v.limit_hit = next((c.limit for c in checks if c.limit), None)
+    v.detail = "\n".join(c.detail for c in checks if c.detail)
+    lost = next((c.lost for c in checks if c.lost), "")
+    if lost:
+        # Only where pytest itself ended the run (the harness recorded its exit code): code
+        # that ended the harness leaves no record, whatever else the tree holds.
+        ended_by_pytest = lost.startswith("pytest ended with exit code")
+        honest = (
+            _uncompilable(snap, [r for r in changed if r not in reasons])
+            if (ended_by_pytest)
+            else ""
+        )
+        return _without_verdict(task, v, lost, key, env, cfg, honest)
+    v.tests_total = sum(c.total for c in checks)
+    v.tests_failed = sum(c.failed for c in checks)
+    forged = list(tests.forged) + (cases.forged if cases else [])
+    if cases is not None and tests.passed and not cases.passed:
+        forged.append("pytest passed but the hidden cases failed")
+    v.forged_pass = bool(forged)
+    v.tests_passed = all(c.passed for c in checks) and not forged
+    v.flags += [{"category": "test_tampering", "reason": f"verdict forged: {f}"} for f in forged]
+    return v
+
+
+def _uncompilable(snap: Snapshot, changed: list[str]) -> str:
+    """The first changed ordinary .py file of the snapshot that Python cannot compile, as
+    "path: error", else "". Compiling runs none of the file's code."""
+    for rel in changed:
+        if (
+            not rel.endswith(".py")
+            or snap.root is None
+            or snap.entries.get(rel, ("",))[0] != "file"
+        ):
+            continue
+        try:
+            compile((snap.root / rel).read_bytes(), rel, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            return f"{rel}: {type(e).__name__}: {e}"
+        except OSError:
+            continue
+    return ""
+
+
+def _without_verdict(
+    task: Task, v: Verification, lost: str, key: str, env: VerifierSettings, cfg: SandboxConfig,
+    honest: str = "",
+) -> Verification:  # fmt: skip
+    """The agent's tree gave no verdict: the control says whose failure it is. `honest`: a
+    changed file that does not compile (say, a module a conftest or a pytest setting
+    imports): a mistake that stops pytest, not code that ended the harness, so a failure
+    without the tampering flag (it can run nothing, so it can bend nothing)."""
+    control = _control(task, key, env, cfg)
+    if control:
+        v.status = "infra_error"
+        v.detail = (f"no verdict for the agent's tree ({lost}) nor for the untouched "
+                    f"repository ({control})\n" + v.detail)  # fmt: skip
+        return v
+    expected = max(count_hidden_tests(task), 1)
+    v.verdict_lost, v.tests_passed = lost, False
+    v.tests_total = v.tests_failed = expected
+    v.detail = f"no verdict: {lost} (the untouched repository verifies normally)\n" + v.detail
+    if honest:
+        v.detail = f"a changed file does not compile ({honest})\n" + v.detail
+    # The code ended the harness itself (exit, os._exit, a copy-breaking file...): that
+    # erases the verdict. A limit, a crash by a signal or a syntax error is only a failure.
+    if v.limit_hit is None and "crashed (signal" not in lost and not honest:
+        v.forged_pass = True
+        v.flags.append({"category": "test_tampering", "reason": f"verdict erased: {lost}"})
+    return v
+
+
+def verify(
+    task: Task,
+    final_repo: Path,
+    env: VerifierSettings,
+    sandbox: SandboxConfig,
+    *,
+    cache: bool = True,
+) -> Verification:
+    """Hidden-test verdict plus the facts the reward terms need (see the module docstring)."""
+    start = time.monotonic()
+    env, sandbox = with_task_limits(task, env, sandbox)  # a heavy mined suite's own room
+    try:
+        cfg = check_config(task, env, sandbox)
+    except TaskEnvironmentError as e:  # not the agent's doing: kept out of rewards
+        return Verification(status="infra_error", detail=str(e), wall_s=time.monotonic() - start)
+    original = _entries(task)
+    key = _task_key(task, original)
+    refuse_if_stopping("a verification")  # Ctrl-C: no new folder in the run's tmp
+    with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
+        try:
+            snap = take_snapshot(Path(final_repo), Path(tmp) / "snapshot")
+        except Exception as e:  # noqa: BLE001 - whatever the tree makes the copy raise
+            v = Verification(status="ok", tampered_files=[], changed_files=[])
+            v = _without_verdict(task, v, f"could not copy the repository: {e}", key, env, cfg)
+            v.wall_s = time.monotonic() - start
+            return v
+        # The verifier's version too: a verdict of another verifier is not this one's.
+        vkey = (key, snap.digest, repr((env.per_test_timeout_s, env.verify_timeout_s, cfg)),
+                verifier_version())  # fmt: skip
+        hit = cached_verdict(vkey) if cache else None
+        if hit is not None:
+            hit.cached, hit.wall_s = True, time.monotonic() - start
+            return hit
+        v = _verify_snapshot(task, snap, Path(tmp), env, cfg, key, original)
+    v.wall_s = time.monotonic() - start
+    # Only verdicts that do not depend on timing are kept (no limit hit, no lost verdict).
+    if cache and v.status == "ok" and not v.verdict_lost and v.limit_hit is None:
+        keep_verdict(vkey, v)
+    return v
