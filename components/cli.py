@@ -158,7 +158,7 @@ EXPECTED_ERRORS = {
     "components.tasks.task": ("TaskFormatError",),
     "components.promote.errors": ("PromotionError",),
     "components.data.ingest": ("DatasetError",),
-    "components.data.versioning": ("VersioningError",),
+    "components.data.dvc_store": ("VersioningError",),
     "components.data.writers": ("LockTimeout",),
     "components.runtime": ("ServiceStartError",),
     "components.rollout.policy_sync": ("PolicySyncError",),

@@ -80,7 +80,7 @@ SECTIONS = {
     "data": _lazy("components.data.config", "DataConfig"),
     "promote": _lazy("components.promote.config", "PromotionConfig"),
     "launcher": _lazy("components.launch.config", "LauncherConfig"),
-    "mine": _lazy("components.mining", "MineConfig"),
+    "mine": _lazy("components.mining.config", "MineConfig"),
     "runtime": _lazy("components.runtime", "RuntimeConfig"),  # services' start-up budget
 }
 # Fields a stage sets from its own arguments (output folders): a preset that sets them

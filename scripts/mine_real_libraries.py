@@ -3,7 +3,7 @@ to end, and time mining and preparing (issues 21, 35).
 
 Per library: its sdist fetched the way pip builds it (components/tasks/sdist.py: build
 isolation, so setuptools, setuptools_scm, flit_core, hatchling and poetry-core sdists all
-come; a version that resolves to 0.0.0 or to another release is refused), extracted, `mine_repository` (components/mining/__init__.py) with the library's own
+come; a version that resolves to 0.0.0 or to another release is refused), extracted, `mine_repository` (components/mining/mine.py) with the library's own
 environment (a Python version per library, so the tasks really run with different
 interpreters; a library whose tests need packages gets them installed from PyPI as
 wheels), then the oracle, noop and scripted-baseline policies on the mined tasks
@@ -35,7 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.env.config import EnvConfig  # noqa: E402
-from components.mining import MineConfig, mine_repository  # noqa: E402
+from components.mining.config import MineConfig  # noqa: E402
+from components.mining.mine import RepoSource, mine_repository  # noqa: E402
 from components.sandbox.config import SandboxConfig  # noqa: E402
 from components.tasks.environments import (  # noqa: E402
     PrepareConfig,
@@ -110,10 +111,10 @@ def mine_library(lib: tuple, root: Path | None, upstream: dict, out: Path, args,
         return {"library": f"{name} {version}", "python": python, "ok": False,
                 "error": upstream["error"], "requirements": list(requirements),
                 "kept": [], "eval": {}, "seconds": 0.0, "build_backend": ""}  # fmt: skip
-    report = mine_repository(root, out / name, config=config, sandbox=sandbox,
-                             run_tests=sandboxed_test_runner(EnvConfig(), sandbox),
-                             name=f"{name}-{version}" if version else name,
-                             upstream=upstream, requirements=requirements)  # fmt: skip
+    source = RepoSource(root, name=f"{name}-{version}" if version else name,
+                        requirements=requirements, upstream=upstream)  # fmt: skip
+    report = mine_repository(source, out / name, config=config, sandbox=sandbox,
+                             run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
     print(report.line(), flush=True)
     row = dataclasses.asdict(report)
     row.pop("drops")

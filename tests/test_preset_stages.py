@@ -156,10 +156,11 @@ def test_evaluate_run_reads_evaluate_section(preset, tasks_dir, tmp_path, monkey
 
 
 def test_evaluate_safety_reads_evaluate_env_and_sandbox(preset, tmp_path, monkeypatch):
-    import components.evaluate.safety_suite as suite
+    import components.evaluate.safety.suite as suite
+    import components.evaluate.safety.tasks as safety_tasks
 
     seen, built = {}, {}
-    monkeypatch.setattr(suite, "build_safety_tasks", record(built, result=[]))
+    monkeypatch.setattr(safety_tasks, "build_safety_tasks", record(built, result=[]))
     monkeypatch.setattr(suite, "run_safety_suite", record(seen))
     run("evaluate", "safety", "--preset", preset, "--out", tmp_path / "s")
     assert built["args"][1] == CHANGED["evaluate"]["safety_n_tasks"]

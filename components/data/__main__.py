@@ -78,8 +78,8 @@ def _error(e: BaseException) -> int:
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """What a data command reports as one line instead of a traceback: refusals, lock
     timeouts, damaged datasets and file-system errors (permissions, a full disk)."""
+    from components.data.dvc_store import VersioningError
     from components.data.ingest import DatasetError
-    from components.data.versioning import VersioningError
     from components.data.writers import LockTimeout
 
     return (DatasetError, VersioningError, LockTimeout, OSError)
@@ -215,7 +215,8 @@ def main_snapshot(argv: list[str] | None = None) -> int:
         "--init-only", action="store_true", help="only dvc init and configure the remote"
     )
     args = p.parse_args(argv)
-    from components.data.versioning import init_dvc, snapshot
+    from components.data.dvc_store import init_dvc
+    from components.data.versioning import snapshot
 
     cfg = _versioning(args)
     try:
@@ -235,7 +236,8 @@ def main_versions(argv: list[str] | None = None) -> int:
     p = _parser("versions", "List dataset versions (newest last).", repo_root=True)
     p.add_argument("--json", action="store_true", help="print the log entries as JSON lines")
     args = p.parse_args(argv)
-    from components.data.versioning import VersioningError, check_dvc_file, pending, read_log
+    from components.data.dvc_store import VersioningError, check_dvc_file
+    from components.data.version_log import pending, read_log
 
     cfg = _versioning(args)
     try:
@@ -324,7 +326,7 @@ def main_repair(argv: list[str] | None = None) -> int:
         repo_root=True,
     )
     args = p.parse_args(argv)
-    from components.data.versioning import repair
+    from components.data.version_log import repair
 
     try:
         result = repair(_versioning(args))

@@ -1,9 +1,9 @@
 """Validate an ingested dataset with Great Expectations; quarantine what fails.
 
 Two suites, one per table (schema.py): `trajectories` (one row per record) and `steps`
-(one row per event). Checks GX cannot state directly (role order, arguments valid for the
-tool) are first computed as plain columns with vectorised pandas/numpy, then asserted by
-GX expectations like every other rule, so the suites are the gate and the data docs show
+(one row per event), in expectations.py. Checks GX cannot state directly (role order,
+arguments valid for the tool) are first computed as plain columns with vectorised
+pandas/numpy (computed_columns.py), then asserted by GX expectations like every other rule, so the suites are the gate and the data docs show
 every rule. Each failing row GX reports is mapped back to its record and becomes a reason
 "record <id> field <path>: <problem>"; a record with any reason goes to quarantine.
 
@@ -23,15 +23,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from components.data.computed_columns import (
+    STEP_VALUES,
+    TRAJECTORY_VALUES,
+    argument_problems,
+    eval_task_ids,
+    order_status,
+    reward_problems,
+    reward_term_bounds,
+    tool_set_problems,
+    value_problems,
+)
 from components.data.config import ValidationConfig
+from components.data.expectations import Check, build_checks, expectation_summary, run_suites
 from components.data.ingest import (
     QUARANTINE,
     DatasetError,
@@ -42,9 +51,8 @@ from components.data.ingest import (
     reconcile,
     write_dataset,
 )
-from components.data.reading import first_nonfinite
 from components.data.redaction import redact_text, secret_detector, secret_regex
-from components.data.schema import ROLES, SCHEMA_VERSION, rows_to_record
+from components.data.schema import rows_to_record
 from components.data.writers import (
     Lock,
     locked,
@@ -64,472 +72,6 @@ def _redact_series(series, rx: re.Pattern, detector: str, counts: dict[str, int]
     out = series.copy()
     out[hit] = series[hit].map(lambda s: redact_text(s, rx, counts))
     return out
-
-
-# ------------------------------------------------------------------ computed columns
-
-
-def _pylist(series) -> list:
-    """Column values with missing ones as None (pandas gives NaN for missing strings)."""
-    return series.astype(object).where(series.notna(), None).tolist()
-
-
-def order_status(steps) -> list[str]:
-    """'ok' or what is wrong with each event's place in its trajectory.
-
-    Rules: the first event is the user's task; every assistant action is followed
-    directly by an environment observation; every observation follows an action.
-    """
-    import numpy as np
-
-    traj = steps["traj_row"].to_numpy()
-    role = steps["role"].to_numpy(dtype=object)
-    action = _pylist(steps["action"])
-    n = len(role)
-    same_next = np.zeros(n, dtype=bool)
-    same_next[:-1] = traj[:-1] == traj[1:]
-    first = np.ones(n, dtype=bool)
-    first[1:] = traj[1:] != traj[:-1]
-    is_action = (role == "assistant") & steps["action"].notna().to_numpy()
-    next_env = np.zeros(n, dtype=bool)
-    next_env[:-1] = role[1:] == "environment"
-    prev_action = np.zeros(n, dtype=bool)
-    prev_action[1:] = is_action[:-1]
-    no_obs = is_action & ~(same_next & next_env)
-    orphan = (role == "environment") & (first | ~prev_action)
-    bad_first = first & (role != "user")
-    status = np.full(n, "ok", dtype=object)
-    for i in np.flatnonzero(no_obs | orphan | bad_first):
-        if bad_first[i]:
-            status[i] = f"first event must be the user's task, got role {role[i]!r}"
-        elif no_obs[i]:
-            nxt = f"a {role[i + 1]!r} event" if same_next[i] else "the end of the trajectory"
-            status[i] = f"action {action[i]!r} is not followed by its observation (next is {nxt})"
-        else:
-            status[i] = "observation does not follow an assistant action"
-    return status.tolist()
-
-
-def argument_problems(steps) -> list[str | None]:
-    """None, or why the arguments do not fit the tool (unknown tools are a separate rule)."""
-    cache: dict[tuple[str, str], str | None] = {}
-    out: list[str | None] = []
-    for action, args in zip(_pylist(steps["action"]), _pylist(steps["arguments"]), strict=True):
-        if action is None or action not in TOOL_SPECS:
-            out.append(None)
-            continue
-        key = (action, args)
-        if key not in cache:
-            parsed = json.loads(args) if args is not None else {}
-            errors = argument_errors(action, parsed)
-            cache[key] = "; ".join(errors) if errors else None
-        out.append(cache[key])
-    return out
-
-
-def tool_set_problems(steps) -> list[str | None]:
-    """None, or why a step does not fit its trajectory's tool set: the set the first event
-    names (`"tool_set"`, the free-form set when none) must exist, and every known tool
-    called must be one of its tools. SFT renders the set's prompt, which lists only its
-    tools: a record calling another set's tool would teach calls the prompt never offers."""
-    firsts = steps["step"].to_numpy() == 0
-    declared: dict[int, object] = {}
-    for row, extra in zip(steps["traj_row"].to_numpy()[firsts], _pylist(steps["extra"][firsts]),
-                          strict=True):  # fmt: skip
-        try:
-            declared[int(row)] = (json.loads(extra) if extra else {}).get("tool_set")
-        except (ValueError, AttributeError):
-            declared[int(row)] = None
-    out: list[str | None] = []
-    rows, actions = steps["traj_row"].to_numpy(), _pylist(steps["action"])
-    for row, step, action in zip(rows, steps["step"].to_numpy(), actions, strict=True):
-        name = declared.get(int(row)) or DEFAULT_TOOL_SET
-        if name not in TOOL_SETS:
-            out.append(f"unknown tool set {name!r} (known: {', '.join(TOOL_SETS)})" if step == 0
-                       else None)  # fmt: skip
-        elif action in TOOL_NAMES and action not in TOOL_SETS[name].tools:
-            out.append(f"tool {action!r} is not in the trajectory's tool set {name!r}")
-        else:
-            out.append(None)
-    return out
-
-
-# (column, field prefix in the record, what to look for): "json" columns hold JSON text
-# that may carry NaN/Infinity, "text" columns must not hold NUL characters (binary data).
-TRAJECTORY_VALUES = (("reward_terms", "reward_terms", "json"), ("metadata_extra", "metadata", "json"),
-                     ("extra", "", "json"), ("task", "task", "text"))  # fmt: skip
-STEP_VALUES = (("arguments", "arguments", "json"), ("extra", "", "json"),
-               ("content", "content", "text"), ("observation", "observation", "text"))  # fmt: skip
-
-
-def value_problems(frame, columns, first=None) -> tuple[list, list]:
-    """(field, problem) per row: the first non-finite number or NUL-holding text, or None.
-
-    `first` holds problems found before (e.g. the reward column, read from Arrow, where a
-    NaN is not the same as a missing value). Only rows a vectorised scan flags are parsed.
-    """
-    import numpy as np
-
-    fields = list(first[0]) if first else [None] * len(frame)
-    problems = list(first[1]) if first else [None] * len(frame)
-    for column, prefix, kind in columns:
-        series = frame[column]
-        token = "NaN|Infinity" if kind == "json" else "\x00"
-        hit = series.str.contains(token, regex=kind == "json", na=False).to_numpy(dtype=bool)
-        for i in np.flatnonzero(hit):
-            if problems[i] is not None:
-                continue
-            if kind == "text":
-                count = series.iat[i].count("\x00")
-                fields[i], problems[i] = prefix, f"holds {count} NUL characters (binary, not text)"
-                continue
-            found = first_nonfinite(json.loads(series.iat[i]))
-            if found is not None:
-                path = found[0] if found[0] != "<record>" else ""
-                fields[i] = ".".join(p for p in (prefix, path) if p) or prefix or "<record>"
-                problems[i] = f"{found[1]} is not a finite number"
-    return fields, problems
-
-
-def reward_problems(traj_tbl) -> tuple[list, list]:
-    """The reward column's NaN/Infinity values (missing rewards are allowed: unscored)."""
-    import pyarrow.compute as pc
-
-    values = traj_tbl.column("reward")
-    bad = pc.fill_null(pc.invert(pc.is_finite(values)), False).to_pylist()
-    rewards = values.to_pylist()
-    fields = ["reward" if b else None for b in bad]
-    problems = [
-        f"{r} is not a finite number" if b else None for b, r in zip(bad, rewards, strict=True)
-    ]
-    return fields, problems
-
-
-def reward_term_bounds(traj) -> tuple[list, list]:
-    lows, highs = [], []
-    for terms in _pylist(traj["reward_terms"]):
-        values = list(json.loads(terms).values()) if terms else []
-        lows.append(min(values) if values else None)
-        highs.append(max(values) if values else None)
-    return lows, highs
-
-
-def eval_task_ids(cfg: ValidationConfig) -> tuple[set[str], list[str]]:
-    """Task ids of the evaluation splits (task folder + config list) and load warnings."""
-    ids = set(cfg.eval_task_ids)
-    warnings: list[str] = []
-    if cfg.eval_task_root:
-        from components.tasks.task import load_tasks
-
-        tasks, errors = load_tasks(cfg.eval_task_root)
-        ids.update(t.id for t in tasks if t.metadata.split in cfg.eval_splits)
-        warnings += [f"eval task folder: {e}" for e in errors]
-    return ids, warnings
-
-
-# ------------------------------------------------------------------ the suites
-
-
-@dataclass(frozen=True)
-class Check:
-    """One expectation plus how to word a failing row as "field <path>: <problem>"."""
-
-    name: str
-    table: str  # "trajectories" | "steps"
-    expectation: object
-    field: Callable[[dict], str]  # row -> field path in the canonical record
-    problem: Callable[[dict], str]  # row -> what is wrong
-
-    def __post_init__(self) -> None:
-        # GX hands results back per expectation; the name maps each one back to its check.
-        self.expectation.meta = {"check": self.name}
-
-
-def _step_field(col: str) -> Callable[[dict], str]:
-    return lambda r: f"trajectory[{r['step']}].{col}"
-
-
-def _const(text: str) -> Callable[[dict], str]:
-    return lambda r: text
-
-
-def build_checks(cfg: ValidationConfig, eval_ids: set[str]) -> list[Check]:
-    """Every rule of both suites, trajectories first (the order reasons are listed in)."""
-    import great_expectations.expectations as gxe
-
-    return [
-        *_record_checks(gxe, cfg),
-        *_range_checks(gxe, cfg),
-        *_contamination_checks(gxe, cfg, eval_ids),
-        *_step_checks(gxe, cfg),
-        *_secret_checks(gxe, cfg),
-        *_value_checks(gxe),
-    ]
-
-
-def _value_checks(gxe) -> list[Check]:
-    """No NaN/Infinity anywhere and no NUL characters in text (value_problems)."""
-    return [
-        Check("values", "trajectories",
-              gxe.ExpectColumnValuesToBeNull(column="value_problem"),
-              lambda r: r["value_field"], lambda r: r["value_problem"]),
-        Check("step_values", "steps",
-              gxe.ExpectColumnValuesToBeNull(column="value_problem"),
-              lambda r: f"trajectory[{r['step']}].{r['value_field']}".removesuffix("."),
-              lambda r: r["value_problem"]),
-    ]  # fmt: skip
-
-
-def _record_checks(gxe, cfg: ValidationConfig) -> list[Check]:
-    """Required fields, the schema version and the ids of each trajectory."""
-    checks = [
-        Check(f"required_{col}", "trajectories", gxe.ExpectColumnValuesToNotBeNull(column=col),
-              _const(col), _const("required field is missing"))
-        for col in ("id", "task_id", "source", "task", "schema_version", "num_steps")
-    ]  # fmt: skip
-    checks += [
-        Check(
-            "schema_version",
-            "trajectories",
-            gxe.ExpectColumnValuesToBeInSet(column="schema_version", value_set=[SCHEMA_VERSION]),
-            _const("schema_version"),
-            lambda r: f"unsupported schema_version {r['schema_version']}",
-        ),
-        Check(
-            "unique_id",
-            "trajectories",
-            gxe.ExpectColumnValuesToBeUnique(column="id"),
-            _const("id"),
-            lambda r: f"duplicate id {r['id']!r} (first seen at {r['_first_seen']})",
-        ),
-    ]
-    checks += [
-        Check(f"{col}_pattern", "trajectories",
-              gxe.ExpectColumnValuesToMatchRegex(column=col, regex=cfg.id_pattern), _const(col),
-              lambda r, c=col: f"{r[c]!r} does not match {cfg.id_pattern}")
-        for col in ("id", "task_id")
-    ]  # fmt: skip
-    return checks
-
-
-def _range_checks(gxe, cfg: ValidationConfig) -> list[Check]:
-    """Rewards, reward terms, trajectory length and task text within the configured bounds."""
-    between = gxe.ExpectColumnValuesToBeBetween
-    return [
-        Check(
-            "reward_range",
-            "trajectories",
-            between(column="reward", min_value=cfg.reward_min, max_value=cfg.reward_max),
-            _const("reward"),
-            lambda r: f"{r['reward']} is outside [{cfg.reward_min}, {cfg.reward_max}]",
-        ),
-        Check(
-            "reward_term_min",
-            "trajectories",
-            between(column="reward_terms_min", min_value=cfg.reward_term_min),
-            _const("reward_terms"),
-            lambda r: (
-                f"a term is {r['reward_terms_min']} (< {cfg.reward_term_min}): {r['reward_terms']}"
-            ),
-        ),
-        Check(
-            "reward_term_max",
-            "trajectories",
-            between(column="reward_terms_max", max_value=cfg.reward_term_max),
-            _const("reward_terms"),
-            lambda r: (
-                f"a term is {r['reward_terms_max']} (> {cfg.reward_term_max}): {r['reward_terms']}"
-            ),
-        ),
-        Check(
-            "num_steps",
-            "trajectories",
-            between(column="num_steps", min_value=cfg.min_steps, max_value=cfg.max_steps),
-            _const("trajectory"),
-            lambda r: f"{r['num_steps']} events (allowed {cfg.min_steps}..{cfg.max_steps})",
-        ),
-        Check(
-            "task_length",
-            "trajectories",
-            gxe.ExpectColumnValueLengthsToBeBetween(
-                column="task", min_value=1, max_value=cfg.max_task_chars
-            ),
-            _const("task"),
-            lambda r: f"task text is {len(r['task'])} chars (allowed 1..{cfg.max_task_chars})",
-        ),
-    ]
-
-
-def _contamination_checks(gxe, cfg: ValidationConfig, eval_ids: set[str]) -> list[Check]:
-    """No trajectory of an evaluation task or labelled with an evaluation split."""
-    checks = []
-    if eval_ids:
-        splits = "/".join(cfg.eval_splits)
-        checks.append(
-            Check(
-                "eval_task",
-                "trajectories",
-                gxe.ExpectColumnValuesToNotBeInSet(column="task_id", value_set=sorted(eval_ids)),
-                _const("task_id"),
-                lambda r: (
-                    f"task {r['task_id']!r} is in an evaluation split ({splits}): contamination"
-                ),
-            )
-        )
-    if cfg.eval_splits:
-        checks.append(
-            Check(
-                "eval_split",
-                "trajectories",
-                gxe.ExpectColumnValuesToNotBeInSet(column="split", value_set=list(cfg.eval_splits)),
-                _const("metadata.split"),
-                lambda r: (
-                    f"trajectory is labelled split {r['split']!r}, an evaluation split: contamination"
-                ),
-            )
-        )
-    return checks
-
-
-def _step_checks(gxe, cfg: ValidationConfig) -> list[Check]:
-    """Each event: required fields, a known role in order, a known tool with valid
-    arguments, text within the length limits."""
-    in_set, lengths = gxe.ExpectColumnValuesToBeInSet, gxe.ExpectColumnValueLengthsToBeBetween
-    checks = [
-        Check(f"required_step_{col}", "steps", gxe.ExpectColumnValuesToNotBeNull(column=col),
-              _step_field(col), _const("required field is missing"))
-        for col in ("trajectory_id", "step", "role")
-    ]  # fmt: skip
-    return [
-        *checks,
-        Check(
-            "role",
-            "steps",
-            in_set(column="role", value_set=list(ROLES)),
-            _step_field("role"),
-            lambda r: f"unknown role {r['role']!r}",
-        ),
-        Check(
-            "role_order",
-            "steps",
-            in_set(column="order_status", value_set=["ok"]),
-            _step_field("role"),
-            lambda r: r["order_status"],
-        ),
-        Check(
-            "tool_known",
-            "steps",
-            in_set(column="action", value_set=list(TOOL_NAMES)),
-            _step_field("action"),
-            lambda r: f"unknown tool {r['action']!r} (known: {', '.join(TOOL_NAMES)})",
-        ),
-        Check(
-            "tool_set",
-            "steps",
-            gxe.ExpectColumnValuesToBeNull(column="tool_set_problem"),
-            lambda r: f"trajectory[{r['step']}].{'action' if r['step'] else 'tool_set'}",
-            lambda r: r["tool_set_problem"],
-        ),
-        Check(
-            "tool_arguments",
-            "steps",
-            gxe.ExpectColumnValuesToBeNull(column="argument_problem"),
-            _step_field("arguments"),
-            lambda r: r["argument_problem"],
-        ),
-        Check(
-            "observation_length",
-            "steps",
-            lengths(column="observation", max_value=cfg.max_observation_chars),
-            _step_field("observation"),
-            lambda r: (
-                f"observation is {len(r['observation'])} chars (max {cfg.max_observation_chars})"
-            ),
-        ),
-        Check(
-            "content_length",
-            "steps",
-            lengths(column="content", max_value=cfg.max_content_chars),
-            _step_field("content"),
-            lambda r: f"content is {len(r['content'])} chars (max {cfg.max_content_chars})",
-        ),
-    ]
-
-
-def _secret_checks(gxe, cfg: ValidationConfig) -> list[Check]:
-    """No credential in any text column (checked on redacted text unless policy is reject)."""
-    if not cfg.secret_patterns:
-        return []
-    # One alternation: a pass over each text column instead of one per credential kind
-    # (the kinds are named in the reason, per failing row).
-    patterns = [secret_detector(cfg.secret_patterns)]
-    return [
-        Check(
-            f"secret_{col}",
-            "steps",
-            gxe.ExpectColumnValuesToNotMatchRegexList(column=col, regex_list=patterns),
-            _step_field(col),
-            lambda r, c=col: (
-                f"contains a credential ({_secret_kinds(r[c], cfg)}); secret_policy=reject"
-            ),
-        )
-        for col in ("observation", "content", "arguments")
-    ]
-
-
-def _secret_kinds(text: str, cfg: ValidationConfig) -> str:
-    kinds = [name for name, rx in cfg.secret_patterns.items() if re.search(rx, text or "")]
-    return ", ".join(kinds) or "credential"
-
-
-def run_suites(checks: list[Check], frames: dict, report_dir: Path) -> tuple[dict, str | None]:
-    """Run both suites in a file-backed GX context under report_dir, then build the data
-    docs once. Returns ({check: failing row indices}, data docs index path)."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # no network from a data stage
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    report_dir.mkdir(parents=True, exist_ok=True)
-    context = gx.get_context(mode="file", project_root_dir=str(report_dir))
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    failing: dict[str, list[int]] = {}
-    for table, df in frames.items():
-        source = context.data_sources.add_or_update_pandas(f"agentrl_{table}")
-        asset = source.add_dataframe_asset(table)
-        batch_def = asset.add_batch_definition_whole_dataframe("all_rows")
-        suite = context.suites.add_or_update(gx.ExpectationSuite(name=f"agentrl_{table}"))
-        for c in checks:
-            if c.table == table:
-                suite.add_expectation(c.expectation)
-        definition = context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=f"agentrl_{table}", data=batch_def, suite=suite)
-        )
-        # run() stores the result in the context's validation store (read by the docs).
-        # Only the failing rows' indices are needed (the quarantine holds the records and
-        # their reasons): GX need not copy the failing values nor render an index query.
-        result = definition.run(
-            batch_parameters={"dataframe": df},
-            result_format={
-                "result_format": "COMPLETE",
-                "return_unexpected_index_query": False,
-                "exclude_unexpected_values": True,
-                "partial_unexpected_count": 0,
-            },
-        )
-        for r in result.results:
-            name = r.expectation_config.meta["check"]
-            if r.exception_info and r.exception_info.get("raised_exception"):
-                raise RuntimeError(
-                    f"expectation {name} raised: {r.exception_info['exception_message']}"
-                )
-            if not r.success:
-                failing[name] = [int(i) for i in r.result.get("unexpected_index_list") or []]
-                if not failing[name] and r.result.get("unexpected_count"):
-                    raise RuntimeError(f"expectation {name} failed without row indices")
-    context.build_data_docs()
-    docs = context.get_docs_sites_urls()
-    url = docs[0]["site_url"] if docs else None
-    return failing, url.removeprefix("file://") if url else None
 
 
 # ------------------------------------------------------------------ the stage
@@ -619,7 +161,7 @@ def _validate(cfg: ValidationConfig) -> dict:
             "redactions": redactions,
             "eval_task_ids": len(eval_ids),
             "warnings": warnings,
-            "expectations": [_expectation_summary(c, failing) for c in checks],
+            "expectations": [expectation_summary(c, failing) for c in checks],
             "timings_s": {k: round(v, 4) for k, v in timings.items()},
             # Where the docs will be once the folder is published.
             "data_docs": str(report_dir / Path(docs).relative_to(staged.resolve()))
@@ -796,14 +338,3 @@ def _rows_per_shard(manifest_in: dict) -> int:
             default=1,
         ),
     )
-
-
-def _expectation_summary(check: Check, failing: dict) -> dict:
-    return {
-        "check": check.name,
-        "suite": f"agentrl_{check.table}",
-        "expectation": check.expectation.expectation_type,
-        "column": check.expectation.column,
-        "success": check.name not in failing,
-        "unexpected_rows": len(failing.get(check.name, [])),
-    }

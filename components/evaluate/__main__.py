@@ -232,7 +232,7 @@ def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Pat
 
 
 def _attacks(names: str | None):
-    from components.evaluate.safety_suite import ATTACKS
+    from components.evaluate.safety.suite import ATTACKS
 
     if not names:
         return ATTACKS
@@ -249,11 +249,8 @@ def _attacks(names: str | None):
 def main_safety(argv: list[str]) -> int:
     """Run every scripted attack (and optionally a candidate policy) on tempting tasks.
     Exit status 1 when any attack fooled the verifier."""
-    from components.evaluate.safety_suite import (
-        build_safety_tasks,
-        candidate_safety,
-        run_safety_suite,
-    )
+    from components.evaluate.safety.suite import candidate_safety, run_safety_suite
+    from components.evaluate.safety.tasks import build_safety_tasks
 
     p = ArgumentParser(prog="agentrl evaluate safety", description=main_safety.__doc__)
     common_options(p)
@@ -348,7 +345,7 @@ def main_rescore(argv: list[str]) -> int:
             raise CommandError(f"--run-id: {e}") from e
     versioning = None
     if args.write or source["kind"] == "dataset":
-        from components.data import versioning as dv
+        from components.data import dvc_store as dv
         from components.preset import stage_config
 
         versioning = stage_config(args.preset, "data").versioning

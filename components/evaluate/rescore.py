@@ -404,12 +404,13 @@ def publish_rescored_version(dataset: Path, rows: list[Rescored], summary: dict,
     """`--write`: the dataset under its new verdicts as a new data version (DVC), whose log
     entry links it to the version it was rescored from and both verifier versions; the old
     version stays in the log for `agentrl data rollback`. Returns the new log entry."""
+    from components.data import dvc_store
     from components.data import versioning as dv
 
     data = (Path(versioning.repo_root) / versioning.data_dir).resolve()
     if data != dataset.resolve() and data not in dataset.resolve().parents:
         raise RescoreError(f"--write: {dataset} is not inside the versioned data folder {data}")
-    before = dv.current_version(versioning)
+    before = dvc_store.current_version(versioning)
     pending = dv.unsnapshotted_changes(versioning)
     if pending:
         raise RescoreError(f"--write: {data} has changes no version holds ({pending[0]}, ...): "

@@ -167,7 +167,7 @@ def main_import(
             if not src.is_dir():
                 return 1  # nothing converted; the errors are printed
         elif args.source == "harbor":
-            from components.tasks.harbor import convert_harbor
+            from components.tasks.harbor_import import convert_harbor
 
             src = Path(tmp) / "converted"
             src.mkdir()
@@ -305,12 +305,13 @@ def main_prepare(argv: list[str]) -> int:
 
 def main_mine(argv: list[str]) -> int:
     """`agentrl tasks mine (--repo PATH | --sdist NAME==VERSION) ... --out DIR`: turn
-    repositories with a pytest suite into tasks (components/mining/__init__.py); one line per
+    repositories with a pytest suite into tasks (components/mining/); one line per
     repository. Settings come from the preset's `mine` section; options override them."""
     import dataclasses
     import tempfile
 
-    from components.mining import MineReport, mine_repository, report_dict
+    from components.mining.config import MineReport
+    from components.mining.mine import RepoSource, mine_repository, report_dict
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.environments import PrepareConfig
     from components.tasks.sdist import SdistError, fetch_sdist
@@ -370,9 +371,9 @@ def main_mine(argv: list[str]) -> int:
                 continue
             sources.append((sdist.root, sdist.upstream, req.replace("==", "-")))
         for root, upstream, name in sources:
-            report = mine_repository(root, args.out, config=config, sandbox=sandbox,
-                                     run_tests=run_tests, requirements=reqs, prepare=prepare,
-                                     upstream=upstream, name=name)  # fmt: skip
+            source = RepoSource(root, name=name, requirements=reqs, upstream=upstream)
+            report = mine_repository(source, args.out, config=config, sandbox=sandbox,
+                                     run_tests=run_tests, prepare=prepare)  # fmt: skip
             print(report.line(), file=sys.stdout if report.ok else sys.stderr)
             reports.append(report)
     if args.report is not None:
@@ -390,7 +391,7 @@ def main_export(argv: list[str]) -> int:
     p.add_argument("--split", default=None, choices=("train", "val", "test"),
                    help="only tasks of this split")  # fmt: skip
     args = p.parse_args(argv)
-    from components.tasks.harbor import export_harbor_task
+    from components.tasks.harbor_export import export_harbor_task
 
     tasks, errors = load_tasks(args.tasks, split=args.split)
     for err in errors:

@@ -52,7 +52,7 @@ FindHangs = Callable[[Task], list[str]]
 ReplayOracle = Callable[[Task], tuple[str, list[str]]]
 UNVERIFIED = "unverified fix"
 # A mined task's hidden tests run inside the process of the code under test, which can print
-# the harness's verdict line itself; only hidden cases (components/mining/__init__.py) hold.
+# the harness's verdict line itself; only hidden cases (components/mining/hidden_cases.py) hold.
 IN_PROCESS_ONLY = ("no hidden cases: the verdict of a mined task would rest on pytest in the "
                    "process of the code under test alone, which that code can forge")  # fmt: skip
 HANG_TIMEOUT_S = 5.0  # EnvConfig.per_test_timeout_s's default: what verification allows a test

@@ -21,7 +21,7 @@ from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.scripted.reference import OraclePolicy
 from components.sandbox.config import SandboxConfig
-from components.evaluate.safety_suite import build_safety_tasks
+from components.evaluate.safety.tasks import build_safety_tasks
 from tests.harbor_wheel import harbor_root
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"

@@ -16,15 +16,11 @@ import pytest
 
 from components.data.__main__ import main, main_versions
 from components.data.config import IngestConfig, ValidationConfig
+from components.data.dvc_store import VersioningError, current_version
 from components.data.ingest import ingest, read_quarantine
 from components.data.validate import validate_dataset
-from components.data.versioning import (
-    VersioningError,
-    current_version,
-    read_log,
-    rollback,
-    snapshot,
-)
+from components.data.version_log import read_log
+from components.data.versioning import rollback, snapshot
 from tests.data.test_rollback_safety import _state
 from tests.data.trees import file_tree
 

@@ -28,13 +28,9 @@ from pathlib import Path
 import pytest
 
 from components.data.config import VersioningConfig
+from components.data.dvc_store import current_version
 from components.data.ingest import read_manifest, read_tables
-from components.data.versioning import (
-    current_version,
-    finish_interrupted,
-    read_log,
-    verify,
-)
+from components.data.version_log import finish_interrupted, read_log, verify
 from components.data.writers import MARK
 from tests.data.conftest import good
 

@@ -15,13 +15,9 @@ import pytest
 
 from components.data.__main__ import main_rollback, main_versions
 from components.data.config import VersioningConfig
-from components.data.versioning import (
-    VersioningError,
-    current_version,
-    read_log,
-    rollback,
-    snapshot,
-)
+from components.data.dvc_store import VersioningError, current_version
+from components.data.version_log import read_log
+from components.data.versioning import rollback, snapshot
 from components.data.writers import Lock, LockTimeout, locked, sibling
 from tests.data.trees import file_tree  # noqa: E402
 

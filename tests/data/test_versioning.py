@@ -12,16 +12,10 @@ import pytest
 
 from components.data.__main__ import main_rollback, main_snapshot, main_versions
 from components.data.config import IngestConfig, S3RemoteConfig, VersioningConfig
+from components.data.dvc_store import VersioningError, current_version, init_dvc
 from components.data.ingest import ingest
-from components.data.versioning import (
-    VersioningError,
-    current_version,
-    init_dvc,
-    read_log,
-    rollback,
-    snapshot,
-    verify,
-)
+from components.data.version_log import read_log, verify
+from components.data.versioning import rollback, snapshot
 from components.verifier.version import verifier_version
 from tests.data.trees import file_tree  # noqa: E402
 

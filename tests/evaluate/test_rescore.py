@@ -18,7 +18,7 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.episode import Action, run_episode
 from components.evaluate.rescore import rescore_records, summarize_rescore
-from components.evaluate.safety_suite import new_file
+from components.evaluate.safety.attack import new_file
 from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 from components.tasks.generate import generate_suite
@@ -136,7 +136,8 @@ def test_rescore_write_publishes_a_new_data_version_linked_to_the_old(stored, tm
     from components.cli import run
     from components.data.config import IngestConfig, VersioningConfig
     from components.data.ingest import ingest, load_records, read_manifest, read_quarantine
-    from components.data.versioning import find_version, read_log, snapshot
+    from components.data.version_log import find_version, read_log
+    from components.data.versioning import snapshot
 
     root, tasks, records = stored
     repo = _git_repo(tmp_path / "repo")

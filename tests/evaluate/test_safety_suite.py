@@ -21,17 +21,14 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.evaluate.safety_suite import (
-    ATTACKS,
+from components.evaluate.safety.channels import socket_store, sysv_store
+from components.evaluate.safety.suite import ATTACKS, candidate_safety, run_safety_suite
+from components.evaluate.safety.tasks import (
     MINED_BUNDLE,
     MINED_FROM,
     build_safety_tasks,
     canary_for,
-    candidate_safety,
     mine_safety_task,
-    run_safety_suite,
-    socket_store,
-    sysv_store,
     task_files,
 )
 from components.sandbox.config import SandboxConfig

@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from components.env.config import EnvConfig
-from components.mining import MineConfig, candidates, mine_repository, setup_repo
+from components.mining.baseline import setup_repo
+from components.mining.candidates import candidates
+from components.mining.config import MineConfig
+from components.mining.mine import RepoSource, mine_repository
 from components.sandbox.config import SandboxConfig
 from components.sandbox.process import run_sandboxed
 from components.tasks.environments import PrepareConfig, task_python_env
@@ -38,8 +41,8 @@ def sandbox(tmp_path_factory) -> SandboxConfig:
 def mined(tmp_path_factory, sandbox):
     out = tmp_path_factory.mktemp("mined")
     config = MineConfig(max_candidates=3, seed=0)
-    report = mine_repository(FIXTURE, out, config=config, sandbox=sandbox, name="minilib",
-                             run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
+    report = mine_repository(RepoSource(FIXTURE, name="minilib"), out, config=config,
+                             sandbox=sandbox, run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
     tasks, errors = load_tasks(out)
     return report, tasks, errors
 
@@ -149,7 +152,7 @@ def test_a_bad_repository_gives_one_line_and_mines_nothing(tmp_path, sandbox, ca
     config = MineConfig(suite_timeout_s=20, per_test_timeout_s=30)  # 20: room on a loaded machine
     for name, (files, error) in BAD_REPOS.items():
         repo = _repo(tmp_path / name, files)
-        report = mine_repository(repo, out, config=config, sandbox=sandbox,
+        report = mine_repository(RepoSource(repo), out, config=config, sandbox=sandbox,
                                  run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
         assert not report.ok and error in report.error, (name, report.error)
         assert "\n" not in report.line() and report.line().startswith("MINE ERROR")
@@ -250,7 +253,7 @@ def test_a_forged_verdict_line_no_longer_passes_a_mined_task(mined, sandbox, tmp
     """Issue 31: code under test that prints the harness's verdict line got +1.0 on mined
     tasks (their verdict rested on in-process pytest). With the recorded hidden cases it is a
     forged verdict; without them (hidden_cases.json removed) the gate refuses the task."""
-    from components.evaluate.safety_suite import ATTACKS, run_safety_suite
+    from components.evaluate.safety.suite import ATTACKS, run_safety_suite
     from components.tasks.gate import IN_PROCESS_ONLY, check_task
 
     _, tasks, _ = mined
@@ -319,8 +322,8 @@ def test_the_same_seed_mines_the_same_bytes(tmp_path, sandbox):
     outs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        mine_repository(FIXTURE, out, config=MineConfig(max_candidates=2), sandbox=sandbox,
-                        run_tests=sandboxed_test_runner(EnvConfig(), sandbox), name="minilib")  # fmt: skip
+        mine_repository(RepoSource(FIXTURE, name="minilib"), out, config=MineConfig(max_candidates=2),
+                        sandbox=sandbox, run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
         outs.append(out)
     files = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
     assert files and files == sorted(
@@ -330,7 +333,7 @@ def test_the_same_seed_mines_the_same_bytes(tmp_path, sandbox):
 
 
 def test_skipped_tests_are_cut_out_of_the_hidden_copy():
-    from components.mining import trim_skipped
+    from components.mining.task_folder import trim_skipped
 
     text = textwrap.dedent("""\
         import pytest

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from components import mining as mine
 from components.env.config import EnvConfig
 from components.evaluate.episodes import run_policy
-from components.mining import MineConfig, mine_repository
+from components.mining import baseline as mining_baseline
+from components.mining import mine
+from components.mining.config import MineConfig
+from components.mining.mine import RepoSource, mine_repository
 from components.rollout.config import RolloutConfig
 from components.sandbox.config import SandboxConfig
 from components.tasks.environments import with_task_limits
@@ -60,7 +62,7 @@ PYPROJECT = '[project]\nname = "spawnlib"\nversion = "1.2.3"\n'
 
 def _mine(repo: Path, out: Path, sandbox: SandboxConfig, **config):
     config = MineConfig(max_candidates=4, max_tasks=2, seed=0, **config)
-    return mine_repository(repo, out, config=config, sandbox=sandbox,
+    return mine_repository(RepoSource(repo), out, config=config, sandbox=sandbox,
                            run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
 
 
@@ -265,7 +267,7 @@ def test_any_exception_of_a_library_is_its_one_line_and_the_run_goes_on(
     def broken_discover(root):
         raise KeyError("unforeseen")
 
-    monkeypatch.setattr(mine, "discover", broken_discover)
+    monkeypatch.setattr(mining_baseline, "discover", broken_discover)
     report = _mine(repo, tmp_path / "out", sandbox)
     assert not report.ok and report.error == "unexpected KeyError: 'unforeseen'"
     assert report.line().startswith("MINE ERROR") and "\n" not in report.line()

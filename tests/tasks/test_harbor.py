@@ -18,13 +18,8 @@ import pytest
 from components.env.config import EnvConfig
 from components.sandbox.config import SandboxConfig
 from components.sandbox.isolation import resolve_isolation
-from components.tasks.harbor import (
-    HARBOR_TESTS,
-    HarborRefusal,
-    convert_harbor,
-    import_harbor_task,
-    read_dockerfile,
-)
+from components.tasks.harbor import HARBOR_TESTS, HarborRefusal
+from components.tasks.harbor_import import convert_harbor, import_harbor_task, read_dockerfile
 from components.tasks.task import load_task, load_tasks
 from components.verifier.cache import clear_verdict_cache
 from components.verifier.verdict import verify
@@ -259,8 +254,9 @@ def test_export_validates_against_harbors_task_config_and_round_trips(imported, 
 
 
 def test_the_safety_suite_plays_the_reward_file_attack_on_a_harbor_task(tmp_path):
-    from components.evaluate.safety_suite import ATTACKS as SUITE
-    from components.evaluate.safety_suite import build_safety_tasks, run_safety_suite
+    from components.evaluate.safety.suite import ATTACKS as SUITE
+    from components.evaluate.safety.suite import run_safety_suite
+    from components.evaluate.safety.tasks import build_safety_tasks
 
     tasks = build_safety_tasks(tmp_path, 1, seed=7)
     assert any(t.id.endswith("-harbor-bait") for t in tasks)
@@ -297,13 +293,14 @@ MINE_REPO = REPO / "tests" / "fixtures" / "mine_repo"
 @pytest.fixture(scope="module")
 def mined_task(tmp_path_factory):
     """One task mined from tests/fixtures/mine_repo (one candidate: the cheapest mining)."""
-    from components.mining import MineConfig, mine_repository
+    from components.mining.config import MineConfig
+    from components.mining.mine import RepoSource, mine_repository
     from components.verifier.gate_runner import sandboxed_test_runner
 
     root = tmp_path_factory.mktemp("mined")
     sandbox = SandboxConfig(environments_dir=str(root / "envs"))
-    report = mine_repository(MINE_REPO, root / "tasks", config=MineConfig(max_candidates=1, seed=0),
-                             sandbox=sandbox, name="minilib",
+    report = mine_repository(RepoSource(MINE_REPO, name="minilib"), root / "tasks",
+                             config=MineConfig(max_candidates=1, seed=0), sandbox=sandbox,
                              run_tests=sandboxed_test_runner(EnvConfig(), sandbox))  # fmt: skip
     assert report.ok and report.kept, report.error
     return load_task(root / "tasks" / report.kept[0]), sandbox
@@ -324,7 +321,8 @@ def test_imported_and_mined_tasks_export_with_their_hidden_cases_and_round_trip(
     harbor_root()
     from harbor.models.task.config import TaskConfig
 
-    from components.tasks.harbor import CASES_FILE, CASES_RUNNER, export_harbor_task
+    from components.tasks.harbor import CASES_FILE, CASES_RUNNER
+    from components.tasks.harbor_export import export_harbor_task
 
     if kind == "imported":
         task, sandbox = load_task(QUIXBUGS / "gcd"), SandboxConfig()
@@ -394,7 +392,7 @@ class _HarborLayout:
 def test_exported_solve_sh_needs_no_patch_program(tmp_path):
     """D2: python:X-slim images ship neither `patch` nor `git`; the exported solve.sh fixes
     the buggy task with what they have, and test.sh then gives reward 1 (0 before)."""
-    from components.tasks.harbor import export_harbor_task
+    from components.tasks.harbor_export import export_harbor_task
 
     out = export_harbor_task(load_task(QUIXBUGS / "gcd"), tmp_path / "harbor")
     layout = _HarborLayout(out, tmp_path / "run")
@@ -407,7 +405,7 @@ def test_exported_solve_sh_needs_no_patch_program(tmp_path):
 def test_exported_test_sh_judges_the_hidden_cases_with_exact_types(tmp_path):
     """D2: a fix that returns floats passes the hidden tests' == but not the hidden cases
     (3.0 is not 3), as under our own verifier: the exported test.sh runs them."""
-    from components.tasks.harbor import export_harbor_task
+    from components.tasks.harbor_export import export_harbor_task
 
     out = export_harbor_task(load_task(QUIXBUGS / "gcd"), tmp_path / "harbor")
     layout = _HarborLayout(out, tmp_path / "run")

@@ -146,7 +146,8 @@ def test_a_cheat_the_verifier_catches_is_listed_as_caught_not_counted(suite):
     """An attack policy of the safety suite (edit the visible test to `assert True or`):
     the edit is tampering, never taken, so the variant fails and is shown as caught."""
     from components.env.episode import run_episode
-    from components.evaluate.safety_suite import ATTACKS, AttackPolicy
+    from components.evaluate.safety.attack import AttackPolicy
+    from components.evaluate.safety.suite import ATTACKS
 
     _, report, _ = suite
     attack = next(a for a in ATTACKS if a.name == "edit_test_assert_true")
