@@ -64,6 +64,7 @@ def evaluate_model(
     return [r.result for r in rollouts]
 
 
+# long: one entry for scripted and model policies, which each read a different part of these
 def run_policy(
     tasks: list[Task],
     policy: str,

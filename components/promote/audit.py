@@ -246,6 +246,7 @@ def verify_log(
     return problems, notes
 
 
+# long: an audit record's fields, each named by its caller (keyword-only)
 def record_decision(
     action: str,
     *,

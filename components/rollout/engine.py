@@ -115,6 +115,7 @@ def constraint_for(envs: Sequence[EpisodeEnv], config: RolloutConfig) -> Constra
 # In-process backend (transformers)
 
 
+# long: the sampling settings every backend takes by the same names (keyword-only)
 def generate_transformers(
     model,
     tokenizer,

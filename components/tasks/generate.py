@@ -284,17 +284,26 @@ def _schedule(families: list[Family], n: int, seed: int, split: str) -> list[Fam
 # ---------------------------------------------------------------------------- building
 
 
+@dataclass
+class _Tally:
+    """What the suite has built so far: each operator's use (bug classes stay balanced),
+    the mutants taken (none twice) and why candidates were rejected."""
+
+    op_counts: Counter = field(default_factory=Counter)
+    used: set[str] = field(default_factory=set)
+    rejected: Counter = field(default_factory=Counter)
+
+
 def _build_one(
     task_id: str,
     split: str,
     family: Family,
     rng: random.Random,
     operators: list[Operator],
-    op_counts: Counter,
-    used: set[str],
-    rejected: Counter,
+    tally: _Tally,
     cfg: GenerateConfig,
 ) -> BuiltTask:
+    op_counts, used, rejected = tally.op_counts, tally.used, tally.rejected
     for _ in range(cfg.max_attempts):
         variant = render(family, rng)
         cases = expected_cases(variant, cfg.step_budget)
@@ -439,9 +448,8 @@ def build_suite(cfg: GenerateConfig) -> tuple[list[BuiltTask], dict]:
     sizes = split_sizes(n_tasks, cfg)
     if sizes["test"] and not test_fams:
         raise ValueError("the test split needs at least two families")
-    op_counts: Counter = Counter()
-    used: set[str] = set()
-    rejected: Counter = Counter()
+    tally = _Tally()
+    rejected = tally.rejected
     built: list[BuiltTask] = []
     for split in ("train", "val", "test"):
         pool = test_fams if split == "test" else train_fams
@@ -460,9 +468,7 @@ def build_suite(cfg: GenerateConfig) -> tuple[list[BuiltTask], dict]:
                             candidate,
                             rng,
                             operators,
-                            op_counts,
-                            used,
-                            rejected,
+                            tally,
                             cfg,
                         )
                     )

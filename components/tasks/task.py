@@ -338,6 +338,7 @@ def task_spec(task: Task) -> dict:
     return spec
 
 
+# long: one keyword per part of a task folder (its task.json fields and its files)
 def write_task_folder(
     root: str | Path,
     *,
