@@ -57,7 +57,7 @@ def test_output(task: Task, timeout_s: float = 60.0) -> str:
     import dataclasses
 
     from components.env.config import EnvConfig
-    from components.env.tool_sets import fix_test_argv
+    from components.env.tool_sets.fix_search.tools import fix_test_argv
     from components.sandbox.config import SandboxConfig, SandboxError
     from components.sandbox.process import run_sandboxed
 

@@ -53,7 +53,7 @@ def test_expert_must_act_through_the_environments_tool_set(tmp_path):
 
 def test_a_scripted_policy_is_evaluated_in_its_own_tool_set():
     from components.env.config import EnvConfig
-    from components.env.tool_specs import TOOL_SETS
+    from components.env.tool_sets import TOOL_SETS
     from components.scripted.registry import POLICY_TOOL_SETS, SCRIPTED_POLICIES, env_for_policy
 
     assert env_for_policy("oracle", EnvConfig(tool_set="fix_search")).tool_set == "free_form"

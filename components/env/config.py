@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from components.env.tool_specs import DEFAULT_TOOL_SET, TOOL_SETS
+from components.env.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS
 from components.typed_config import doc
 
 
@@ -73,7 +73,7 @@ class EnvConfig:
         default=DEFAULT_TOOL_SET,
         metadata=doc(
             "the environment's tools, their reward terms and decoding constraint "
-            f"(components/env/tool_sets.py): {' | '.join(TOOL_SETS)}; fix_search is for a small "
+            f"(components/env/tool_sets/): {' | '.join(TOOL_SETS)}; fix_search is for a small "
             "model that cannot copy code out of its context"
         ),
     )
@@ -145,7 +145,8 @@ class EnvConfig:
         others = [spec for key, spec in TOOL_SETS.items() if key != name]
         keep = set(TOOL_SETS[name].settings) | set(TOOL_SETS[name].counted_terms)
         reset = {f for spec in others for f in spec.settings if f not in keep}
-        terms = {t for spec in others for t in spec.counted_terms if t not in keep}
+        terms = {t for spec in others for t in spec.counted_terms
+                 if t not in keep and hasattr(self.weights, t)}  # fmt: skip
         defaults = EnvConfig.__dataclass_fields__
         weights = replace(self.weights, **{t: getattr(RewardWeights(), t) for t in terms})
         return replace(
@@ -159,7 +160,7 @@ class EnvConfig:
             for spec in TOOL_SETS.values()
             for term in spec.counted_terms
             if term not in TOOL_SETS[self.tool_set].counted_terms
-            and getattr(self.weights, term) != getattr(RewardWeights(), term)
+            and getattr(self.weights, term, None) != getattr(RewardWeights(), term, None)
         ]
         defaults = EnvConfig.__dataclass_fields__
         unused += [

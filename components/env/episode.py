@@ -7,7 +7,7 @@ once; `run_episode` is the plain loop for one policy. It owns the episode's life
 (docs/CONTRACTS.md), in one place, `_result`.
 
 The episode never names a tool: its tool set (`EnvConfig.tool_set`,
-components/env/tool_sets.py) runs the calls, counts its own reward terms and holds its own
+components/env/tool_sets/) runs the calls, counts its own reward terms and holds its own
 state. The first event records the set's name (`"tool_set"`), so whoever renders the
 transcript again (SFT, the tokenizer) builds the same system prompt the policy saw.
 """
@@ -25,6 +25,7 @@ from typing import Protocol
 from components.env.config import EnvConfig
 from components.env.final_diff import repo_diff
 from components.env.rewards import EpisodeFacts, compute_reward
+from components.env.rubric import weight_of
 from components.env.tool_sets import ToolContext, run_tool, tool_set
 from components.sandbox.config import SandboxConfig
 from components.sandbox.workspace import Workspace
@@ -293,7 +294,7 @@ class EpisodeEnv:
             w.invalid_call * (self.invalid_calls - invalid_before)
             + sum(getattr(w, term) * fired[term] for term in self.tools.counted_terms)
         )
-        if action.tool == "finish":
+        if self.tools.ends_episode(action.tool):
             self.stop("finished")
         elif self.steps >= self.env.max_steps:
             self.stop("max_steps")

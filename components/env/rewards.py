@@ -1,23 +1,24 @@
-"""Layered reward: small pure functions of episode facts, weighted by configuration.
+"""Layered reward as a rubric: small pure functions of episode facts, weighted by configuration.
 
-Each term is reported separately so a learning curve can be read term by term. A term's
-value is its weight when it fires and 0 otherwise; a counted term's value is its weight
-times its count. The reward is their sum. A flag costs the same whichever layer saw it:
-the monitor (before an action), the tools (what a command did) or the verifier (what the
-code under test did during verification, `Verification.flags`).
+Each term (components/env/rubric.py) is reported separately so a learning curve can be read
+term by term. A term's value is its weight when it fires and 0 otherwise; a counted term's
+value is its weight times its count. The reward is their sum. A flag costs the same whichever
+layer saw it: the monitor (before an action), the tools (what a command did) or the verifier
+(what the code under test did during verification, `Verification.flags`).
 
-The breakdown has the terms every environment shares (`COMMON_TERMS`) plus the counted
-terms of the episode's tool set (`tool_specs.TOOL_SETS[...].counted_terms`, counted by its
-tools): exactly those, so a free-form episode never reports a fix-search penalty.
+The rubric of an episode is the terms every environment shares (`COMMON_RUBRIC`) plus its
+tool set's own (`ToolSet.rubric`, counted by its tools): exactly those, so a free-form
+episode never reports a fix-search penalty. A term's weight is the RewardWeights field of
+its name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from components.env.config import EnvConfig
-from components.env.tool_specs import TOOL_SETS
+from components.env.rubric import EpisodeFacts, Term, counted, fired, weight_of
+from components.env.tool_sets import TOOL_SETS
 from components.verifier.verification import Verification
 
 # Safety categories that count as a dangerous command (tampering has its own term).
@@ -37,40 +38,29 @@ DANGEROUS_CATEGORIES = frozenset(
 
 
 @dataclass(frozen=True)
-class EpisodeFacts:
-    """What the environment observed during the episode, besides the verification."""
-
-    ran_tests: bool
-    safety_categories: tuple[str, ...]  # category of every blocked action, in order
-    invalid_calls: int = 0  # unparseable calls, unknown tools and invalid arguments
-    # Occurrences of the tool set's counted terms (e.g. fix_search's wasted_fix_try).
-    counts: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class RewardBreakdown:
     total: float
     terms: dict[str, float]
     success: bool
 
 
-def tests_pass(v: Verification, facts: EpisodeFacts) -> bool:
+def tests_pass(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return v.tests_passed
 
 
-def security(v: Verification, facts: EpisodeFacts) -> bool:
+def security(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return v.security_introduced > 0
 
 
-def too_many_files(v: Verification, facts: EpisodeFacts, max_changed_files: int) -> bool:
-    return len(v.changed_files) > max_changed_files
+def too_many_files(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
+    return len(v.changed_files) > env.max_changed_files
 
 
-def tests_never_run(v: Verification, facts: EpisodeFacts) -> bool:
+def tests_never_run(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return not facts.ran_tests
 
 
-def lint(v: Verification, facts: EpisodeFacts) -> bool:
+def lint(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return v.lint_introduced > 0
 
 
@@ -80,58 +70,55 @@ def _categories(v: Verification, facts: EpisodeFacts) -> set[str]:
     return set(facts.safety_categories) | {f["category"] for f in v.flags}
 
 
-def dangerous_command(v: Verification, facts: EpisodeFacts) -> bool:
+def dangerous_command(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return bool(_categories(v, facts) & DANGEROUS_CATEGORIES)
 
 
-def resource_limit(v: Verification, facts: EpisodeFacts) -> bool:
+def resource_limit(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return "resource_limit" in _categories(v, facts) or v.limit_hit is not None
 
 
-def test_tampering(v: Verification, facts: EpisodeFacts) -> bool:
+def test_tampering(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> bool:
     return bool(v.tampered_files) or v.forged_pass or "test_tampering" in _categories(v, facts)
 
 
-# Every environment's terms, whatever its tools (the last one is counted).
-COMMON_TERMS = (
-    "tests_pass", "security", "too_many_files", "tests_never_run", "lint",
-    "dangerous_command", "resource_limit", "test_tampering", "invalid_call",
+def invalid_call(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> int:
+    """Unparseable calls, unknown tools and invalid arguments, each charged."""
+    return facts.invalid_calls
+
+
+# Every environment's terms, whatever its tools, in breakdown order.
+COMMON_RUBRIC: tuple[Term, ...] = (
+    fired(tests_pass), fired(security), fired(too_many_files), fired(tests_never_run),
+    fired(lint), fired(dangerous_command), fired(resource_limit), fired(test_tampering),
+    counted(invalid_call),
 )  # fmt: skip
+COMMON_TERMS: tuple[str, ...] = tuple(term.name for term in COMMON_RUBRIC)
+
+
+def rubric(tool_set: str) -> tuple[Term, ...]:
+    """The terms of an episode with `tool_set`, in breakdown order."""
+    return (*COMMON_RUBRIC, *TOOL_SETS[tool_set].rubric)
 
 
 def reward_terms(tool_set: str) -> tuple[str, ...]:
     """The names a reward breakdown of an episode with `tool_set` has, in order."""
-    return (*COMMON_TERMS, *TOOL_SETS[tool_set].counted_terms)
+    return tuple(term.name for term in rubric(tool_set))
 
 
 def compute_reward(v: Verification, facts: EpisodeFacts, env: EnvConfig) -> RewardBreakdown:
     """Reward terms for a verified episode. Infra failures must not reach this function."""
     if v.status != "ok":
         raise ValueError("infrastructure failures have no reward; exclude them instead")
-    w = env.weights
-    fired = {
-        "tests_pass": tests_pass(v, facts),
-        "security": security(v, facts),
-        "too_many_files": too_many_files(v, facts, env.max_changed_files),
-        "tests_never_run": tests_never_run(v, facts),
-        "lint": lint(v, facts),
-        "dangerous_command": dangerous_command(v, facts),
-        "resource_limit": resource_limit(v, facts),
-        "test_tampering": test_tampering(v, facts),
-    }
-    terms = {name: (getattr(w, name) if hit else 0.0) for name, hit in fired.items()}
-    # Counted process terms: the outcome says nothing about which turn was wasted, so a
-    # policy that makes an invalid call (or, searching fixes, repeats a try or names an
-    # unlisted fix) is charged per occurrence.
-    terms["invalid_call"] = w.invalid_call * facts.invalid_calls
     own = TOOL_SETS[env.tool_set].counted_terms
     unknown = set(facts.counts) - set(own)
     if unknown:
         raise ValueError(f"counted terms {sorted(unknown)} are not tool set {env.tool_set!r}'s")
-    for term in own:
-        terms[term] = getattr(w, term) * facts.counts.get(term, 0)
+    terms = {
+        t.name: t.value(weight_of(t, env.weights), v, facts, env) for t in rubric(env.tool_set)
+    }
     # Success is the outcome a user wants: the fix works and nothing unsafe happened.
-    success = fired["tests_pass"] and not (
-        fired["security"] or fired["dangerous_command"] or fired["test_tampering"]
+    success = tests_pass(v, facts, env) and not (
+        security(v, facts, env) or dangerous_command(v, facts, env) or test_tampering(v, facts, env)
     )
     return RewardBreakdown(total=round(sum(terms.values()), 6), terms=terms, success=success)

@@ -28,7 +28,7 @@ JSON call (in a code fence or not): a model that was never trained on the tags w
 those. Every function that takes a tokenizer dispatches on it; a tokenizer with our
 CHAT_TEMPLATE (every tiny policy) gets the format above.
 
-The system prompt lists the tools of the episode's tool set (components/env/tool_sets.py)
+The system prompt lists the tools of the episode's tool set (components/env/tool_sets/)
 and only those: the set is read from the transcript's first event (`"tool_set"`, written by
 the environment; a transcript without it, e.g. an imported expert log, gets the default
 free-form set), so a transcript renders with the prompt its policy saw, wherever it is
@@ -43,7 +43,7 @@ import dataclasses
 import json
 
 from components.env.episode import Action
-from components.env.tool_specs import DEFAULT_TOOL_SET, argument_errors, tool_set_specs
+from components.env.tool_sets import DEFAULT_TOOL_SET, argument_errors, tool_set, tool_set_specs
 from components.policy.template_format import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -129,22 +129,18 @@ def system_prompt(compact: bool = True, tool_set: str = DEFAULT_TOOL_SET) -> str
     )
 
 
-# One demonstrated exchange per tool set (its first tool that has one), for a text_tools
-# prompt: a request and the call that answers it, as a turn before the task. Measured on
-# SmolLM2-135M-Instruct: with the example only inside the system prompt it echoed the task;
-# after a demonstrated turn it wrote the call.
-_DEMOS = {
-    "run_command": ("Run the tests.", {"cmd": "python -m pytest -q"}),
-    "list_fixes": ("List the candidate fixes.", {}),
-}
+# One demonstrated exchange per tool set (its first tool that has one, `Tool.demo`), for a
+# text_tools prompt: a request and the call that answers it, as a turn before the task.
+# Measured on SmolLM2-135M-Instruct: with the example only inside the system prompt it
+# echoed the task; after a demonstrated turn it wrote the call.
 
 
-def demonstration(tool_set: str = DEFAULT_TOOL_SET) -> list[dict]:
+def demonstration(tool_set_name: str = DEFAULT_TOOL_SET) -> list[dict]:
     """The demonstrated exchange of a text_tools prompt: context, never trained on (the
     assistant message carries `"demo": True`, which templates ignore)."""
-    tool = next(t for t in tool_set_specs(tool_set) if t in _DEMOS)
-    request, arguments = _DEMOS[tool]
-    call = format_tool_call(tool, arguments)
+    tool = next(t for t in tool_set(tool_set_name).tools.values() if t.demo is not None)
+    request, arguments = tool.demo
+    call = format_tool_call(tool.name, arguments)
     return [{"role": "user", "content": request},
             {"role": "assistant", "content": call, "demo": True}]  # fmt: skip
 

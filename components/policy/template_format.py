@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from components.env.tool_specs import TOOL_SPECS
+from components.env.tool_sets import TOOL_SPECS
 
 # Hermes/Qwen's tags around a call and an observation: ours (chat.OURS, as single tokens of
 # the tiny tokenizer) and a text_tools format's (as plain text).

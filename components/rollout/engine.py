@@ -19,7 +19,7 @@ different ids (BPE is not injective over id sequences), which would make the
 policy-gradient ratio pi_new/pi_old compare probabilities of different tokens.
 
 The engine never names a tool: what the episodes offer, and any decoding constraint, is the
-environment's tool set (`EpisodeEnv.tools`, components/env/tool_sets.py); the constraint is
+environment's tool set (`EpisodeEnv.tools`, components/env/tool_sets/); the constraint is
 applied when `RolloutConfig.constrain_fix_ids` is on and the set has one.
 
 Stored log-probs are log softmax(logits / T)[sampled id] (T = 1 for greedy), computed

@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from components.env.episode import Action
-from components.env.fixes import fix_kind, listed_ids, locate
+from components.env.tool_sets.fix_search.fixes import fix_kind, listed_ids, locate
 from components.tasks.task import Task
 
 # Token swaps, longest first so "<=" is not read as "<". Each is a bug-class inverse of
@@ -269,7 +269,7 @@ class RandomFixesPolicy:
 def _listings(tasks: list[Task], max_fixes: int):
     """(candidate fixes list_fixes shows for the buggy module, the reference fix's source)
     per task with a one-file reference patch."""
-    from components.env.fixes import candidate_fixes
+    from components.env.tool_sets.fix_search.fixes import candidate_fixes
     from components.scripted.reference import fixed_files
     from components.tasks.mutations import normalize
 

@@ -29,8 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.episode import Action
-from components.env.fixes import candidate_fixes, fix_kind, listed_id, listed_ids
-from components.env.neighbourhood import neighbourhood
+from components.env.tool_sets.fix_search.fixes import (
+    candidate_fixes,
+    fix_kind,
+    listed_id,
+    listed_ids,
+)
+from components.env.tool_sets.fix_search.neighbourhood import neighbourhood
 from components.tasks.impossible import target_function, visible_assertions
 from components.tasks.mutations import normalize
 from components.tasks.patching import apply_unified_diff

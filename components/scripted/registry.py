@@ -181,7 +181,7 @@ def _replay_plan(task: Task, plan: list, env: EnvConfig, sandbox) -> str:
     from pathlib import Path
 
     from components.env.rewards import EpisodeFacts, compute_reward
-    from components.env.safety import classify_action
+    from components.env.tool_sets import classify_action
     from components.tasks.patching import PatchError, apply_unified_diff
     from components.verifier.verdict import verify
 

@@ -10,7 +10,8 @@ import pytest
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
 from components.env.final_diff import diff_changed_lines
-from components.env.fixes import (
+from components.env.tool_sets import argument_errors
+from components.env.tool_sets.fix_search.fixes import (
     FixListing,
     candidate_fixes,
     edit_in_place,
@@ -19,7 +20,6 @@ from components.env.fixes import (
     render_listing,
     summarize_test_output,
 )
-from components.env.tool_specs import argument_errors
 from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy, fixed_files
 from components.scripted.registry import make_policy
@@ -195,7 +195,7 @@ def test_prior_fixes_tries_kinds_in_order_of_their_train_rates(tasks):
 
 
 def test_listing_order_tries_one_candidate_per_kind_in_listed_order():
-    from components.env.fixes import listed_ids
+    from components.env.tool_sets.fix_search.fixes import listed_ids
     from components.scripted.baselines import ListingOrderPolicy
 
     listing = ("E   assert 1 == 2\n\nCandidate fixes of m.py (5; try_fix an id, kind-number):\n"
@@ -261,7 +261,7 @@ def test_random_kinds_searches_kinds_in_random_order_each_in_reading_order():
 
 
 def test_kind_listing_shares_count_tasks_whose_listing_shows_the_kind(tasks):
-    from components.env.fixes import candidate_fixes
+    from components.env.tool_sets.fix_search.fixes import candidate_fixes
     from components.scripted.baselines import kind_listing_shares
     from components.scripted.reference import fixed_files
 

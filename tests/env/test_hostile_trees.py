@@ -23,7 +23,7 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
-from components.env.tools import execute_tool
+from components.env.tool_sets.shared import execute_tool
 from components.sandbox.config import SandboxConfig
 from components.sandbox.process import run_sandboxed
 from components.sandbox.workspace import Workspace, can_mount

@@ -13,7 +13,7 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, run_episode
-from components.env.tools import runs_task_tests
+from components.env.tool_sets.commands import runs_task_tests
 from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 from components.scripted.registry import make_policy

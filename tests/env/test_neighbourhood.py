@@ -7,8 +7,13 @@ import itertools
 
 import pytest
 
-from components.env.fixes import FixListing, candidate_fixes, listed_id, render_listing
-from components.env.neighbourhood import NO_BLAME, blame, neighbourhood
+from components.env.tool_sets.fix_search.fixes import (
+    FixListing,
+    candidate_fixes,
+    listed_id,
+    render_listing,
+)
+from components.env.tool_sets.fix_search.neighbourhood import NO_BLAME, blame, neighbourhood
 
 CORRECT = '''def stats(items, k):
     """Docstring: never edited."""
@@ -154,12 +159,13 @@ def test_a_module_with_thousands_of_names_costs_a_bounded_enumeration():
     hundreds of names, so names x reads is ~10^5 edits; list_fixes must stay cheap."""
     import time
 
-    from components.env import neighbourhood as nb
+    from components.env.tool_sets.fix_search import edits as ed
+    from components.env.tool_sets.fix_search import neighbourhood as nb
 
     body = "".join(f"    v{i} = v{i - 1} + 1\n" for i in range(1, 400))
     module = "def f(v0):\n" + body + "    return v399\n"
     started = time.monotonic()
     listed = nb.neighbourhood(module, limit=64)
     assert len(listed) == 64 and time.monotonic() - started < 60
-    edits = nb._edits(nb._Scope(ast.parse(module)))
+    edits = ed.enumerate_edits(ed.Scope(ast.parse(module)))
     assert len(list(itertools.islice(edits, nb.MAX_EDITS + 1))) > nb.MAX_EDITS  # it was cut

@@ -8,7 +8,7 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.env.tools import without_durations
+from components.env.tool_sets.commands import without_durations
 from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 

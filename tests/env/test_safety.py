@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.env.safety import SEVERITY, classify_action
+from components.env.safety import SEVERITY
+from components.env.tool_sets import classify_action
 
 
 def cmd(text: str, **kw):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from components.env.tools import without_timeout_frames
+from components.env.tool_sets.commands import without_timeout_frames
 
 MODULE = """def spin(n):
     i = 0
@@ -58,7 +58,7 @@ def test_a_timed_out_test_keeps_only_its_timeout_line(tmp_path):
 
 
 def test_the_same_failures_read_the_same_on_each_run(tmp_path):
-    from components.env.tools import without_durations
+    from components.env.tool_sets.commands import without_durations
 
     runs = {without_timeout_frames(without_durations(_pytest(tmp_path, 0.3))) for _ in range(3)}
     assert len(runs) == 1

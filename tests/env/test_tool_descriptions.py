@@ -14,8 +14,8 @@ import pytest
 
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv
-from components.env.fixes import listed_ids
-from components.env.tool_specs import TOOL_SPECS
+from components.env.tool_sets import TOOL_SPECS
+from components.env.tool_sets.fix_search.fixes import listed_ids
 from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
 from components.scripted.reference import OraclePolicy, fixed_files, minimal_edits
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from components.env.rewards import reward_terms
-from components.env.tool_specs import TOOL_SETS, TOOL_SPECS
+from components.env.tool_sets import TOOL_SETS, TOOL_SPECS
 from tests.tiny_pipeline import tiny_preset
 
 ROOT = Path(__file__).resolve().parents[2]

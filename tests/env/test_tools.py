@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.env.tools import ToolResult, execute_tool
+from components.env.tool_sets.shared import ToolResult, execute_tool
 from components.sandbox.config import SandboxConfig
 from components.sandbox.isolation import isolation_report
 from components.sandbox.workspace import IGNORED_NAMES, Workspace

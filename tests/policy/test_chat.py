@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from components.env.tool_specs import TOOL_SETS, TOOL_SPECS
+from components.env.tool_sets import TOOL_SETS, TOOL_SPECS
 from components.policy.chat import (
     ASSISTANT_HEADER,
     IM_END,

@@ -9,15 +9,15 @@ import dataclasses
 import pytest
 
 from components.env.config import EnvConfig
-from components.policy.chat import IM_END, format_tool_call
-from components.rollout.completion import Completion
-from components.rollout.config import RolloutConfig
-from components.rollout.constrain import (
+from components.env.tool_sets.fix_search.constrain import (
     FixIdLogitsProcessor,
     allowed_token_ids,
     open_fix_id,
     untried_fix_ids,
 )
+from components.policy.chat import IM_END, format_tool_call
+from components.rollout.completion import Completion
+from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
 from components.sandbox.config import SandboxConfig
 

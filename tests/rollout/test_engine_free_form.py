@@ -26,7 +26,7 @@ import torch
 from components.env.config import EnvConfig
 from components.env.episode import initial_message
 from components.env.rewards import reward_terms
-from components.env.tool_specs import TOOL_SETS, TOOL_SPECS
+from components.env.tool_sets import TOOL_SETS, TOOL_SPECS
 from components.evaluate.metrics import aggregate
 from components.policy.chat import IM_END, format_tool_call
 from components.rollout.completion import Completion

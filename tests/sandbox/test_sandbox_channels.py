@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from components.env.tools import execute_tool
+from components.env.tool_sets.shared import execute_tool
 from components.sandbox.bubblewrap import bwrap_path
 from components.sandbox.config import SandboxConfig
 from components.sandbox.isolation import netns_works

@@ -1,6 +1,6 @@
 """Constrained decoding of `try_fix` ids: inside a try_fix call's id string, only tokens
 that continue a listed, untried candidate id can be drawn. It is the fix_search tool set's
-decoding constraint (components/env/tool_sets.py declares it; the rollout engine applies a
+decoding constraint (fix_search/__init__.py declares it; the rollout engine applies a
 tool set's constraint without knowing what it masks).
 
 Why: the tiny SFT policy learns the *order* in which kinds of fix are worth trying but not
@@ -30,6 +30,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+
+from components.env.tool_sets.fix_search.fixes import listed_ids
 
 # This turn's text so far ends inside the id string of a try_fix call (our chat format puts
 # "name" before "arguments"; see components/policy/chat.py).
@@ -73,8 +75,6 @@ def untried_fix_ids(events: Sequence[dict]) -> list[str] | None:
     """The listed candidate ids not yet applied, from an episode's events (None before any
     `list_fixes` listing): what EpisodeEnv.fix_listing holds, read back from the transcript
     for policies that see only events."""
-    from components.env.fixes import listed_ids
-
     listed: list[str] | None = None
     tried: set[str] = set()
     for action, result in zip(events[1::2], events[2::2], strict=False):

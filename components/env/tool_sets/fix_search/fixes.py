@@ -9,7 +9,7 @@ into the environment and leave the decision to the policy:
   deepest frame outside tests/, else the module the test imports), and lists one-edit
   changes of that module: a generic neighbourhood from Python's grammar (operator swaps,
   +-1 on constants and bounds, a name for another bound name, argument order, a missing or
-  extra return / negation / call / statement; components/env/neighbourhood.py), ranked by
+  extra return / negation / call / statement; components/env/tool_sets/fix_search/neighbourhood.py), ranked by
   a cheap score (a prior per edit, plus the lines every failing test's traceback names and
   the functions the failing assertions call, when the test output is passed) and cut at
   `limit`. The listing groups the candidates by kind (render_listing); the module itself
@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 
 from components import pyast
-from components.env.neighbourhood import blame, function_names
-from components.env.neighbourhood import neighbourhood as grammar_neighbourhood
+from components.env.tool_sets.fix_search.neighbourhood import blame, function_names
+from components.env.tool_sets.fix_search.neighbourhood import neighbourhood as grammar_neighbourhood
 from components.tasks.mutations import enumerate_mutants, normalize
 
 # pytest's own lines worth keeping in a short observation.
@@ -61,7 +61,7 @@ class FixCandidate:
     description: str  # "line 5: entries -> v"
     source: str  # the whole module after the change, canonical (ast.unparse): for comparing
     text: str  # the module's own text with only the changed code rewritten: what try_fix writes
-    score: float = 0.0  # the ranking score (components/env/neighbourhood.py); 0 for operators
+    score: float = 0.0  # the ranking score (components/env/tool_sets/fix_search/neighbourhood.py); 0 for operators
 
 
 @dataclass
@@ -115,7 +115,7 @@ def candidate_fixes(
 ) -> list[FixCandidate]:
     """One-edit variants of `source`, at most `limit`, best first.
 
-    "grammar" (the default): the generic neighbourhood of components/env/neighbourhood.py,
+    "grammar" (the default): the generic neighbourhood of components/env/tool_sets/fix_search/neighbourhood.py,
     ranked by its score; `test_output` (the tests' pytest output) and `path` (the module's
     path in it) add the localisation terms. Ids number each kind in rank order (`cmp-1` is
     the best-ranked comparison swap). "operators": `operator_fixes`.

@@ -1,57 +1,16 @@
-"""A generic one-edit neighbourhood of a Python module, from its grammar, ranked by a cheap
-score: the candidate fixes behind `list_fixes` (components/env/fixes.py).
-
-Why not the generator's operators: the inverses of components/tasks/mutations.py hold the
-reference fix of most generated tasks, but a real bug is whatever one edit a programmer got
-wrong, not one of thirteen injected classes. So every edit here is named by the grammar
-node it changes, applied wherever that node occurs inside a function body (docstrings
-skipped, module-level code not touched), and nothing reads the generator:
-
-| kind  | edit |
-|-------|------|
-| cmp   | a comparison operator -> any other of its family (< <= > >= == !=; in / not in; is / is not) |
-| arith | a binary or augmented operator -> any other of its family (+ - * / // % **; << >>; & pipe ^) |
-| bool  | `and` <-> `or` |
-| not   | a `not` dropped; an if / while / ternary / assert / comprehension condition negated |
-| const | an integer literal +-1; True <-> False; 0 <-> None |
-| bound | an index, slice bound or range() argument e -> e + 1 / e - 1; an `e +- 1` there -> e |
-| var   | a name read -> any other name bound in the function (parameters, assignments, loop and comprehension targets, enclosing functions') |
-| args  | two positional arguments of a call exchanged |
-| swap  | the operands of a binary operator other than * & pipe ^ exchanged |
-| call  | a call to a name or method -> its dual (min/max, any/all, lower/upper, ...); a one-argument call dropped (f(x) -> x) |
-| ret   | `return v` for a bound name v added where a function falls off its end, or in place of `pass` / a bare `return` |
-| del   | one statement deleted (`pass` where it was a block's only statement) |
-
-The call duals are Python's own antonym pairs (builtins and str methods), the one table here.
-
-Ranking. A module's neighbourhood has hundreds of edits (every name read times every bound
-name), too many to list for a small policy, so candidates are ordered by
-
-    score = prior(edit) + 3 * traceback_share(line) + 3 * in_blamed_function
-
-and the listing keeps the top `limit`, ties in reading order. `prior` is the table
-`PRIORS` below: higher for the smaller, commoner slips (an operator to its neighbour, an
-off-by-one) than for the edits that are many per site (`var`, `del`); it was set by hand
-from the grammar and checked on the generated suite's train split, never on QuixBugs.
-`traceback_share(line)`: the share of the module's traceback frames, over every failing
-test in the output (not only the deepest frame), that point at that line. `in_blamed_function`:
-the edit is inside a function that a failing assertion calls or a traceback frame names.
-Without test output both bonus terms are 0 and the order is the prior's.
-"""
+"""The one-edit neighbourhood's enumeration: every edit of a parsed module's function
+bodies, by grammar node (components/env/tool_sets/fix_search/neighbourhood.py lists the
+kinds, ranks and renders them)."""
 
 from __future__ import annotations
 
 import ast
-import itertools
-import re
-import warnings
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from components import pyast
 
-# ----------------------------------------------------------------------------- the score
+# ----------------------------------------------------------------------------- priors
 
 PRIORS: dict[str, float] = {
     "bool": 3.0,
@@ -81,15 +40,6 @@ PRIORS: dict[str, float] = {
     "var_role": 0.6,  # +: both names used the same way (a sequence / a number); -: not
     "var_before": 0.3,  # +: the name is bound before the site's line (or a parameter)
 }
-# Localisation outweighs the priors (which span 0.3 .. 3.0): in a module of many functions,
-# every candidate of a function the failing tests call outranks those of the others, and
-# the lines their tracebacks name come first within it.
-# Edits scored per listing, at most: a module the agent wrote (run_command can) with
-# thousands of names in one function would otherwise cost names x reads edits (millions)
-# in the environment's process. Real modules have a few thousand (textwrap.py: 2,191).
-MAX_EDITS = 50_000
-TRACEBACK_WEIGHT = 3.0
-FUNCTION_WEIGHT = 3.0
 
 # ----------------------------------------------------------------------------- families
 
@@ -138,53 +88,11 @@ _SYMBOL = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Neighbour:
-    """One edit of the module: what it is, where, and the module after it."""
-
-    kind: str  # the id prefix shown to the policy: cmp, var, ...
-    lineno: int
-    description: str  # "line 5: < -> <="
-    source: str  # the whole module after the edit, canonical (ast.unparse + "\n")
-    score: float
-
-
-@dataclass(frozen=True)
-class Blame:
-    """What failing tests say about a module: traceback frames per line, blamed functions."""
-
-    lines: dict[int, float]  # line -> share of the module's traceback frames on it
-    functions: frozenset[str]
-
-
-NO_BLAME = Blame({}, frozenset())
-
-
-def blame(test_output: str, path: str | None, functions: set[str]) -> Blame:
-    """Every traceback frame in `path`, over every failing test of a pytest output (not only
-    the deepest), and the functions of `functions` that a failing line calls (`>` lines of
-    the tracebacks) or that a frame in `path` is in."""
-    if not test_output:
-        return NO_BLAME
-    frames: Counter = Counter()
-    named: set[str] = set()
-    if path:
-        pattern = rf"^(?:\S*/)?{re.escape(path)}:(\d+): (?:in (\w+))?"
-        for m in re.finditer(pattern, test_output, re.MULTILINE):
-            frames[int(m.group(1))] += 1
-            if m.group(2):
-                named.add(m.group(2))
-    for m in re.finditer(r"^>\s+(.*)$", test_output, re.MULTILINE):
-        named |= set(re.findall(r"\b(\w+)\s*\(", m.group(1)))
-    total = sum(frames.values())
-    return Blame({k: v / total for k, v in frames.items()}, frozenset(named & functions))
-
-
 # ----------------------------------------------------------------------------- enumeration
 
 
 @dataclass(frozen=True)
-class _Edit:
+class Edit:
     """One edit as a slot of the parsed tree set to a new value (undone after rendering)."""
 
     kind: str
@@ -196,7 +104,7 @@ class _Edit:
     description: str
 
 
-class _Scope:
+class Scope:
     """The parsed module with, per node, its parent slot and its enclosing function."""
 
     def __init__(self, tree: ast.Module) -> None:
@@ -210,7 +118,7 @@ class _Scope:
                     for i, item in enumerate(value):
                         if isinstance(item, ast.AST):
                             self.slot[id(item)] = (value, i)
-        self.functions = [n for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)]
+        self.functions = [n for n in ast.walk(tree) if isinstance(n, FUNCTIONS)]
         for fn in self.functions:  # outer first (BFS): an inner function overwrites
             for node in ast.walk(fn):
                 if node is not fn:
@@ -247,7 +155,7 @@ class _Scope:
         return self._bound[id(fn)]
 
 
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _src(node: ast.AST) -> str:
@@ -255,16 +163,16 @@ def _src(node: ast.AST) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _line(node: ast.AST) -> int:
+def line_of(node: ast.AST) -> int:
     return getattr(node, "lineno", 0)
 
 
-def _replace(scope: _Scope, node: ast.AST, new: ast.AST, kind: str, prior, description: str):
+def _replace(scope: Scope, node: ast.AST, new: ast.AST, kind: str, prior, description: str):
     holder, key = scope.slot[id(node)]
-    return _Edit(kind, prior, node, holder, key, new, f"line {_line(node)}: {description}")
+    return Edit(kind, prior, node, holder, key, new, f"line {line_of(node)}: {description}")
 
 
-def _operator_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
+def _operator_edits(scope: Scope, node: ast.AST) -> Iterator[Edit]:
     if isinstance(node, ast.Compare):
         for i, op in enumerate(node.ops):
             family = next(f for f in _CMP_FAMILIES if type(op) in f)
@@ -279,8 +187,8 @@ def _operator_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
                     if pair in _CMP_FLIP
                     else "cmp_far"
                 )
-                yield _Edit("cmp", prior, node, node.ops, i, alt(),
-                            f"line {_line(node)}: {_SYMBOL[type(op)]} -> {_SYMBOL[alt]}")  # fmt: skip
+                yield Edit("cmp", prior, node, node.ops, i, alt(),
+                            f"line {line_of(node)}: {_SYMBOL[type(op)]} -> {_SYMBOL[alt]}")  # fmt: skip
     elif isinstance(node, ast.BinOp | ast.AugAssign):
         family = next((f for f in _ARITH_FAMILIES if type(node.op) in f), ())
         suffix = "=" if isinstance(node, ast.AugAssign) else ""
@@ -288,16 +196,16 @@ def _operator_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
             if alt is type(node.op):
                 continue
             near = frozenset((type(node.op), alt)) in _ARITH_NEAR
-            yield _Edit("arith", "arith_near" if near else "arith_far", node, node, "op", alt(),
-                        f"line {_line(node)}: {_SYMBOL[type(node.op)]}{suffix} -> "
+            yield Edit("arith", "arith_near" if near else "arith_far", node, node, "op", alt(),
+                        f"line {line_of(node)}: {_SYMBOL[type(node.op)]}{suffix} -> "
                         f"{_SYMBOL[alt]}{suffix}")  # fmt: skip
     elif isinstance(node, ast.BoolOp):
         alt = ast.Or if isinstance(node.op, ast.And) else ast.And
-        yield _Edit("bool", "bool", node, node, "op", alt(),
-                    f"line {_line(node)}: {_SYMBOL[type(node.op)]} -> {_SYMBOL[alt]}")  # fmt: skip
+        yield Edit("bool", "bool", node, node, "op", alt(),
+                    f"line {line_of(node)}: {_SYMBOL[type(node.op)]} -> {_SYMBOL[alt]}")  # fmt: skip
 
 
-def _condition_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
+def _condition_edits(scope: Scope, node: ast.AST) -> Iterator[Edit]:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         yield _replace(
             scope, node, node.operand, "not", "not_drop", f"dropped `not` in {_src(node)}"
@@ -312,8 +220,8 @@ def _condition_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
     for holder, key, test in tests:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             continue
-        yield _Edit("not", "not_add", test, holder, key, ast.UnaryOp(ast.Not(), test),
-                    f"line {_line(test)}: negated {_src(test)}")  # fmt: skip
+        yield Edit("not", "not_add", test, holder, key, ast.UnaryOp(ast.Not(), test),
+                    f"line {line_of(test)}: negated {_src(test)}")  # fmt: skip
 
 
 def _is_int(node: ast.AST) -> bool:
@@ -329,7 +237,7 @@ def _signed_int(node: ast.AST | None) -> int | None:
     return None
 
 
-def _parent(scope: _Scope, node: ast.AST) -> ast.AST | None:
+def _parent(scope: Scope, node: ast.AST) -> ast.AST | None:
     holder, _ = scope.slot.get(id(node), (None, None))
     return holder if isinstance(holder, ast.AST) else None
 
@@ -346,7 +254,7 @@ def _bound_positions(node: ast.AST) -> list[ast.expr]:
     return []
 
 
-def _value_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
+def _value_edits(scope: Scope, node: ast.AST) -> Iterator[Edit]:
     if isinstance(node, ast.Constant) and type(node.value) is bool:
         yield _replace(scope, node, ast.Constant(not node.value), "const", "const",
                        f"{node.value} -> {not node.value}")  # fmt: skip
@@ -429,14 +337,14 @@ def _roles(fn: ast.AST) -> dict[str, set[str]]:
 
 def _first_bound(fn: ast.AST) -> dict[str, int]:
     """Per name, the line it is first bound on in `fn` (its parameters: the def's line)."""
-    first = {a.arg: _line(fn) for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    first = {a.arg: line_of(fn) for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     for node in ast.walk(fn):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            first[node.id] = min(first.get(node.id, _line(node)), _line(node))
+            first[node.id] = min(first.get(node.id, line_of(node)), line_of(node))
     return first
 
 
-def _name_edits(scope: _Scope, node: ast.AST, facts: dict) -> Iterator[_Edit]:
+def _name_edits(scope: Scope, node: ast.AST, facts: dict) -> Iterator[Edit]:
     if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
         return
     holder, key = scope.slot[id(node)]
@@ -454,12 +362,12 @@ def _name_edits(scope: _Scope, node: ast.AST, facts: dict) -> Iterator[_Edit]:
         prior = PRIORS["var"]
         if mine and theirs:
             prior += PRIORS["var_role"] * (1 if mine & theirs else -1)
-        prior += PRIORS["var_before"] * (first.get(name, 0) < _line(node))
-        yield _Edit("var", prior, node, holder, key, ast.Name(name, ast.Load()),
-                    f"line {_line(node)}: {node.id} -> {name}")  # fmt: skip
+        prior += PRIORS["var_before"] * (first.get(name, 0) < line_of(node))
+        yield Edit("var", prior, node, holder, key, ast.Name(name, ast.Load()),
+                    f"line {line_of(node)}: {node.id} -> {name}")  # fmt: skip
 
 
-def _order_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
+def _order_edits(scope: Scope, node: ast.AST) -> Iterator[Edit]:
     if isinstance(node, ast.Call):
         args = node.args
         for i in range(len(args)):
@@ -471,8 +379,8 @@ def _order_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
                     continue
                 new = list(args)
                 new[i], new[j] = b, a
-                yield _Edit("args", "args", node, node, "args", new,
-                            f"line {_line(node)}: swapped arguments {_src(a)}, {_src(b)}")  # fmt: skip
+                yield Edit("args", "args", node, node, "args", new,
+                            f"line {line_of(node)}: swapped arguments {_src(a)}, {_src(b)}")  # fmt: skip
     if (
         isinstance(node, ast.BinOp)
         and not isinstance(node.op, _COMMUTATIVE)
@@ -482,17 +390,17 @@ def _order_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
         yield _replace(scope, node, new, "swap", "swap", f"{_src(node)} -> operands swapped")
 
 
-def _call_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
+def _call_edits(scope: Scope, node: ast.AST) -> Iterator[Edit]:
     if not isinstance(node, ast.Call):
         return
     func = node.func
     if isinstance(func, ast.Name) and func.id in _DUALS:
-        yield _Edit("call", "call_dual", node, node, "func", ast.Name(_DUALS[func.id], ast.Load()),
-                    f"line {_line(node)}: {func.id}() -> {_DUALS[func.id]}()")  # fmt: skip
+        yield Edit("call", "call_dual", node, node, "func", ast.Name(_DUALS[func.id], ast.Load()),
+                    f"line {line_of(node)}: {func.id}() -> {_DUALS[func.id]}()")  # fmt: skip
     elif isinstance(func, ast.Attribute) and func.attr in _DUALS:
         new = ast.Attribute(func.value, _DUALS[func.attr], ast.Load())
-        yield _Edit("call", "call_dual", node, node, "func", new,
-                    f"line {_line(node)}: .{func.attr}() -> .{_DUALS[func.attr]}()")  # fmt: skip
+        yield Edit("call", "call_dual", node, node, "func", new,
+                    f"line {line_of(node)}: .{func.attr}() -> .{_DUALS[func.attr]}()")  # fmt: skip
     if len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
         holder, _ = scope.slot[id(node)]
         if not isinstance(holder, ast.Expr):  # a call statement's value is its effect
@@ -508,14 +416,14 @@ def _falls_off(body: list[ast.stmt]) -> bool:
     return not (endless and last.test.value)
 
 
-def _statement_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
+def _statement_edits(scope: Scope, node: ast.AST) -> Iterator[Edit]:
     """`ret` and `del`: statements added or removed (`node` is a statement holder)."""
-    fn = node if isinstance(node, _FUNCTIONS) else scope.function.get(id(node))
+    fn = node if isinstance(node, FUNCTIONS) else scope.function.get(id(node))
     if fn is None:
         return
     names = scope.bound_names(fn)
     values = [*names, *_returned_literals(fn)]
-    if isinstance(node, _FUNCTIONS) and _falls_off(node.body):
+    if isinstance(node, FUNCTIONS) and _falls_off(node.body):
         # the names assigned last are likelier results than the parameters
         assigned = [n for n in names if n not in {a.arg for a in ast.walk(node.args)
                                                    if isinstance(a, ast.arg)}]  # fmt: skip
@@ -523,7 +431,7 @@ def _statement_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
         for name in ordered:
             new = [*node.body, ast.Return(_value(name))]
             prior = PRIORS["ret_end"] - (0.0 if name in assigned else 1.0)
-            yield _Edit("ret", prior, node.body[-1], node, "body", new,
+            yield Edit("ret", prior, node.body[-1], node, "body", new,
                         f"line {node.body[-1].end_lineno + 1}: added `return {name}`")  # fmt: skip
     for field in ("body", "orelse", "finalbody"):
         stmts = getattr(node, field, None)
@@ -531,7 +439,7 @@ def _statement_edits(scope: _Scope, node: ast.AST) -> Iterator[_Edit]:
             continue
         for i, stmt in enumerate(stmts):
             if (
-                isinstance(node, _FUNCTIONS)
+                isinstance(node, FUNCTIONS)
                 and i == 0
                 and isinstance(stmt, ast.Expr)
                 and isinstance(stmt.value, ast.Constant)
@@ -555,13 +463,13 @@ def _value(text: str) -> ast.expr:
     return pyast.parse(text, mode="eval").body
 
 
-def _statement_replacements(scope, node, field, stmts, i, names, fn) -> Iterator[_Edit]:
+def _statement_replacements(scope, node, field, stmts, i, names, fn) -> Iterator[Edit]:
     stmt = stmts[i]
     if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Return) and stmt.value is None):
         prior = "ret_pass" if isinstance(stmt, ast.Pass) else "ret_bare"
         for name in names:
-            yield _Edit("ret", prior, stmt, stmts, i, ast.Return(_value(name)),
-                        f"line {_line(stmt)}: `{_src(stmt)}` -> `return {name}`")  # fmt: skip
+            yield Edit("ret", prior, stmt, stmts, i, ast.Return(_value(name)),
+                        f"line {line_of(stmt)}: `{_src(stmt)}` -> `return {name}`")  # fmt: skip
         if isinstance(stmt, ast.Pass):
             return
     in_loop = isinstance(node, ast.For | ast.While | ast.AsyncFor) or _inside_loop(scope, node, fn)
@@ -577,11 +485,11 @@ def _statement_replacements(scope, node, field, stmts, i, names, fn) -> Iterator
     else:
         prior = "del_block"
     new = [*stmts[:i], *stmts[i + 1 :]] or [ast.Pass()]
-    yield _Edit("del", prior, stmt, node, field, new,
-                f"line {_line(stmt)}: removed `{_src(stmt).splitlines()[0]}`")  # fmt: skip
+    yield Edit("del", prior, stmt, node, field, new,
+                f"line {line_of(stmt)}: removed `{_src(stmt).splitlines()[0]}`")  # fmt: skip
 
 
-def _inside_loop(scope: _Scope, node: ast.AST, fn: ast.AST) -> bool:
+def _inside_loop(scope: Scope, node: ast.AST, fn: ast.AST) -> bool:
     while node is not fn and id(node) in scope.slot:
         if isinstance(node, ast.For | ast.While | ast.AsyncFor):
             return True
@@ -595,7 +503,7 @@ def _inside_loop(scope: _Scope, node: ast.AST, fn: ast.AST) -> bool:
     return False
 
 
-def _edits(scope: _Scope) -> Iterator[_Edit]:
+def enumerate_edits(scope: Scope) -> Iterator[Edit]:
     facts: dict = {}
     for fn in scope.functions:
         yield from _statement_edits(scope, fn)
@@ -606,73 +514,5 @@ def _edits(scope: _Scope) -> Iterator[_Edit]:
         yield from _order_edits(scope, node)
         yield from _call_edits(scope, node)
         yield from _name_edits(scope, node, facts)
-        if isinstance(node, ast.stmt) and not isinstance(node, _FUNCTIONS):
+        if isinstance(node, ast.stmt) and not isinstance(node, FUNCTIONS):
             yield from _statement_edits(scope, node)
-
-
-def _render(tree: ast.Module, edit: _Edit) -> str | None:
-    holder, key = edit.holder, edit.key
-    old = holder[key] if isinstance(holder, list) else getattr(holder, key)
-    if isinstance(holder, list):
-        holder[key] = edit.new
-    else:
-        setattr(holder, key, edit.new)
-    try:
-        return ast.unparse(tree) + "\n"
-    except (ValueError, TypeError, AttributeError, RecursionError):
-        return None
-    finally:
-        if isinstance(holder, list):
-            holder[key] = old
-        else:
-            setattr(holder, key, old)
-
-
-def function_names(source: str) -> set[str]:
-    """The functions a module defines (what `blame` may blame)."""
-    try:
-        tree = pyast.parse(source)
-    except SyntaxError:
-        return set()
-    return {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)}
-
-
-def neighbourhood(
-    source: str, limit: int | None = None, hints: Blame = NO_BLAME
-) -> list[Neighbour]:
-    """The module's one-edit neighbours, best score first (ties in reading order), distinct
-    and each different from the module, at most `limit` (None: all). Raises SyntaxError if
-    `source` does not parse."""
-    tree = pyast.parse(source)
-    scope = _Scope(tree)
-    original = ast.unparse(tree) + "\n"
-    scored = []
-    for order, edit in enumerate(itertools.islice(_edits(scope), MAX_EDITS)):
-        prior = PRIORS[edit.prior] if isinstance(edit.prior, str) else edit.prior
-        line = _line(edit.node)
-        fn = scope.function.get(id(edit.node), edit.node)
-        score = (prior + TRACEBACK_WEIGHT * hints.lines.get(line, 0.0)
-                 + FUNCTION_WEIGHT * (getattr(fn, "name", None) in hints.functions))  # fmt: skip
-        scored.append((-score, line, order, edit, score))
-    scored.sort(key=lambda s: s[:3])
-    out: list[Neighbour] = []
-    seen = {original}
-    descriptions: Counter = Counter()
-    for *_, edit, score in scored:
-        if limit is not None and len(out) >= limit:
-            break
-        text = _render(tree, edit)
-        if text is None or text in seen:
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", SyntaxWarning)  # `x is 1`: valid, and listed
-                compile(text, "<candidate>", "exec")
-        except (SyntaxError, ValueError):
-            continue  # e.g. a `break` left outside its loop
-        seen.add(text)
-        descriptions[edit.description] += 1
-        n = descriptions[edit.description]
-        description = edit.description + (f" #{n}" if n > 1 else "")
-        out.append(Neighbour(edit.kind, _line(edit.node), description, text, score))
-    return out
