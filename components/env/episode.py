@@ -292,7 +292,7 @@ class EpisodeEnv:
         fired = self.tool_context.counts - counts_before
         self.step_rewards.append(
             w.invalid_call * (self.invalid_calls - invalid_before)
-            + sum(getattr(w, term) * fired[term] for term in self.tools.counted_terms)
+            + sum(weight_of(term, w) * fired[term.name] for term in self.tools.rubric)
         )
         if self.tools.ends_episode(action.tool):
             self.stop("finished")
