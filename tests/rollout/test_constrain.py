@@ -1,4 +1,4 @@
-"""Constrained try_fix ids (components/rollout/constrain.py): the text matching by hand, the
+"""Constrained try_fix ids (components/env/tool_sets/fix_search/constrain.py): the text matching by hand, the
 processor inside a real `model.generate`, and the engine passing each episode's untried
 listed ids."""
 
