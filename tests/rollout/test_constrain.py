@@ -1,6 +1,6 @@
-"""Constrained try_fix ids (components/env/tool_sets/fix_search/constrain.py): the text matching by hand, the
-processor inside a real `model.generate`, and the engine passing each episode's untried
-listed ids."""
+"""Constrained try_fix ids (components/env/tool_sets/fix_search/constrain.py): the text
+matching by hand, the processor inside a real `model.generate`, and the engine passing each
+episode's untried listed ids."""
 
 from __future__ import annotations
 
