@@ -103,7 +103,7 @@ def _update_worker(args) -> dict:
     from components.rollout.config import RolloutConfig
     from components.train.config import DPOConfig, GRPOConfig
     from components.train.dpo import _accumulate, _pair_batches, _score_reference
-    from components.train.grpo import _update
+    from components.train.grpo.update import update_with as _update
     from components.train.parallel import barrier, join_process_group, make_stepper
 
     torch.set_num_threads(1)

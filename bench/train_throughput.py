@@ -53,7 +53,8 @@ from components.tasks.generate import generate_suite  # noqa: E402
 from components.tasks.task import load_tasks  # noqa: E402
 from components.train.config import GRPOConfig  # noqa: E402
 from components.train.data import collate, sft_examples, trajectory_tokens  # noqa: E402
-from components.train.grpo import _update, collate_rollouts  # noqa: E402
+from components.train.grpo.update import collate_rollouts  # noqa: E402
+from components.train.grpo.update import update_with as _update  # noqa: E402
 from components.train.losses import token_logprobs  # noqa: E402
 from components.train.parallel import Stepper  # noqa: E402
 

@@ -284,12 +284,14 @@ def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = 
 
 def log_stage(parent_run_id: str, stage: str, params: dict, result: dict, seconds: float,
               artifacts: list[Path] = (), tags: dict | None = None,
-              started: float | None = None, ended: float | None = None) -> str:  # fmt: skip
+              span: tuple[float | None, float | None] = (None, None)) -> str:  # fmt: skip
     """A nested run for one stage: its config as params, its numbers as metrics (a
     confidence interval as `_lo`/`_hi`, lists of numbers as per-step metrics, e.g. the SFT
     loss curve), per-group breakdowns as tables (`tables/<key>.json`), its files as
-    artifacts. `started`/`ended` (unix s): when the stage ran, so the run's duration is the
-    stage's. Uses the client API so the parent run stays RUNNING while the pipeline goes on."""
+    artifacts. `span`: (started, ended), unix s, when the stage ran, so the run's duration
+    is the stage's. Uses the client API so the parent run stays RUNNING while the pipeline
+    goes on."""
+    started, ended = span
     mlflow = _mlflow()
     from mlflow.entities import Metric
 
@@ -317,6 +319,21 @@ def log_stage(parent_run_id: str, stage: str, params: dict, result: dict, second
             client.log_artifact(run_id, str(path))
     client.set_terminated(run_id, "FINISHED", end_time=_ms(ended))
     return run_id
+
+
+def start_trainer_run(uri: str, experiment: str, run_name: str, params: dict):
+    """The mlflow module with a started run of a standalone trainer (SFT, DPO, GRPO) at
+    tracking URI `uri`, its params logged; None when `uri` is empty (no tracking). The
+    trainer logs its metrics on the module and ends the run."""
+    if not uri:
+        return None
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment)
+    mlflow.start_run(run_name=run_name)
+    mlflow.log_params(params)
+    return mlflow
 
 
 def _messages(events: list[dict], upto: int, limit: int) -> list[dict]:

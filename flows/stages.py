@@ -85,7 +85,7 @@ def track(name: str, parent_run_id: str, params: dict, result: dict, artifacts: 
     shown = {k: v for k, v in result.items() if not k.startswith("_")}
     return log_stage(parent_run_id, name, params, shown, result.get("_stage_seconds", 0.0),
                      [Path(a) for a in artifacts], tags={"cached": str(cached)},
-                     started=started, ended=ended)  # fmt: skip
+                     span=(started, ended))  # fmt: skip
 
 
 @task

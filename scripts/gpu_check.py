@@ -165,7 +165,8 @@ def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]
     from components.policy.model import load_policy
     from components.rollout.engine import sample_episodes
     from components.sandbox.config import SandboxConfig
-    from components.train.grpo import _policy_logps, collate_rollouts
+    from components.train.grpo.update import collate_rollouts
+    from components.train.grpo.update import policy_logps as _policy_logps
 
     model, tokenizer = load_policy(policy_dir)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -14,8 +14,8 @@ What this simplifies (AReaL and verl's fully asynchronous modes go further): the
 samples a whole iteration under one version; it does not interrupt generation to pick up
 new weights mid-episode. Each episode therefore lags the weights it trains by exactly
 min(s, i - 1) versions; the trainer still checks every episode's recorded version and
-drops any older than s (grpo.py), so a server that answered under another version than
-asked cannot slip in.
+drops any older than s (grpo/sources.py: drop_stale), so a server that answered under another
+version than asked cannot slip in.
 """
 
 from __future__ import annotations
@@ -39,6 +39,12 @@ from components.tasks.task import Task
 
 # sample(iteration, version) -> the iteration's episodes, sampled with that policy version.
 SampleFn = Callable[[int, int], list[Rollout]]
+
+
+def sampling_config(rollout_config: RolloutConfig, seed: int, iteration: int) -> RolloutConfig:
+    """The sampler's settings for iteration `iteration` of a run seeded `seed` (GRPOConfig.seed):
+    one sampling seed per iteration, so each samples afresh and a replay samples the same."""
+    return dataclasses.replace(rollout_config, seed=derive_seed(seed, "sample", iteration))
 
 
 def sampling_version(iteration: int, max_staleness: int) -> int:
@@ -151,7 +157,7 @@ class ServedSampler:
     this run's others; full weights, reload them), then sample the iteration's episodes
     under that name. Plain data, so it pickles into the rollout process."""
 
-    tasks: dict[int, list[Task]]  # iteration -> its tasks (grpo.pick_tasks)
+    tasks: dict[int, list[Task]]  # iteration -> its tasks (grpo/sources.py: tasks_of)
     tokenizer: object
     rollout_config: RolloutConfig
     env_config: EnvConfig
@@ -182,6 +188,6 @@ class ServedSampler:
                         sync.unload(other)
             self.loaded = version
         client = OpenAICompletionsClient.from_config(dataclasses.replace(config, model=name))
-        sampling = dataclasses.replace(config, seed=derive_seed(self.seed, "sample", iteration))
+        sampling = sampling_config(config, self.seed, iteration)
         return sample_episodes(self.tasks[iteration], client, self.tokenizer, sampling,
                                self.env_config, self.sandbox_config, policy_name="grpo")  # fmt: skip

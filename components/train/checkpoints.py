@@ -152,7 +152,7 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Policy versions for an inference server (served sampling: grpo.py, rollout/policy_sync.py)
+# Policy versions for an inference server (served sampling: grpo/recipe.py, rollout/policy_sync.py)
 
 
 def save_version(stepper, output_dir: str | Path, version: int) -> Path:

@@ -93,6 +93,57 @@ class DeepSpeedConfig:
         return values
 
 
+# Fields every trainer has (tracking, DeepSpeed, LoRA), declared once.
+def _tracking_uri():
+    return field(default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)"))
+
+
+def _experiment(stage: str):
+    return field(default=f"agentrl-{stage}", metadata=doc("MLflow experiment name of the run"))
+
+
+def _deepspeed():
+    return field(
+        default=None,
+        metadata=doc(
+            "update under DeepSpeed ZeRO (launch with torchrun, train/parallel.py); None = "
+            "plain AdamW (gradients all-reduced across torchrun ranks)"
+        ),
+    )
+
+
+def _lora(reference: str):
+    return field(
+        default=None,
+        metadata=doc(f"train LoRA adapters on the frozen base{reference}; None = all weights"),
+    )
+
+
+def _typed_sections(config) -> None:
+    """The `deepspeed` and `lora` sections as their dataclasses when they came as dicts
+    (from YAML / JSON)."""
+    if isinstance(config.deepspeed, dict):
+        object.__setattr__(config, "deepspeed", DeepSpeedConfig(**config.deepspeed))
+    if isinstance(config.lora, dict):
+        object.__setattr__(config, "lora", LoRAConfig(**config.lora))
+
+
+def _check_at_least(config, minimum: int, names: tuple[str, ...]) -> None:
+    for name in names:
+        if getattr(config, name) < minimum:
+            raise ValueError(f"{type(config).__name__}.{name} must be >= {minimum}")
+
+
+def _check_sequence_length(config) -> None:
+    """max_seq_len of at least 16 tokens, a multiple of pad_to_multiple_of: a padded batch
+    must never exceed the truncation length the model was sized for."""
+    name = type(config).__name__
+    if config.max_seq_len < 16:
+        raise ValueError(f"{name}.max_seq_len must be >= 16")
+    if config.pad_to_multiple_of and config.max_seq_len % config.pad_to_multiple_of:
+        raise ValueError(f"{name}.max_seq_len must be a multiple of pad_to_multiple_of")
+
+
 @dataclass(frozen=True)
 class SFTConfig:
     """Supervised fine-tuning on trajectories: loss on the assistant's tokens only."""
@@ -141,45 +192,23 @@ class SFTConfig:
     output_dir: str = field(
         default="runs/sft", metadata=doc("where the trained policy (save_policy) is written")
     )
-    mlflow_tracking_uri: str = field(
-        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
-    )
-    mlflow_experiment: str = field(
-        default="agentrl-sft", metadata=doc("MLflow experiment name of the run")
-    )
-    deepspeed: DeepSpeedConfig | None = field(
-        default=None,
-        metadata=doc(
-            "train through DeepSpeed ZeRO (launch with torchrun); None = the in-process loop"
-        ),
-    )
-    lora: LoRAConfig | None = field(
-        default=None,
-        metadata=doc("train LoRA adapters on the frozen base (policy/lora.py); None = all weights"),
-    )
+    mlflow_tracking_uri: str = _tracking_uri()
+    mlflow_experiment: str = _experiment("sft")
+    deepspeed: DeepSpeedConfig | None = _deepspeed()
+    lora: LoRAConfig | None = _lora(" (policy/lora.py)")
 
     def __post_init__(self) -> None:
-        if isinstance(self.deepspeed, dict):  # from YAML/JSON
-            object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
-        if isinstance(self.lora, dict):
-            object.__setattr__(self, "lora", LoRAConfig(**self.lora))
+        _typed_sections(self)
         if self.learning_rate <= 0:
             raise ValueError("SFTConfig.learning_rate must be positive")
         if self.lr_scheduler not in ("constant", "linear", "cosine"):
             raise ValueError(f"SFTConfig.lr_scheduler: unknown {self.lr_scheduler!r}")
         if self.max_steps <= 0 and self.epochs <= 0:
             raise ValueError("SFTConfig: set epochs > 0 or max_steps > 0")
-        for name in ("batch_size", "grad_accum", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SFTConfig.{name} must be >= 1")
-        for name in ("warmup_steps", "pad_to_multiple_of", "weight_decay", "max_grad_norm"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SFTConfig.{name} must be >= 0")
-        if self.max_seq_len < 16:
-            raise ValueError("SFTConfig.max_seq_len must be >= 16")
-        if self.pad_to_multiple_of and self.max_seq_len % self.pad_to_multiple_of:
-            # A padded batch must never exceed the truncation length the model was sized for.
-            raise ValueError("SFTConfig.max_seq_len must be a multiple of pad_to_multiple_of")
+        _check_at_least(self, 1, ("batch_size", "grad_accum", "log_every"))
+        _check_at_least(self, 0, ("warmup_steps", "pad_to_multiple_of", "weight_decay",
+                                  "max_grad_norm"))  # fmt: skip
+        _check_sequence_length(self)
 
 
 @dataclass(frozen=True)
@@ -263,31 +292,13 @@ class DPOConfig:
     output_dir: str = field(
         default="runs/dpo", metadata=doc("where the trained policy (save_policy) is written")
     )
-    mlflow_tracking_uri: str = field(
-        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
-    )
-    mlflow_experiment: str = field(
-        default="agentrl-dpo", metadata=doc("MLflow experiment name of the run")
-    )
-    deepspeed: DeepSpeedConfig | None = field(
-        default=None,
-        metadata=doc(
-            "update under DeepSpeed ZeRO (launch with torchrun, train/parallel.py); None = "
-            "plain AdamW (gradients all-reduced across torchrun ranks)"
-        ),
-    )
-    lora: LoRAConfig | None = field(
-        default=None,
-        metadata=doc(
-            "train LoRA adapters on the frozen base, reference = the base; None = all weights"
-        ),
-    )
+    mlflow_tracking_uri: str = _tracking_uri()
+    mlflow_experiment: str = _experiment("dpo")
+    deepspeed: DeepSpeedConfig | None = _deepspeed()
+    lora: LoRAConfig | None = _lora(", reference = the base")
 
     def __post_init__(self) -> None:
-        if isinstance(self.lora, dict):  # from JSON
-            object.__setattr__(self, "lora", LoRAConfig(**self.lora))
-        if isinstance(self.deepspeed, dict):
-            object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
+        _typed_sections(self)
         if self.beta <= 0:
             raise ValueError("DPOConfig.beta must be positive")
         if self.loss_type not in ("sigmoid", "hinge", "ipo", "robust"):
@@ -296,16 +307,11 @@ class DPOConfig:
             raise ValueError("DPOConfig.label_smoothing must be in [0, 0.5)")
         if self.learning_rate <= 0:
             raise ValueError("DPOConfig.learning_rate must be positive")
-        for name in ("max_steps", "batch_size", "grad_accum", "pairs_per_task", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DPOConfig.{name} must be >= 1")
-        for name in ("warmup_steps", "pad_to_multiple_of", "weight_decay", "max_grad_norm"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"DPOConfig.{name} must be >= 0")
-        if self.max_seq_len < 16:
-            raise ValueError("DPOConfig.max_seq_len must be >= 16")
-        if self.pad_to_multiple_of and self.max_seq_len % self.pad_to_multiple_of:
-            raise ValueError("DPOConfig.max_seq_len must be a multiple of pad_to_multiple_of")
+        _check_at_least(self, 1, ("max_steps", "batch_size", "grad_accum", "pairs_per_task",
+                                  "log_every"))  # fmt: skip
+        _check_at_least(self, 0, ("warmup_steps", "pad_to_multiple_of", "weight_decay",
+                                  "max_grad_norm"))  # fmt: skip
+        _check_sequence_length(self)
 
 
 @dataclass(frozen=True)
@@ -396,25 +402,10 @@ class GRPOConfig:
         default="runs/grpo",
         metadata=doc("checkpoints/, metrics.jsonl and the final policy/ are written here"),
     )
-    mlflow_tracking_uri: str = field(
-        default="", metadata=doc("MLflow tracking URI ('' = do not log to MLflow)")
-    )
-    mlflow_experiment: str = field(
-        default="agentrl-grpo", metadata=doc("MLflow experiment name of the run")
-    )
-    deepspeed: DeepSpeedConfig | None = field(
-        default=None,
-        metadata=doc(
-            "update under DeepSpeed ZeRO (launch with torchrun, train/parallel.py); None = "
-            "plain AdamW (gradients all-reduced across torchrun ranks)"
-        ),
-    )
-    lora: LoRAConfig | None = field(
-        default=None,
-        metadata=doc(
-            "train LoRA adapters on the frozen base, KL reference = the base; None = all weights"
-        ),
-    )
+    mlflow_tracking_uri: str = _tracking_uri()
+    mlflow_experiment: str = _experiment("grpo")
+    deepspeed: DeepSpeedConfig | None = _deepspeed()
+    lora: LoRAConfig | None = _lora(", KL reference = the base")
     async_rollouts: bool = field(
         default=False,
         metadata=doc(
@@ -442,23 +433,16 @@ class GRPOConfig:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.lora, dict):  # from JSON
-            object.__setattr__(self, "lora", LoRAConfig(**self.lora))
-        if isinstance(self.deepspeed, dict):
-            object.__setattr__(self, "deepspeed", DeepSpeedConfig(**self.deepspeed))
+        _typed_sections(self)
         if self.max_staleness < 0 or self.stale_importance_cap < 0:
             raise ValueError("GRPOConfig: max_staleness and stale_importance_cap must be >= 0")
-        for name in ("iterations", "tasks_per_iteration", "ppo_epochs", "micro_batch_size",
-                     "checkpoint_every", "keep_checkpoints"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"GRPOConfig.{name} must be >= 1")
+        _check_at_least(self, 1, ("iterations", "tasks_per_iteration", "ppo_epochs",
+                                  "micro_batch_size", "checkpoint_every", "keep_checkpoints"))  # fmt: skip
         if self.group_size < 2:
             raise ValueError("GRPOConfig.group_size must be >= 2 (a group needs a baseline)")
         if self.learning_rate <= 0:
             raise ValueError("GRPOConfig.learning_rate must be positive")
-        for name in ("weight_decay", "max_grad_norm", "beta", "minibatch_size"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"GRPOConfig.{name} must be >= 0")
+        _check_at_least(self, 0, ("weight_decay", "max_grad_norm", "beta", "minibatch_size"))
         if not 0.0 <= self.epsilon_low < 1.0:
             raise ValueError("GRPOConfig.epsilon_low must be in [0, 1)")
         if self.epsilon_high < 0:

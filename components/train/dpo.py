@@ -23,17 +23,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.tracking import start_trainer_run
 from components.train.config import DPOConfig
 from components.train.data import collate, trajectory_tokens
+from components.train.devices import trainable_parameters, training_device, warmup_then_constant
 from components.train.parallel import (
+    OptimizerSettings,
     all_gather_list,
     all_sum,
     deal,
     make_stepper,
     save_gathered,
-    world,
+    score_shares,
 )
-from components.train.sft import trainable_parameters, training_device
 
 
 @dataclass
@@ -85,6 +87,7 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
     holds the pairs and trains on its share of each batch (parallel.py).
     """
     import torch
+    from torch.optim.lr_scheduler import LambdaLR
 
     from components.policy.lora import add_adapters, reference_or_base, without_adapters
     from components.policy.model import load_policy
@@ -105,13 +108,13 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
         raise ValueError("train_dpo: no usable pair (none given, or all truncated)")
     with reference_or_base(policy, reference) as frozen:
         _score_reference(frozen, examples, pad_id, config, device)
-    stepper = make_stepper(
-        policy, config.deepspeed, learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        micro_batch_size=config.batch_size, bf16=config.bf16,
+    stepper = make_stepper(policy, config.deepspeed, OptimizerSettings(
+        learning_rate=config.learning_rate, weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm, micro_batch_size=config.batch_size,
+        bf16=config.bf16,
         # Linear warmup, then constant: DPO runs are short and usually stopped by evaluation.
-        schedule=lambda step: min(1.0, (step + 1) / (config.warmup_steps + 1)),
-    )  # fmt: skip
+        scheduler=lambda opt: LambdaLR(opt, warmup_then_constant(config.warmup_steps)),
+    ))  # fmt: skip
     mlflow = _start_tracking(config, len(examples)) if stepper.rank == 0 else None
     batches = _pair_batches(examples, config.batch_size, config.seed)
     history: dict[str, list[float]] = {k: [] for k in ("loss", "chosen", "rejected", "acc")}
@@ -153,24 +156,15 @@ def _score_reference(reference, examples: list[dict], pad_id: int, config: DPOCo
     """Store each pair's reference log-probs in it (ref_chosen, ref_rejected): the reference
     never changes, so every pair is scored once (each rank scores its share; the ranks
     exchange them)."""
-    import torch
 
-    rank, size = world()
-    mine = deal(list(range(len(examples))), rank, size)
-    scored: dict[int, tuple] = {}
-    with torch.no_grad():
-        for start in range(0, len(mine), config.batch_size):
-            chunk = mine[start : start + config.batch_size]
-            seqs = [examples[i]["chosen"] for i, _ in chunk]
-            seqs += [examples[i]["rejected"] for i, _ in chunk]
-            ref = _sequence_logps(reference, seqs, pad_id, config, device).float().cpu()
-            for k, (i, weight) in enumerate(chunk):
-                if weight:
-                    scored[i] = (ref[k], ref[len(chunk) + k])
-    for part in all_gather_list(sorted(scored.items())) if size > 1 else []:
-        scored.update(part)
-    for i, ex in enumerate(examples):
-        ex["ref_chosen"], ex["ref_rejected"] = scored[i]
+    def score(indices: list[int]) -> list[tuple]:
+        seqs = [examples[i]["chosen"] for i in indices] + [examples[i]["rejected"] for i in indices]
+        ref = _sequence_logps(reference, seqs, pad_id, config, device).float().cpu()
+        return [(ref[k], ref[len(indices) + k]) for k in range(len(indices))]
+
+    scored = score_shares(len(examples), config.batch_size, score)
+    for ex, (chosen, rejected) in zip(examples, scored, strict=True):
+        ex["ref_chosen"], ex["ref_rejected"] = chosen, rejected
 
 
 def _pair_batches(examples: list[dict], batch_size: int, seed: int):
@@ -230,16 +224,9 @@ def _accumulate(stepper, batches, pad_id: int, config: DPOConfig, device):
 
 def _start_tracking(config: DPOConfig, num_pairs: int):
     """The mlflow module with a started run, or None when no tracking URI is configured."""
-    if not config.mlflow_tracking_uri:
-        return None
-    import mlflow
-
-    mlflow.set_tracking_uri(config.mlflow_tracking_uri)
-    mlflow.set_experiment(config.mlflow_experiment)
-    mlflow.start_run(run_name="dpo")
     params = {k: v for k, v in vars(config).items() if k not in ("lora", "deepspeed")}
-    mlflow.log_params({**params, "lora": config.lora is not None, "num_pairs": num_pairs})
-    return mlflow
+    return start_trainer_run(config.mlflow_tracking_uri, config.mlflow_experiment, "dpo",
+                             {**params, "lora": config.lora is not None, "num_pairs": num_pairs})  # fmt: skip
 
 
 def _log_step(mlflow, history: dict[str, list[float]], lr: float, tokens_per_s: float, step: int):

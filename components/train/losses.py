@@ -228,6 +228,8 @@ def turn_token_advantages(
     return advantages.float().reshape(-1, 1) + padded.gather(1, index.clamp(max=s))  # [B, T]
 
 
+# Its keywords are TRL's GRPO settings by name, each defaulted (test_losses.py sets them as TRL).
+# long: a pure tensor function: the tensors, then TRL's coefficients as keywords
 def grpo_loss(
     logps: Tensor,
     old_logps: Tensor,

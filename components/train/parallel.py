@@ -1,9 +1,10 @@
-"""Data-parallel updates for DPO and GRPO: one process per device, launched by torchrun.
+"""The one stepper of every training stage (SFT, DPO, GRPO), on one process or one per
+device under torchrun.
 
 Launched by `torch.distributed.run` (WORLD_SIZE in the environment), a stage joins the
 process group (`join_process_group`) and every rank holds the same batch (GRPO: the
-iteration's episodes, gathered from the ranks that sampled them; DPO: the same seeded pair
-stream). Each optimizer step's items are dealt out round-robin (`deal`), each rank's loss is
+iteration's episodes, gathered from the ranks that sampled them; DPO and SFT: the same
+seeded stream of pairs or examples). Each optimizer step's items are dealt out round-robin (`deal`), each rank's loss is
 normalised by the *whole* step's count (tokens or sequences) and multiplied by the world
 size, because both engines below average gradients over ranks: the averaged gradient is
 then exactly the one-process gradient of the same batch (tests/train/test_parallel.py,
@@ -11,26 +12,28 @@ within float32 summation order).
 
 Two engines apply the gradients (`make_stepper`):
 - DeepSpeed ZeRO-2/3 (`deepspeed` set in the stage's config): deepspeed.initialize with the
-  shipped JSON, as SFT does (deepspeed_launch.py); the accumulation boundary is set by hand
-  at each step's last micro-batch, because a GRPO minibatch's micro-batch count varies;
+  shipped JSON (configs/deepspeed/); the accumulation boundary is set by hand at each
+  step's last micro-batch, because a GRPO minibatch's micro-batch count varies;
 - plain torch (no `deepspeed`): gradients all-reduced (mean) before clipping and AdamW,
   i.e. DDP's arithmetic without its bucketing; also the one-process path (world 1).
 
 Every rank runs the same number of forward passes (ZeRO-3 gathers each layer's parameters
 collectively in forward): a rank with fewer items runs zero-weighted passes (`deal` pads).
-Why not FSDP2 / accelerate: SFT already runs under DeepSpeed with these JSON files and the
-k8s trainer Job launches it; one engine for every stage keeps one set of checkpoints,
-configs and launch commands. The target single-GPU machine has no DeepSpeed: there, world 1
+Why not FSDP2 / accelerate: the k8s trainer Job launches DeepSpeed with these JSON files;
+one engine for every stage keeps one set of checkpoints, configs and launch commands. The target single-GPU machine has no DeepSpeed: there, world 1
 uses the plain path.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from components.train.devices import plain_adamw
 
 
 def join_process_group() -> tuple[int, int]:
@@ -107,6 +110,26 @@ def all_gather_list(mine: list) -> list[list]:
     return out
 
 
+def score_shares(count: int, chunk_size: int, score) -> list:
+    """The values of items 0..count-1 on every rank, each rank computing its share (`deal`)
+    without gradients, `chunk_size` items a call: score(indices) -> one CPU value per index
+    (zero-weight fillers are scored too, so the ranks' forwards stay in step, then dropped);
+    the ranks exchange their values."""
+    rank, size = world()
+    mine = deal(list(range(count)), rank, size)
+    out: dict[int, object] = {}
+    with torch.no_grad():
+        for start in range(0, len(mine), chunk_size):
+            chunk = mine[start : start + chunk_size]
+            values = score([i for i, _ in chunk])
+            for (i, weight), value in zip(chunk, values, strict=True):
+                if weight:
+                    out[i] = value
+    for part in all_gather_list(sorted(out.items(), key=lambda kv: kv[0])) if size > 1 else []:
+        out.update(part)
+    return [out[i] for i in range(count)]
+
+
 def barrier() -> None:
     import torch.distributed as dist
 
@@ -180,36 +203,51 @@ class Stepper:
         return deepspeed.zero.GatheredParameters(list(self.model.parameters()))
 
 
-def make_stepper(model, deepspeed_config, *, learning_rate: float, weight_decay: float,
-                 max_grad_norm: float, micro_batch_size: int, bf16: bool = False,
-                 schedule=None) -> Stepper:  # fmt: skip
-    """The Stepper for `model` in this process group: DeepSpeed when `deepspeed_config`
-    (a train.config.DeepSpeedConfig) is set, else plain AdamW over the trainable
-    parameters (gradients all-reduced when world > 1). `schedule`: step -> learning-rate
-    factor (torch's LambdaLR), advanced once per optimizer step."""
-    from torch.optim.lr_scheduler import LambdaLR
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """How a stage's optimizer steps: AdamW's rate and decay, the clip, the micro-batch size
+    DeepSpeed is told, bf16, and the learning-rate schedule (`scheduler`: optimizer -> a
+    torch scheduler, advanced once per optimizer step). `optimizer` builds the plain path's
+    optimizer from (model, learning_rate, weight_decay); DeepSpeed builds its own from the
+    JSON."""
 
+    learning_rate: float
+    weight_decay: float = 0.0
+    max_grad_norm: float = 0.0
+    micro_batch_size: int = 1
+    bf16: bool = False
+    scheduler: Callable | None = None
+    optimizer: Callable = plain_adamw
+
+
+def make_stepper(model, deepspeed_config, settings: OptimizerSettings | None = None,
+                 **fields) -> Stepper:  # fmt: skip
+    """The Stepper for `model` in this process group: DeepSpeed when `deepspeed_config`
+    (a train.config.DeepSpeedConfig) is set, else `settings.optimizer` over the trainable
+    parameters (gradients all-reduced when world > 1). `fields`: the OptimizerSettings'
+    fields, when no `settings` is given."""
+    settings = settings or OptimizerSettings(**fields)
     rank, size = world()
     if deepspeed_config is None:
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
-        scheduler = LambdaLR(optimizer, schedule) if schedule is not None else None
-        return Stepper(model, model, optimizer, rank, size, max_grad_norm, scheduler=scheduler)
+        optimizer = settings.optimizer(model, settings.learning_rate, settings.weight_decay)
+        scheduler = settings.scheduler(optimizer) if settings.scheduler is not None else None
+        return Stepper(model, model, optimizer, rank, size, settings.max_grad_norm,
+                       scheduler=scheduler)  # fmt: skip
     import deepspeed
 
     # bf16 parameters (PolicyConfig.dtype) train with DeepSpeed's fp32 master weights.
-    bf16 = bf16 or any(p.dtype == torch.bfloat16 for p in model.parameters())
+    bf16 = settings.bf16 or any(p.dtype == torch.bfloat16 for p in model.parameters())
+    # One micro-batch per engine step: Stepper.backward sets the accumulation boundary.
     ds_config = deepspeed_config.load(
-        micro_batch_size=micro_batch_size, grad_accum=1, lr=learning_rate,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, bf16=bf16,
+        micro_batch_size=settings.micro_batch_size, grad_accum=1, lr=settings.learning_rate,
+        weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, bf16=bf16,
     )  # fmt: skip
     engine, optimizer, _, _ = deepspeed.initialize(
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=ds_config,
-        lr_scheduler=(lambda opt: LambdaLR(opt, schedule)) if schedule is not None else None,
+        config=ds_config, lr_scheduler=settings.scheduler,
     )  # fmt: skip
     # The engine steps its scheduler itself (engine.step).
-    return Stepper(engine, engine.module, optimizer, rank, size, max_grad_norm, engine,
+    return Stepper(engine, engine.module, optimizer, rank, size, settings.max_grad_norm, engine,
                    deepspeed_config.zero_stage)  # fmt: skip
 
 

@@ -9,22 +9,19 @@ tool output, and the head is a large share of a small model's forward (and of a 
 model's memory: [T, 150k] logits). For Qwen/Llama-style models the head runs on exactly
 those rows (`labelled_logits`); other models get their own forward with `logits_to_keep`.
 
-Why not TRL's SFTTrainer any more (it was used through TRL 1.16 until this change):
-- its compute_loss runs a fused head that also computes the entropy and top-1 accuracy of
-  every token, and gathers both with a device sync, on every micro-batch; TRL has no switch
-  to turn that off. Measured on the CPU preset, the TRL path ran at 0.42x a bare torch loop
-  on the same data (bench/train_throughput.py; bench/results/ for this loop's ratio);
-- the GPU machine the project targets has no TRL and no `datasets` (with pyarrow, too
-  large to carry), so SFT must run without them (scripts/gpu_check.sh);
-- everything else it gave us is a few lines here: the data order, schedule, optimizer and
-  per-token loss normalisation are those of transformers' Trainer (a seeded permutation per
-  epoch, data_seed + epoch as accelerate's seedable sampler draws it; AdamW without decay on
-  biases and norms; the learning rate of each step logged before the scheduler steps), so
-  the golden losses of tests/train/test_sft.py did not change.
+Why not TRL's SFTTrainer: its compute_loss also computes the entropy and top-1 accuracy of
+every token, with a device sync, on every micro-batch, and TRL has no switch to turn that
+off (bench/train_throughput.py measures this loop against a bare one); and the GPU machine
+the project targets has no TRL and no `datasets`. What it gave is a few lines here: the
+data order, schedule, optimizer and per-token loss normalisation are those of transformers'
+Trainer (a seeded permutation per epoch, seed + epoch; AdamW without decay on biases and
+norms; the learning rate of each step logged before the scheduler steps).
 
 `config.lora` set: the model is wrapped with PEFT adapters first (policy/lora.py) and the
-saved policy is the adapter folder. `config.deepspeed` set: the same examples go through
-`deepspeed_launch.train_sft_deepspeed` (deepspeed.initialize with the shipped ZeRO JSON).
+saved policy is the adapter folder. The optimizer steps through parallel.Stepper, as DPO's
+and GRPO's do: plain torch on one process, or with `config.deepspeed` a DeepSpeed ZeRO
+engine on every torchrun rank, each rank training on its share of every window (the same
+windows, the same per-window token normalisation).
 Per-step loss, learning rate, grad norm and tokens/s are returned in SFTResult and, when a
 tracking URI is configured, logged to MLflow. Resuming is out of scope.
 """
@@ -35,13 +32,24 @@ import math
 import time
 from pathlib import Path
 
+from components.tracking import start_trainer_run
 from components.train.config import SFTConfig
 from components.train.data import IGNORE_INDEX, collate, sft_examples
+from components.train.devices import adamw, lr_schedule, trainable_parameters, training_device
+from components.train.parallel import (
+    OptimizerSettings,
+    all_sum,
+    deal,
+    join_process_group,
+    make_stepper,
+    save_gathered,
+)
 from components.train.sft_result import SFTResult
 
 
 def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTResult:
-    """Fine-tune `model` in place on the assistant tokens of `records`; save it to output_dir."""
+    """Fine-tune `model` in place on the assistant tokens of `records`; save it to output_dir.
+    With `config.deepspeed`, every torchrun rank calls this on the same records."""
     examples = sft_examples(records, tokenizer, config.max_seq_len)
     if not examples:
         raise ValueError("train_sft: no example with an assistant token (empty or all truncated)")
@@ -49,51 +57,35 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
 
     model = add_adapters(model, config.lora) if config.lora else without_adapters(model)
     if config.deepspeed is not None:
-        from components.train.deepspeed_launch import train_sft_deepspeed
+        import torch
 
-        return train_sft_deepspeed(model, tokenizer, examples, config)
-
-    import torch
-
-    from components.policy.model import save_policy
-
+        join_process_group()
+        torch.manual_seed(config.seed)
     device = training_device(config.use_cpu)
     model.to(device).train()
     windows, total_steps = step_windows(len(examples), config)
-    optimizer = adamw(model, config.learning_rate, config.weight_decay)
-    scheduler = lr_schedule(optimizer, config.lr_scheduler, config.warmup_steps, total_steps)
-    mlflow = _start_tracking(config, len(examples))
-    curves: dict[str, list[float]] = {"loss": [], "learning_rate": [], "grad_norm": []}
-    tokens = 0
-    started = time.perf_counter()
+    stepper = make_stepper(model, config.deepspeed, OptimizerSettings(
+        learning_rate=config.learning_rate, weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm, micro_batch_size=config.batch_size,
+        bf16=config.bf16, optimizer=adamw,
+        scheduler=lambda opt: lr_schedule(opt, config.lr_scheduler, config.warmup_steps,
+                                          total_steps),
+    ))  # fmt: skip
+    mlflow = _start_tracking(config, len(examples)) if stepper.rank == 0 else None
     try:
-        for step in range(1, total_steps + 1):
-            batches = [collate([examples[i] for i in batch], tokenizer.pad_token_id,
-                               config.pad_to_multiple_of) for batch in next(windows)]  # fmt: skip
-            loss, seen = accumulate_sft(model, batches, device, config.bf16)
-            norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in model.parameters() if p.requires_grad],
-                config.max_grad_norm or float("inf"),
-            )
-            curves["learning_rate"].append(scheduler.get_last_lr()[0])  # this step's rate
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            tokens += seen
-            curves["loss"].append(loss.item())  # the step's one device sync
-            curves["grad_norm"].append(float(norm))
-            if mlflow is not None and step % config.log_every == 0:
-                rate = tokens / max(time.perf_counter() - started, 1e-9)
-                row = {k: v[-1] for k, v in curves.items()}
-                mlflow.log_metrics({**row, "tokens_per_s": rate, "tokens_seen": float(tokens)},
-                                   step=step)  # fmt: skip
-        seconds = time.perf_counter() - started
-        checkpoint = save_policy(model, tokenizer, Path(config.output_dir) / "policy")
+        batches = _collated_windows(examples, windows, tokenizer.pad_token_id, config)
+        curves, tokens, seconds = _train_steps(stepper, batches, total_steps, device, config,
+                                               mlflow)  # fmt: skip
+        checkpoint = save_gathered(stepper, tokenizer, Path(config.output_dir) / "policy")
         if mlflow is not None:
             mlflow.log_metrics({"train_seconds": seconds, "train_tokens_per_s": tokens / seconds})
     finally:
         if mlflow is not None:
             mlflow.end_run()
+    metrics = {"device": device.type, **trainable_parameters(stepper.model)}
+    if config.deepspeed is not None:
+        metrics = {"device": device.type, "world_size": stepper.world,
+                   "zero_stage": config.deepspeed.zero_stage}  # fmt: skip
     return SFTResult(
         losses=curves["loss"],
         learning_rates=curves["learning_rate"],
@@ -105,18 +97,38 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
         checkpoint_dir=str(checkpoint),
         num_examples=len(examples),
         num_truncated=sum(e["truncated"] for e in examples),
-        metrics={"device": device.type, **trainable_parameters(model)},
+        metrics=metrics,
     )
 
 
-# ---------------------------------------------------------------------------------------
-# Shared pieces (also used by DPO, GRPO and the DeepSpeed path): plain functions.
+def _collated_windows(examples: list[dict], windows, pad_id: int, config: SFTConfig):
+    """Endless optimizer steps, each its micro-batches collated (`step_windows`' order)."""
+    for window in windows:
+        yield [collate([examples[i] for i in batch], pad_id, config.pad_to_multiple_of)
+               for batch in window]  # fmt: skip
 
 
-def training_device(use_cpu: bool):
-    import torch
-
-    return torch.device("cuda" if torch.cuda.is_available() and not use_cpu else "cpu")
+def _train_steps(stepper, batches, total_steps: int, device, config: SFTConfig,
+                 mlflow) -> tuple[dict[str, list[float]], int, float]:  # fmt: skip
+    """`total_steps` optimizer steps: (per-step loss, learning rate and grad norm; non-padding
+    tokens seen over all ranks; seconds)."""
+    curves: dict[str, list[float]] = {"loss": [], "learning_rate": [], "grad_norm": []}
+    tokens = 0
+    started = time.perf_counter()
+    for step in range(1, total_steps + 1):
+        loss, seen = accumulate_sft(stepper, next(batches), device, config.bf16)
+        curves["learning_rate"].append(stepper.learning_rate())  # this step's rate
+        norm = stepper.step()
+        totals = all_sum({"loss": loss.item(), "tokens": seen})  # the step's one device sync
+        tokens += int(totals["tokens"])
+        curves["loss"].append(totals["loss"])
+        curves["grad_norm"].append(norm)
+        if mlflow is not None and step % config.log_every == 0:
+            rate = tokens / max(time.perf_counter() - started, 1e-9)
+            row = {k: v[-1] for k, v in curves.items()}
+            mlflow.log_metrics({**row, "tokens_per_s": rate, "tokens_seen": float(tokens)},
+                               step=step)  # fmt: skip
+    return curves, tokens, time.perf_counter() - started
 
 
 def step_windows(num_examples: int, config: SFTConfig):
@@ -126,7 +138,8 @@ def step_windows(num_examples: int, config: SFTConfig):
     Transformers' Trainer order: epoch e draws torch.randperm(n) from a generator seeded
     with seed + e, cuts it into batches of batch_size (the last one may be short), and
     groups grad_accum consecutive batches into one step (the last group of an epoch may be
-    short). max_steps > 0 overrides epochs; epochs may be fractional.
+    short). max_steps > 0 overrides epochs; epochs may be fractional. Under torchrun every
+    rank draws the same windows and trains on its share of each (`accumulate_sft`).
     """
     import torch
 
@@ -146,30 +159,6 @@ def step_windows(num_examples: int, config: SFTConfig):
             epoch += 1
 
     return windows(), total
-
-
-def adamw(model, learning_rate: float, weight_decay: float):
-    """AdamW as transformers' Trainer builds it: no decay on biases and norm weights (the
-    1-D parameters), fused kernels; only trainable parameters (LoRA: the adapters)."""
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    groups = [g for g in groups if g["params"]]
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-8,
-                             fused=fused)  # fmt: skip
-
-
-def lr_schedule(optimizer, name: str, warmup_steps: int, total_steps: int):
-    """transformers' named schedule: linear / cosine after a linear warmup; "constant" is
-    constant from the first step (as the Trainer has always run it: no warmup)."""
-    from transformers import get_scheduler
-
-    return get_scheduler(name, optimizer, warmup_steps, total_steps)
 
 
 # Model types whose causal-LM forward is decoder -> output head and nothing else (no logit
@@ -216,42 +205,29 @@ def sft_loss_sum(model, batch: dict, device, bf16: bool):
     return loss, (targets != IGNORE_INDEX).sum()
 
 
-def accumulate_sft(model, batches: list[dict], device, bf16: bool, backward=None):
-    """Forward and backward of one optimizer step's micro-batches: (the window's mean loss
-    per labelled token, detached, on device; non-padding tokens seen). `backward` replaces
-    `loss.backward()` (DeepSpeed's engine.backward)."""
+def accumulate_sft(stepper, batches: list[dict], device, bf16: bool):
+    """Forward and backward of one optimizer step's micro-batches, this rank's share of them
+    (`deal`): (the window's loss per labelled token over this rank's share, detached, on
+    device; non-padding tokens this rank saw). Every micro-batch's loss is divided by the
+    whole window's labelled tokens, so each token weighs the same wherever it lands."""
     import torch
 
     num_items = sum(int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in batches)
+    mine = deal(batches, stepper.rank, stepper.world)
     total = torch.zeros((), device=device)
     seen = 0
-    for batch in batches:
-        loss_sum, _ = sft_loss_sum(model, batch, device, bf16)
+    for k, (batch, weight) in enumerate(mine):
+        loss_sum, _ = sft_loss_sum(stepper.model, batch, device, bf16)
         loss = loss_sum / max(num_items, 1)
-        (backward or torch.Tensor.backward)(loss)
-        total += loss.detach()
-        seen += int(batch["attention_mask"].sum())
+        # The engines average gradients over the ranks: scale back up to the sum.
+        stepper.backward(loss * (weight * stepper.world), last=k == len(mine) - 1)
+        total += loss.detach() * weight
+        seen += int(batch["attention_mask"].sum()) if weight else 0
     return total, seen
-
-
-def trainable_parameters(model) -> dict:
-    """{"trainable_parameters", "total_parameters"} of a model (LoRA: adapters vs all)."""
-    params = list(model.parameters())
-    return {
-        "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
-        "total_parameters": sum(p.numel() for p in params),
-    }
 
 
 def _start_tracking(config: SFTConfig, num_examples: int):
     """The mlflow module with a started run, or None when no tracking URI is configured."""
-    if not config.mlflow_tracking_uri:
-        return None
-    import mlflow
-
-    mlflow.set_tracking_uri(config.mlflow_tracking_uri)
-    mlflow.set_experiment(config.mlflow_experiment)
-    mlflow.start_run(run_name="sft")
     params = {k: v for k, v in vars(config).items() if k not in ("deepspeed", "lora")}
-    mlflow.log_params({**params, "num_examples": num_examples})
-    return mlflow
+    return start_trainer_run(config.mlflow_tracking_uri, config.mlflow_experiment, "sft",
+                             {**params, "num_examples": num_examples})  # fmt: skip

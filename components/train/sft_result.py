@@ -1,5 +1,4 @@
-"""What an SFT run returns, whichever path trained it (the loop in sft.py, DeepSpeed in
-deepspeed_launch.py): its own module so the two paths import it, not each other."""
+"""What an SFT run returns (sft.train_sft, on one process or every DeepSpeed rank)."""
 
 from __future__ import annotations
 

@@ -34,13 +34,9 @@ from components.rollout.engine import (
     generate_transformers,
     make_generate_fn,
 )
-from components.train.config import DPOConfig
-from components.train.grpo import (
-    GRPOConfig,
-    _update,
-    rollout_rewards,
-    rollout_turn_advantages,
-)
+from components.train.config import DPOConfig, GRPOConfig
+from components.train.grpo import rollout_rewards, rollout_turn_advantages
+from components.train.grpo.update import update_with as _update
 from components.train.losses import group_advantages, token_logprobs
 from components.train.parallel import Stepper
 

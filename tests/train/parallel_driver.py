@@ -2,10 +2,11 @@
 (or called in-process for the one-process reference).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/train/parallel_driver.py \
-        --policy DIR --mode grpo-step|dpo-step|grpo-run --engine plain|zero2|zero3 --out FILE
+        --policy DIR --mode grpo-step|dpo-step|sft-step|grpo-run --engine plain|zero2|zero3 \
+        --out FILE
 
-grpo-step / dpo-step: one optimizer step of GRPO's `_optimizer_step` / DPO's `_accumulate`
-on a fixed batch built from the conftest records; rank 0 saves the step's metrics and the
+grpo-step / dpo-step / sft-step: one optimizer step of GRPO's `optimizer_step` / DPO's
+`_accumulate` / SFT's `accumulate_sft` on a fixed batch built from the conftest records; rank 0 saves the step's metrics and the
 gradient the optimizer is about to apply (averaged over ranks; under DeepSpeed gathered
 from the ZeRO partitions) with torch.save. grpo-run: `train_grpo` with scripted episodes
 for --iterations iterations (resuming from --run-dir), rank 0 saves the final weights.
@@ -23,7 +24,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[2])]
 
 from components.rollout.engine import Rollout  # noqa: E402
-from components.train.config import DeepSpeedConfig, DPOConfig, GRPOConfig  # noqa: E402
+from components.train.config import DeepSpeedConfig, DPOConfig, GRPOConfig, SFTConfig  # noqa: E402
 from tests.train.conftest import EXPERT_RECORDS, FAILED_RECORDS  # noqa: E402
 
 ENGINES = {"plain": None, "zero2": DeepSpeedConfig(zero_stage=2),
@@ -73,7 +74,8 @@ def grpo_step(model, tokenizer, engine: str, loss_type: str) -> dict:
     import copy
 
     from components.rollout.config import RolloutConfig
-    from components.train.grpo import _optimizer_step, per_token
+    from components.train.grpo import per_token
+    from components.train.grpo.update import Learner, optimizer_step, reference_logps
     from components.train.parallel import make_stepper
 
     reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -84,13 +86,12 @@ def grpo_step(model, tokenizer, engine: str, loss_type: str) -> dict:
     grads: dict = {}
     _capture(stepper, grads)
     rollouts, advantages = fixed_rollouts(tokenizer)
-    from components.train.grpo import _reference_logps
-
     device = torch.device("cpu")
-    ref = _reference_logps(reference, rollouts, config, tokenizer.pad_token_id, device, 1.0)
-    metrics = _optimizer_step(stepper, rollouts, per_token(advantages, rollouts), ref,
-                              [4, 0, 3, 1, 2], config, RolloutConfig(), tokenizer.pad_token_id,
-                              device, 1.0)  # fmt: skip
+    learner = Learner(stepper, reference, config, 1.0, RolloutConfig().max_episode_tokens,
+                      tokenizer.pad_token_id, device)  # fmt: skip
+    ref = reference_logps(reference, rollouts, learner)
+    metrics = optimizer_step(learner, rollouts, per_token(advantages, rollouts), ref,
+                             [4, 0, 3, 1, 2])  # fmt: skip
     return {"metrics": metrics, "grads": grads}
 
 
@@ -120,6 +121,25 @@ def dpo_step(model, tokenizer, engine: str) -> dict:
     return {"metrics": metrics, "grads": grads}
 
 
+def sft_step(model, tokenizer, engine: str) -> dict:
+    """One SFT window of 3 micro-batches of 2 expert transcripts: 3 over 2 ranks deals 2 + 1
+    (one zero-weight pass)."""
+    from components.train.data import collate, sft_examples
+    from components.train.parallel import all_sum, make_stepper
+    from components.train.sft import accumulate_sft
+
+    config = SFTConfig(batch_size=2, max_seq_len=512, deepspeed=ENGINES[engine])
+    examples = sft_examples(EXPERT_RECORDS, tokenizer, config.max_seq_len)
+    stepper = make_stepper(model, config.deepspeed, learning_rate=1e-3, weight_decay=0.0,
+                           max_grad_norm=0.0, micro_batch_size=2)  # fmt: skip
+    grads: dict = {}
+    _capture(stepper, grads)
+    window = [collate(examples[i : i + 2], tokenizer.pad_token_id, 0) for i in range(0, 6, 2)]
+    loss, seen = accumulate_sft(stepper, window, torch.device("cpu"), False)
+    stepper.step()
+    return {"metrics": all_sum({"loss": loss.item(), "tokens": seen}), "grads": grads}
+
+
 def grpo_run(model, tokenizer, engine: str, tasks_dir: str, run_dir: str, iterations: int):
     from components.env.config import EnvConfig
     from components.rollout.config import RolloutConfig
@@ -143,7 +163,8 @@ def grpo_run(model, tokenizer, engine: str, tasks_dir: str, run_dir: str, iterat
 def run(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser()
     p.add_argument("--policy", required=True)
-    p.add_argument("--mode", required=True, choices=["grpo-step", "dpo-step", "grpo-run"])
+    p.add_argument("--mode", required=True,
+                   choices=["grpo-step", "dpo-step", "sft-step", "grpo-run"])  # fmt: skip
     p.add_argument("--engine", default="plain", choices=sorted(ENGINES))
     p.add_argument("--loss-type", default="token")
     p.add_argument("--tasks", default="")
@@ -161,6 +182,8 @@ def run(argv: list[str] | None = None) -> dict:
         result = grpo_step(model, tokenizer, args.engine, args.loss_type)
     elif args.mode == "dpo-step":
         result = dpo_step(model, tokenizer, args.engine)
+    elif args.mode == "sft-step":
+        result = sft_step(model, tokenizer, args.engine)
     else:
         result = grpo_run(model, tokenizer, args.engine, args.tasks, args.run_dir,
                           args.iterations)  # fmt: skip

@@ -263,7 +263,8 @@ def test_cli_smoke(tiny_policy, suite, tmp_path, capsys):
 def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, monkeypatch):
     """Non-default values in the preset's grpo, rollout, env and sandbox sections reach the
     run: train_grpo gets them, the episodes are sampled with them, the metrics show them."""
-    import components.train.grpo as grpo
+    import components.train.grpo.cli as grpo
+    import components.train.grpo.sources as sources
     from components.policy.model import save_policy
 
     root, _ = suite
@@ -280,7 +281,7 @@ def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, mon
         "pipeline": {"expert_policy": "oracle-fixes"},
     })  # fmt: skip
     seen: dict = {}
-    real_train, real_sample = grpo.train_grpo, grpo.sample_episodes
+    real_train, real_sample = grpo.train_grpo, sources.sample_episodes
 
     def train(model, tokenizer, tasks, config, rollout_config, env_config, sandbox_config,
               **kwargs):  # fmt: skip
@@ -293,7 +294,7 @@ def test_cli_reads_every_section_of_the_preset(tiny_policy, suite, tmp_path, mon
         return real_sample(tasks, model, tokenizer, config, env_config, sandbox_config, **kwargs)
 
     monkeypatch.setattr(grpo, "train_grpo", train)
-    monkeypatch.setattr(grpo, "sample_episodes", sample)
+    monkeypatch.setattr(sources, "sample_episodes", sample)
     out = tmp_path / "run"
     assert main_grpo(["--preset", str(preset), "--policy", str(policy_dir), "--tasks",
                       str(root), "--out", str(out), "--no-resume"]) == 0  # fmt: skip

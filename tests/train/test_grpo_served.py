@@ -90,14 +90,14 @@ def test_served_run_records_versions_and_the_server_matches_after_sync(
     trained model's own (and differs from the starting version's)."""
     _, tasks = suite
     seen = {}
-    real = grpo.drop_stale
+    real = grpo.recipe.drop_stale
 
     def record(rollouts, iteration, lag):
         seen[iteration] = {r.policy_version for r in rollouts}
         assert all(len(set(r.policy_versions)) == 1 for r in rollouts)
         return real(rollouts, iteration, lag)
 
-    monkeypatch.setattr(grpo, "drop_stale", record)
+    monkeypatch.setattr(grpo.recipe, "drop_stale", record)
     result, model, tokenizer = run(checkpoint, server, tasks, tmp_path, 2)
     assert {i: {version_number(v) for v in names} for i, names in seen.items()} == {1: {0}, 2: {1}}
     assert all(r["policy_lag"] == 0 and r["stale_dropped"] == 0 for r in result.metrics)
@@ -149,7 +149,7 @@ def test_a_failed_sync_stops_the_run_with_one_line(checkpoint, server, suite, tm
         folder.mkdir(parents=True)
         return folder
 
-    monkeypatch.setattr(grpo, "save_version", broken)
+    monkeypatch.setattr(grpo.recipe, "save_version", broken)
     with pytest.raises(PolicySyncError) as info:
         run(checkpoint, server, tasks, tmp_path, 1, sync_retries=2, async_rollouts=True)
     message = str(info.value)

@@ -42,14 +42,14 @@ def test_async_lora_run_on_vllm(checkpoint, suite, tmp_path, monkeypatch):
 
     _, tasks = suite
     seen = {}
-    real = grpo.drop_stale
+    real = grpo.recipe.drop_stale
 
     def record(rollouts, iteration, lag):
         seen[iteration] = {r.policy_version for r in rollouts}
         assert all(len(set(r.policy_versions)) == 1 for r in rollouts)
         return real(rollouts, iteration, lag)
 
-    monkeypatch.setattr(grpo, "drop_stale", record)
+    monkeypatch.setattr(grpo.recipe, "drop_stale", record)
     with running_server(checkpoint, engine="vllm") as url:
         result, model, tokenizer = run(checkpoint, url, tasks, tmp_path, 3, async_rollouts=True,
                                        lora=LoRAConfig(r=4, alpha=8))  # fmt: skip

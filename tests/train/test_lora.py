@@ -162,11 +162,11 @@ def _grpo(model, tokenizer, tasks, out, iterations, **overrides):
 def test_grpo_with_lora_updates_adapters_and_resumes_exactly(
     tiny_config, suite, tmp_path, monkeypatch
 ):
-    import components.train.grpo as grpo
+    import components.train.devices as devices
     from components.policy.model import build_policy
 
     _, tasks = suite
-    _no_second_copy(monkeypatch, grpo)
+    _no_second_copy(monkeypatch, devices)
     straight, tokenizer = build_policy(tiny_config)
     start = _base_weights(straight)
     result = _grpo(straight, tokenizer, tasks, tmp_path / "straight", 3)

@@ -1,14 +1,15 @@
-"""Data-parallel RL updates: two processes (torchrun, gloo on CPU) compute the same loss and
-the same gradient as one process on the same batch, for GRPO and DPO; under DeepSpeed ZeRO-2
-and ZeRO-3 too (slow), and a 2-process ZeRO-3 GRPO run killed and resumed ends with the
+"""Data-parallel updates: two processes (torchrun, gloo on CPU) compute the same loss and
+the same gradient as one process on the same batch, for GRPO, DPO and SFT; under DeepSpeed
+ZeRO-2 and ZeRO-3 too (slow), and a 2-process ZeRO-3 GRPO run killed and resumed ends with the
 weights of an uninterrupted one (slow).
 
 Tolerance: the gradient a rank applies is the mean of per-rank sums, the same float32 terms
 added in another order than one process adds them: |difference| <= 1e-6 + 1e-5 x |value|.
 Metrics are float64 sums of float32 values: 1e-6 relative.
 
-The batches deal unevenly over the ranks on purpose (5 episodes or 3 pairs over 2 ranks), so
-the zero-weight pass that keeps ZeRO-3's collectives in step is exercised.
+The batches deal unevenly over the ranks on purpose (5 episodes, 3 pairs or 3 SFT
+micro-batches over 2 ranks), so the zero-weight pass that keeps ZeRO-3's collectives in step
+is exercised.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from tests.train import parallel_driver
 
 DRIVER = Path(parallel_driver.__file__)
 REPO = DRIVER.parents[2]
+
+
+# Each run its own master port (a port just closed may still be held).
+PORT_OFFSET = {"grpo-step": 0, "dpo-step": 10, "sft-step": 20}
 
 
 @pytest.fixture
@@ -56,23 +61,24 @@ def _assert_same(one: dict, two: dict) -> None:
 
 
 @pytest.mark.parametrize("mode, loss_type", [("grpo-step", "token"), ("grpo-step", "grpo"),
-                                             ("dpo-step", "")])  # fmt: skip
+                                             ("dpo-step", ""), ("sft-step", "")])  # fmt: skip
 def test_two_processes_give_the_one_process_gradient(mode, loss_type, policy_dir, tmp_path):
     args = ["--policy", str(policy_dir), "--mode", mode]
     args += ["--loss-type", loss_type] if loss_type else []
     one = parallel_driver.run(args)  # this process, no process group
-    two = _torchrun(2, args, tmp_path, 29620 + len(loss_type))
+    two = _torchrun(2, args, tmp_path, 29620 + len(loss_type) + PORT_OFFSET[mode])
     _assert_same(one, two)
     assert any(g.abs().sum() > 0 for g in one["grads"].values())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["zero2", "zero3"])
-@pytest.mark.parametrize("mode", ["grpo-step", "dpo-step"])
+@pytest.mark.parametrize("mode", ["grpo-step", "dpo-step", "sft-step"])
 def test_deepspeed_two_processes_give_the_one_process_gradient(engine, mode, policy_dir, tmp_path):
     args = ["--policy", str(policy_dir), "--mode", mode]
     one = parallel_driver.run(args)
-    two = _torchrun(2, [*args, "--engine", engine], tmp_path, 29640 + len(mode) + len(engine))
+    two = _torchrun(2, [*args, "--engine", engine], tmp_path,
+                    29640 + PORT_OFFSET[mode] + len(engine))  # fmt: skip
     _assert_same(one, two)
 
 

@@ -68,7 +68,7 @@ def test_sft_rs_and_dpo_get_lora_and_deepspeed(setup, tmp_path, monkeypatch):
 
 
 def test_grpo_gets_lora_and_deepspeed(setup, suite, tmp_path, monkeypatch):
-    import components.train.grpo as grpo
+    import components.train.grpo.cli as grpo
 
     preset, policy, _ = setup
     seen: dict = {}

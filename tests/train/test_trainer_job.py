@@ -38,7 +38,7 @@ def test_the_trainer_job_runs_each_training_stage(
     stage, flag, tiny_policy, expert_records, failed_records, tmp_path, monkeypatch
 ):
     import components.train.dpo as dpo
-    import components.train.grpo as grpo
+    import components.train.grpo.cli as grpo
     import components.train.sft as sft
     from components.cli import main as agentrl
     from components.policy.model import save_policy
