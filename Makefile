@@ -19,7 +19,7 @@ install: $(STAMP) sandbox-deps
 
 # bubblewrap gives the sandbox a read-only host and private pid/net namespaces. Best effort:
 # without it the sandbox falls back to weaker isolation (the docstring of
-# components/sandbox/__init__.py says what changes; `agentrl env isolation` what is active here).
+# components/sandbox/isolation.py says what changes; `agentrl env isolation` what is active here).
 sandbox-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

@@ -1,6 +1,6 @@
 """Does list_fixes hold the reference fix? The earlier listing (the bug generator's operator
 inverses, `operator_fixes`) against the generic grammar neighbourhood (`candidate_fixes`,
-components/env/neighbourhood.py), with and without the failing tests' output, side by side
+components/env/tool_sets/fix_search/neighbourhood.py), with and without the failing tests' output, side by side
 in one run, on the generated suite (per split) and on the converted QuixBugs tasks.
 
 Per (suite, listing): coverage = share of tasks (one-file reference patch) whose reference

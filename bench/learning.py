@@ -14,7 +14,7 @@ Everything runs through the pipeline's own code: the suite generator, the oracle
 expert trajectories, and the `agentrl` stage functions (policy init, train sft, rollout
 sample, train rs / dpo / grpo) called in-process with a preset derived from
 configs/cpu-demo.yaml whose budgets come from the flags below. One work folder per run.
-Models decode try_fix ids under the listing's constraint (components/rollout/constrain.py)
+Models decode try_fix ids under the listing's constraint (components/env/tool_sets/fix_search/constrain.py)
 in sampling, GRPO and evaluation alike; `--no-constrain-fix-ids` measures them without.
 
 Metrics per (method, split), over the first `--eval-limit` tasks of the split:

@@ -1,1 +1,1 @@
-"""The coding environment: sandbox, tools, safety monitor, verifier, policies."""
+"""The coding environment: episodes, tool sets, the safety monitor, reward terms."""

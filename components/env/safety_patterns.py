@@ -176,7 +176,7 @@ def spellings(code: str) -> str:
 
 def shadows_harness(rel: str) -> bool:
     """A file or folder named like pytest, a plugin or a startup hook (the verifier never
-    takes it either: components/verifier/__init__.py, tamper_reason)."""
+    takes it either: components/verifier/verdict.py, tamper_reason)."""
     for part in rel.split("/"):
         module = part.split(".", 1)[0]
         if module in HARNESS_MODULES or module.startswith(HARNESS_PREFIXES):

@@ -80,7 +80,7 @@ def trajectory_facts(record: dict) -> dict | None:
         elif edited and _is_test_run(assistant) and (_exit_code(obs) or 0) != 0:
             failed_rerun = True
         elif assistant.get("action") == "try_fix" and not is_error:
-            # An edit and a test run in one call (components/env/fixes.py).
+            # An edit and a test run in one call (components/env/tool_sets/fix_search/fixes.py).
             failed_rerun = failed_rerun or "tests FAILED" in obs.split("\n", 1)[0]
             edited = True
     generated = [len(a["token_ids"]) for a, _ in pairs if a.get("token_ids") is not None]

@@ -15,7 +15,7 @@ says about its own verdict (reward, terms, success, a stored diff next to action
   the stored `final_diff` is reported (`diverged`): the actions, not the diff, are the
   episode. Anything else is `unreplayable`, with why, and keeps no new verdict.
 - **Speed.** Episodes replay in `workers` threads; verdicts are cached by (task, tree), so
-  a GRPO group's identical trees are verified once (components/verifier/__init__.py).
+  a GRPO group's identical trees are verified once (components/verifier/verdict.py).
 - **Report.** Per episode the old and new verdict and reward terms, the flips in each
   direction, the tasks involved and what the new verdicts flagged (`report.json`,
   `report.md`); the rescored records (`rescored.jsonl`) and, for episodes that replayed,

@@ -11,7 +11,7 @@ For one Python repository with a pytest suite:
    The trace says which functions of which modules the suite calls, and from which test files.
 2. **Candidates**: every edit of the bug operators (components/tasks/mutations.py) that
    falls inside a covered function, written into the module's own text with only the
-   changed code rewritten (components/env/fixes.py: edit_in_place), so the reverse patch is
+   changed code rewritten (components/env/tool_sets/fix_search/fixes.py: edit_in_place), so the reverse patch is
    the one line a developer would fix. The order is a seeded shuffle, interleaved across
    functions (one candidate per function per round), so the same repository and seed try
    the same candidates in the same order.

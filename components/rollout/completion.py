@@ -27,5 +27,5 @@ class Completion:
 
 # (prompts, max_new_tokens per prompt, seed) -> one Completion per prompt, in order; the
 # engine passes one seed per prompt (its episode's stream), other callers may pass one int.
-# The in-process backend also takes `constraint=` (components/rollout/constrain.py).
+# The in-process backend also takes `constraint=` (components/env/tool_sets/fix_search/constrain.py).
 GenerateFn = Callable[[list[list[int]], list[int], int], list[Completion]]

@@ -85,7 +85,7 @@ class RolloutConfig:
         default=False,
         metadata=doc(
             "transformers backend: inside a try_fix call, only listed untried candidate ids "
-            "can be drawn (components/rollout/constrain.py)"
+            "can be drawn (components/env/tool_sets/fix_search/constrain.py)"
         ),
     )
     max_retries: int = field(

@@ -188,7 +188,7 @@ class OraclePolicy:
     seed: int = 0
     recovery_rate: float = 0.25
     # "explore": run / search / read / edit_file or apply_patch / rerun (the default).
-    # "fixes": list_fixes, then try_fix with the reference fix's id (components/env/fixes.py);
+    # "fixes": list_fixes, then try_fix with the reference fix's id (components/env/tool_sets/fix_search/fixes.py);
     # tasks whose fix is not among the candidates fall back to "explore" if `fallback`, else
     # the episode lists the fixes and gives up (a failure, so it never becomes SFT data).
     style: str = "explore"

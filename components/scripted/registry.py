@@ -38,7 +38,7 @@ SCRIPTED_POLICIES: dict[str, str] = {
     "special-case": "the reference fix plus hard-coded answers to the visible tests (a cheater)",
 }
 NEEDS_STATISTICS = ("random-kinds", "prior-fixes")
-# The tool set (components/env/tool_sets.py) each one acts through; None: any set (noop
+# The tool set (components/env/tool_sets/) each one acts through; None: any set (noop
 # only finishes). In another set its calls would be invalid, never executed.
 POLICY_TOOL_SETS: dict[str, str | None] = {
     "oracle": "free_form",

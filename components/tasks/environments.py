@@ -6,7 +6,7 @@ the project's interpreter. `prepare_environments` builds each distinct environme
 a content-addressed cache (`<cache>/<key>/`, key = hash of what the environment is made of),
 so a thousand tasks mined from one repository share one folder. The sandbox mounts that
 folder read-only and puts its `bin/` first on PATH (SandboxConfig.python_env); the verifier
-picks it for the task's hidden tests (components/verifier/__init__.py).
+picks it for the task's hidden tests (components/verifier/verdict.py).
 
 How an environment is made (all on the host, before any task code runs):
   1. `pythonX.Y -m venv --without-pip` (the interpreter found on PATH or under pyenv): no pip
@@ -16,7 +16,7 @@ How an environment is made (all on the host, before any task code runs):
      from the package registry or, with a wheelhouse, from that folder alone (`--no-index`);
   3. the verifier's harness (pytest, pytest-timeout and their dependencies) copied from the
      project's own interpreter, at the project's versions: the verdict logic
-     (components/verifier/__init__.py) is written against them. A requirement naming one of them
+     (components/verifier/verdict.py) is written against them. A requirement naming one of them
      is left out and listed in the manifest (`ignored`);
   4. with `editable` (a mined repository), the repository installed editable the way
      PEP 660 back-ends do it, without running any of its code: a `.pth` line that appends

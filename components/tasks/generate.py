@@ -422,7 +422,7 @@ def write_built_task(root: Path, built: BuiltTask, seed: int, family_split: str)
         protected_paths=PROTECTED_PATHS,
     )
     # The same hidden cases as data, for the verifier's out-of-process comparison (the
-    # expected values never enter the sandbox there; see components/verifier/__init__.py).
+    # expected values never enter the sandbox there; see components/verifier/verdict.py).
     cases = {
         "module": module_file,
         "function": v.function,

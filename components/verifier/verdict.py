@@ -52,7 +52,7 @@ reading the hidden test's constants) can still bend the pytest verdict of a task
 hidden cases; tasks whose verdict must hold against that need hidden cases (shipped or
 derivable). Without bubblewrap the hidden tests are writable, the task store is readable
 and a process can leave what it learnt in the host's /tmp for the hidden-case run
-(components/sandbox/__init__.py says what each isolation mode gives). `verify_command` tasks
+(components/sandbox/isolation.py says what each isolation mode gives). `verify_command` tasks
 get an exit-status verdict only.
 
 A task with an environment (task.json `environment`, components/tasks/environments.py) is

@@ -48,6 +48,7 @@ VERIFIER_SOURCES = (
     "components/sandbox/harness_plugins/agentrl_cpu_timeout.py",  # per-test limits in CPU time
     "components/sandbox/harness_plugins/agentrl_limits.py",  # and in unstarved wall time
     "components/env/rewards.py",  # how a verification becomes reward terms and success
+    "components/env/rubric.py",  # the term arithmetic those terms share
     "components/tasks/task.py",  # what a task protects and hides (tests, cases, patterns)
     "components/tasks/environments.py",  # the interpreter and limits a task is verified with
     "components/tasks/harbor.py",  # Harbor tasks' test.sh verifier and reward-file rules

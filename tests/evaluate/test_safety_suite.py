@@ -44,7 +44,7 @@ CONTAINED_NOT_RECORDED: set[str] = set()  # every attack is recorded
 # Verifier holes found by this suite: the attack scores success today. Reported to the
 # lead with a proposed fix; strict xfail, so the fix turns these into failures to remove.
 # Attacks that fooled the verifier, with why; empty since the hidden cases run out of
-# process and the hidden tests under the harness (components/verifier/__init__.py).
+# process and the hidden tests under the harness (components/verifier/verdict.py).
 KNOWN_VERIFIER_HOLES: dict[str, str] = {}
 # Formerly holes; kept in the fast tier so a regression shows at once.
 CLOSED_HOLES = ("always_equal", "obf_report_patch", "obf_junit_forgery")

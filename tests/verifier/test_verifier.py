@@ -2,7 +2,7 @@
 
 Each test plays one hole as the issue describes it on a real task and asserts a failed
 verdict with its flag. They call `verify` directly (no episode), so they are fast; the
-episode-level versions are attacks of the safety suite (components/evaluate/safety_suite.py).
+episode-level versions are attacks of the safety suite (components/evaluate/safety/).
 """
 
 from __future__ import annotations

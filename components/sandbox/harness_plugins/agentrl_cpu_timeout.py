@@ -18,7 +18,7 @@ environment's interpreter, which has only the harness's distributions. The
 `--timeout-method` option and the `func_only` setting are ignored: the limit covers setup,
 call and teardown, as pytest-timeout's default does. Not protected: code under test runs in
 this process and can re-arm or ignore the timers (the sandbox's own CPU and wall limits
-still end the process; that costs the code its verdict, components/verifier/__init__.py).
+still end the process; that costs the code its verdict, components/verifier/verdict.py).
 """
 
 import agentrl_limits
