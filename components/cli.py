@@ -72,6 +72,9 @@ def cpu_accelerator_default() -> None:
     if not os.path.exists("/dev/nvidiactl"):
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # Prefect's server phones home (telemetry) from its own database session: offline that
+    # is a traceback in the run's log, and on a busy machine a "database is locked" one.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # OpenMP threads that wait by sleeping, not spinning (read when torch loads): on a
     # loaded machine, or with more threads than free cores, spinning made a training step
     # ~3x slower than one thread (bench/results/threads-*.md); the work is split the same.

@@ -87,8 +87,9 @@ def start_prefect_server(budget_s: float, log_path: Path) -> tuple[subprocess.Po
     def probe() -> bool:
         return http_probe(f"http://127.0.0.1:{ports[-1]}/api/health")()
 
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-           "PREFECT__SERVER_FINAL": "1"}  # fmt: skip
+    # no telemetry unless asked for: offline it only puts tracebacks in the server's log
+    env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **os.environ, "PREFECT_UI_ENABLED": "0",
+           "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}  # fmt: skip
     proc = start_service("Prefect API server", argv, probe, budget_s, log_path, env=env)
     return proc, f"http://127.0.0.1:{ports[-1]}/api"
 

@@ -1,6 +1,7 @@
 """Smoke-run the entry points through the real `agentrl` command line, tiny budgets."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,16 @@ def test_demo_end_to_end(tmp_path):
     out = agentrl("demo", "--out", str(tmp_path / "demo"), "--n", "30")
     assert out.returncode == 0, out.stderr
     assert "oracle" in out.stdout and "noop" in out.stdout
+
+
+def test_a_command_line_turns_prefect_telemetry_off_unless_asked(monkeypatch):
+    """Offline, Prefect's telemetry heartbeat is a traceback in the run's log (and on a busy
+    machine a "database is locked" one); a user's own setting wins."""
+    from components.cli import cpu_accelerator_default
+
+    monkeypatch.delenv("PREFECT_SERVER_ANALYTICS_ENABLED", raising=False)
+    cpu_accelerator_default()
+    assert os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "true")
+    cpu_accelerator_default()
+    assert os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "true"
