@@ -478,4 +478,3 @@ def rollout_summary(rollouts: Sequence[Rollout]) -> dict:
         "generated_tokens": sum(r.num_generated_tokens for r in rollouts),
         "invalid_calls": sum(r.result.invalid_calls for r in rollouts),
     }
-

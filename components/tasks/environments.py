@@ -313,4 +313,3 @@ def prepared_summary(prepared: list[Prepared]) -> dict:
             "built": sum(p.built for p in prepared),
             "cached": sum(not p.built and not p.error for p in prepared),
             "failed": sum(bool(p.error) for p in prepared)}  # fmt: skip
-

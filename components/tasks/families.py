@@ -1419,4 +1419,3 @@ FAMILIES: list[Family] = [
     GROUP_BY_LEN,
 ]  # fmt: skip
 FAMILY_NAMES = tuple(f.name for f in FAMILIES)
-

@@ -19,9 +19,9 @@ from components.data.schema import parse_record
 from components.data.validate import validate_dataset
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
-from components.scripted.reference import OraclePolicy
-from components.sandbox.config import SandboxConfig
 from components.evaluate.safety.tasks import build_safety_tasks
+from components.sandbox.config import SandboxConfig
+from components.scripted.reference import OraclePolicy
 from tests.harbor_wheel import harbor_root
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"
