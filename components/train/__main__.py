@@ -65,14 +65,21 @@ def main_sft(argv: list[str]) -> int:
                                          "policy_dir": str(Path(result.checkpoint_dir))})  # fmt: skip
 
 
-@stage("rejection_sampling", result=PolicyResult)
-def main_rejection_sampling(argv: list[str]) -> int:
-    """Keep the verified successes among sampled episodes and fine-tune on them."""
-    p = stage_parser("agentrl train rs", main_rejection_sampling.__doc__)
+def _policy_and_samples(prog: str, doc: str | None, argv: list[str]):
+    """The arguments of a stage that trains a saved policy on sampled episodes (rs, dpo),
+    its output folder claimed."""
+    p = stage_parser(prog, doc)
     p.add_argument("--policy", required=True, type=saved_policy)
     p.add_argument("--samples", nargs="+", required=True, type=existing_path)
     args = p.parse_args(argv)
     claim_stage_dir(args.out)
+    return args
+
+
+@stage("rejection_sampling", result=PolicyResult)
+def main_rejection_sampling(argv: list[str]) -> int:
+    """Keep the verified successes among sampled episodes and fine-tune on them."""
+    args = _policy_and_samples("agentrl train rs", main_rejection_sampling.__doc__, argv)
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.rejection_sampling import train_rejection_sampling
@@ -97,11 +104,7 @@ def main_rejection_sampling(argv: list[str]) -> int:
 @stage("dpo", result=PolicyResult)
 def main_dpo(argv: list[str]) -> int:
     """DPO on success-vs-failure pairs of the same task (whole multi-turn trajectories)."""
-    p = stage_parser("agentrl train dpo", main_dpo.__doc__)
-    p.add_argument("--policy", required=True, type=saved_policy)
-    p.add_argument("--samples", nargs="+", required=True, type=existing_path)
-    args = p.parse_args(argv)
-    claim_stage_dir(args.out)
+    args = _policy_and_samples("agentrl train dpo", main_dpo.__doc__, argv)
     from components.policy.model import load_policy
     from components.train.data import preference_pairs
     from components.train.dpo import train_dpo
