@@ -132,7 +132,10 @@ def test_traces_are_the_recorded_episodes_on_the_evaluate_run(mlflow_store, tmp_
             assert last <= span.start_time_ns <= span.end_time_ns <= root.end_time_ns
             last = span.end_time_ns
         tools = [s for s in turns if s.span_type == "TOOL"]
-        assert all(s.end_time_ns > s.start_time_ns for s in tools)  # a tool call takes time
+        # a tool call that runs something takes time (the solving episode's list_fixes and
+        # try_fix run the tests); `finish` may take less than the record's 0.1 ms
+        assert all(s.end_time_ns >= s.start_time_ns for s in tools)
+        assert not result.success or any(s.end_time_ns > s.start_time_ns for s in tools)
         llm = next(s for s in turns if s.span_type == "LLM")
         assert llm.inputs["messages"][0]["role"] == "user"
 

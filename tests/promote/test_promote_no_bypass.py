@@ -48,6 +48,12 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
         with pytest.raises(PermissionError):
             fn(*args, **kw)
 
+    def usage_error(fn, *args):
+        from components.cli_args import UsageError
+
+        with pytest.raises(UsageError):
+            fn(*args)
+
     def new_pending():
         return candidate(cfg, checkpoint, {**PASSING, "success_rate": 0.9}, PASSING, n=9)[0]
 
@@ -121,6 +127,10 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
         "__main__.main_reject": lambda: cli.main_reject(["2", "--reason", "no", *store]),
         "__main__.main_status": lambda: cli.main_status(["--json", *store]),
         "__main__.main_history": lambda: cli.main_history(store),
+        # The pipeline's request makes a challenger, never a champion
+        # (tests/promote/test_promote_request.py plays it whole); here it is refused
+        # before it reads anything: no candidate named.
+        "__main__.main_request": lambda: usage_error(cli.main_request, store),
     }
 
 
