@@ -175,23 +175,25 @@ def label_logits_positions(labels):
     return keep if keep.numel() else torch.zeros(1, dtype=torch.long, device=labels.device)
 
 
-def labelled_logits(model, ids, attention_mask, labels):
+def labelled_logits(model, ids, attention_mask, labels, forward=None):
     """(logits [N, V], targets [N]) of the N positions that predict a label. A plain-head
     model runs its head on exactly those rows of the decoder's output; any other model
-    runs its own forward with `logits_to_keep` = the positions labelled in some row."""
-    if model.config.model_type in PLAIN_HEAD:
+    runs its own forward with `logits_to_keep` = the positions labelled in some row.
+    `forward`: what runs that forward when not the model itself (a DeepSpeed engine, which
+    then always runs it: see accumulate_sft)."""
+    if forward is None and model.config.model_type in PLAIN_HEAD:
         select = labels[:, 1:] != IGNORE_INDEX  # [B, T-1]; position t predicts token t + 1
         hidden = model.get_decoder()(
             input_ids=ids, attention_mask=attention_mask, use_cache=False
         ).last_hidden_state  # [B, T, H]
         return model.get_output_embeddings()(hidden[:, :-1][select]), labels[:, 1:][select]
     keep = label_logits_positions(labels)  # [K]
-    logits = model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=keep,
-                   use_cache=False).logits  # [B, K, V]  # fmt: skip
+    logits = (forward or model)(input_ids=ids, attention_mask=attention_mask,
+                                logits_to_keep=keep, use_cache=False).logits  # [B, K, V]  # fmt: skip
     return logits.flatten(0, 1), labels[:, keep + 1].flatten()  # [B*K, V], [B*K]
 
 
-def sft_loss_sum(model, batch: dict, device, bf16: bool):
+def sft_loss_sum(model, batch: dict, device, bf16: bool, forward=None):
     """(summed cross-entropy of the labelled tokens, number of labelled tokens) of one
     micro-batch. Logits are computed at the labelled positions only."""
     import torch
@@ -200,7 +202,8 @@ def sft_loss_sum(model, batch: dict, device, bf16: bool):
     ids = batch["input_ids"].to(device)
     labels = batch["labels"].to(device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits, targets = labelled_logits(model, ids, batch["attention_mask"].to(device), labels)
+        logits, targets = labelled_logits(model, ids, batch["attention_mask"].to(device), labels,
+                                          forward)  # fmt: skip
     loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
     return loss, (targets != IGNORE_INDEX).sum()
 
@@ -217,7 +220,11 @@ def accumulate_sft(stepper, batches: list[dict], device, bf16: bool):
     total = torch.zeros((), device=device)
     seen = 0
     for k, (batch, weight) in enumerate(mine):
-        loss_sum, _ = sft_loss_sum(stepper.model, batch, device, bf16)
+        # Under DeepSpeed the forward runs through the engine (`stepper.module`): ZeRO-3
+        # gathers and releases parameters around the engine's forward, and the tied head
+        # called on the inner model lost the embedding's share of the gradient.
+        engine = stepper.module if stepper.engine is not None else None
+        loss_sum, _ = sft_loss_sum(stepper.model, batch, device, bf16, engine)
         loss = loss_sum / max(num_items, 1)
         # The engines average gradients over the ranks: scale back up to the sum.
         stepper.backward(loss * (weight * stepper.world), last=k == len(mine) - 1)

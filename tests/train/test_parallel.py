@@ -74,13 +74,7 @@ def test_two_processes_give_the_one_process_gradient(mode, loss_type, policy_dir
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["zero2", "zero3"])
 @pytest.mark.parametrize("mode", ["grpo-step", "dpo-step", "sft-step"])
-def test_deepspeed_two_processes_give_the_one_process_gradient(engine, mode, policy_dir, tmp_path,
-                                                              request):  # fmt: skip
-    if (engine, mode) == ("zero3", "sft-step"):
-        # Known, open: SFT under ZeRO-3 (the plain SFT step since the structure step)
-        # gives the tied embedding a gradient that differs from one process's; with the
-        # model's own forward as well. ZeRO-2, and DPO and GRPO under ZeRO-3, match.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="ZeRO-3 SFT embedding grad"))
+def test_deepspeed_two_processes_give_the_one_process_gradient(engine, mode, policy_dir, tmp_path):
     _deepspeed_step(engine, mode, policy_dir, tmp_path)
 
 
