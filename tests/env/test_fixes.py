@@ -302,7 +302,8 @@ def test_a_hanging_candidate_costs_the_per_test_timeout_not_the_wall_limit(tasks
     task = tasks[0]
     env = EpisodeEnv(
         task,
-        EnvConfig(tool_set="fix_search", fix_test_timeout_s=1.0),
+        # a short per-test limit for the verdict too: finish() judges the looping tree
+        EnvConfig(tool_set="fix_search", fix_test_timeout_s=1.0, per_test_timeout_s=1.0),
         SandboxConfig(),
         policy_name="t",
     )
