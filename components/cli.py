@@ -45,7 +45,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("policy", "merge"): ("components.policy.__main__:main_merge", "fold LoRA into base"),
     ("train", "sft"): ("components.train.__main__:main_sft", "supervised fine-tuning"),
     ("rollout", "sample"): ("components.rollout.__main__:main_sample", "sample + verify episodes"),
-    ("rollout", "export"): ("components.data.__main__:main_export", "episodes as ATIF"),
+    ("rollout", "export"): ("components.rollout.__main__:main_export", "episodes as ATIF"),
     ("train", "rs"): ("components.train.__main__:main_rejection_sampling", "rejection sampling"),
     ("train", "dpo"): ("components.train.__main__:main_dpo", "DPO on success/failure pairs"),
     ("train", "grpo"): ("components.train.__main__:main_grpo", "multi-turn GRPO"),

@@ -8,7 +8,6 @@
     agentrl data versions [--json]
     agentrl data rollback VERSION [--snapshot-first]
     agentrl data repair
-    agentrl rollout export SRC... --format atif --out DIR
 
 Every command takes --preset FILE and reads its `data` section (sub-sections ingest /
 validate / versioning, components/data/config.py; no preset or no section: the defaults);
@@ -32,7 +31,6 @@ from components.cli_args import (
     existing_path,
     fraction,
     nonempty,
-    output_dir,
     positive_int,
     preset_file,
 )
@@ -333,36 +331,6 @@ def main_repair(argv: list[str] | None = None) -> int:
     except _expected_errors() as e:
         return _error(e)
     print(json.dumps(result))
-    return 0
-
-
-def main_export(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(
-        prog="agentrl rollout export",
-        description="Write episodes (rollout samples.jsonl, or dataset folders) in another "
-        "format: one ATIF-v1.6 document per episode.",
-    )
-    p.add_argument(
-        "sources",
-        nargs="+",
-        metavar="SRC",
-        type=existing_path,
-        help="JSONL files or dataset folders",
-    )
-    p.add_argument("--format", choices=["atif"], required=True, help="output format")
-    p.add_argument(
-        "--out", required=True, type=output_dir, help="folder for <episode id>.json files"
-    )
-    args = p.parse_args(argv)
-    from pathlib import Path
-
-    from components.data.atif import export_atif
-
-    try:
-        written = export_atif(args.sources, Path(args.out))
-    except _expected_errors() as e:
-        return _error(e)
-    print(json.dumps({"format": args.format, "out_dir": str(args.out), "episodes": len(written)}))
     return 0
 
 

@@ -3,7 +3,7 @@ with a policy, verifies them and saves their records (the samples RS and DPO lea
 
     agentrl rollout sample --preset P --policy DIR --tasks DIR --split train --out DIR
 
-(`agentrl rollout export`, episodes as ATIF, is a data conversion: components/data/__main__.py.)
+    agentrl rollout export SRC... --format atif --out DIR     (episodes as ATIF documents)
 """
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ import sys
 import time
 from pathlib import Path
 
-from components.cli_args import CommandError, existing_dir, positive_int, saved_policy
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    existing_dir,
+    existing_path,
+    output_dir,
+    positive_int,
+    saved_policy,
+)
 from components.stage_contract import stage
 from components.stage_io import claim_stage_dir, stage_parser, start_stage_dir, write_stage_result
 
@@ -75,3 +84,27 @@ def main_sample(argv: list[str]) -> int:
     summary = rollout_summary(rollouts)
     return write_stage_result(args.out, {**summary, "samples": str(args.out / "samples.jsonl"),
                                          "seconds": round(time.monotonic() - t0, 2)})  # fmt: skip
+
+
+def main_export(argv: list[str] | None = None) -> int:
+    """Write episodes (rollout samples.jsonl, or dataset folders) in another format: one
+    ATIF-v1.6 document per episode (components/data/atif.py)."""
+    p = ArgumentParser(prog="agentrl rollout export", description=main_export.__doc__)
+    p.add_argument("sources", nargs="+", metavar="SRC", type=existing_path,
+                   help="JSONL files or dataset folders")  # fmt: skip
+    p.add_argument("--format", choices=["atif"], required=True, help="output format")
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="folder for <episode id>.json files")  # fmt: skip
+    args = p.parse_args(argv)
+    from components.data.atif import export_atif
+    from components.data.ingest import DatasetError
+    from components.data.writers import LockTimeout
+
+    try:
+        written = export_atif(args.sources, Path(args.out))
+    except FileNotFoundError as e:  # a source gone since the arguments were checked
+        raise UsageError(str(e)) from e
+    except (DatasetError, LockTimeout, OSError) as e:
+        raise CommandError(str(e)) from e
+    print(json.dumps({"format": args.format, "out_dir": str(args.out), "episodes": len(written)}))
+    return 0

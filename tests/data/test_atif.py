@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from components.data.__main__ import main_export
 from components.data.adapters import from_atif
 from components.data.atif import to_atif
 from components.data.config import IngestConfig, ValidationConfig
@@ -20,6 +19,7 @@ from components.data.validate import validate_dataset
 from components.env.config import EnvConfig
 from components.env.episode import run_episode
 from components.evaluate.safety.tasks import build_safety_tasks
+from components.rollout.__main__ import main_export
 from components.sandbox.config import SandboxConfig
 from components.scripted.reference import OraclePolicy
 from tests.harbor_wheel import harbor_root
