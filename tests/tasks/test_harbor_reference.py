@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components.data.__main__ import main_export
+from components.rollout.__main__ import main_export
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.harbor_export import export_harbor_task
 from components.tasks.task import load_task, load_tasks
