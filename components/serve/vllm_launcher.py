@@ -128,6 +128,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: the server gets SIGTERM when the process that started it dies. A stage
+    killed by a signal runs no `finally`, and vLLM, in its own session, would outlive it
+    holding both cores (vLLM's SIGTERM handler stops its engine core and workers)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
     if proc.poll() is None:
         try:
@@ -205,7 +215,7 @@ def start_vllm(model: str | Path, config: VLLMConfig, log_dir: str | Path) -> VL
         with log.open("w") as out:
             proc = subprocess.Popen(
                 command(model, port, config), env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
             )  # fmt: skip
         deadline = time.monotonic() + config.startup_timeout_s
         try:

@@ -94,6 +94,45 @@ def test_a_head_size_vllm_cpu_cannot_attend_with_is_refused_before_it_starts(tmp
     assert head_size(tmp_path) is None  # no config.json: nothing to check
 
 
+def test_a_server_does_not_outlive_a_stage_killed_while_it_runs(tmp_path):
+    """A stage killed by SIGKILL (or a SIGTERM with Python's default handler) runs no
+    `finally`: the server it started gets SIGTERM from the kernel when it dies. The server
+    here is a stand-in process from a stand-in venv: the launcher's process handling is what
+    is tested, not vLLM."""
+    import os
+    import signal
+    import time
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".installed").touch()
+    pid_file = tmp_path / "server.pid"
+    python = venv / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    python.chmod(0o755)
+    stage = subprocess.Popen([sys.executable, "-c", (
+        "from components.serve.vllm_launcher import VLLMConfig, start_vllm\n"
+        f"start_vllm({str(tmp_path)!r}, VLLMConfig(venv={str(venv)!r}, startup_timeout_s=600),"
+        f" {str(tmp_path / 'logs')!r})")], cwd=REPO)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline and stage.poll() is None
+        time.sleep(0.1)
+    server = int(pid_file.read_text())
+    stage.send_signal(signal.SIGKILL)
+    stage.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie its new parent has not reaped yet
+            if Path(f"/proc/{server}/stat").read_text().split(") ")[1][0] == "Z":
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.1)
+    os.kill(server, signal.SIGKILL)
+    raise AssertionError("the server outlived the stage that started it")
+
+
 def test_the_manifest_serves_the_logprobs_the_launcher_asks_for():
     """infra/base/vllm.yaml and the CPU launcher: the same --logprobs-mode (the trainer's
     importance ratio compares the server's log-probs with its own tempered ones)."""
