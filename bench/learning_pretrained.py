@@ -86,8 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--reuse-training",
         type=Path,
-        help="an earlier run's work folder (its training.json): evaluate its policies again "
-        "on its tasks, training nothing",
+        help="an earlier run's work folder (its training.json): its tasks, its policies "
+        "evaluated again; SFT+GRPO, if it has none, trained here from its SFT policy with "
+        "this run's --grpo-* budget",
     )
     args = p.parse_args(argv)
     if args.out is None:
@@ -130,12 +131,34 @@ def _stage(fn, argv: list, out: Path) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
+def save_training(work: Path, policies: dict, notes: dict, clock: Clock) -> None:
+    """training.json after every training stage: what --reuse-training starts from."""
+    (work / "training.json").write_text(json.dumps(
+        {"policies": policies, "notes": notes, "wall": clock.wall, "cpu": clock.cpu},
+        indent=2, default=str))  # fmt: skip
+
+
+def train_grpo(args, work: Path, preset: Path, clock: Clock, policies: dict, notes: dict):
+    """SFT+GRPO from the SFT policy (the preset's grpo and rollout sections)."""
+    from components.train.__main__ import main_grpo
+
+    grpo = clock.run("grpo", _stage, main_grpo, ["--preset", preset, "--policy",
+                     policies["sft"], "--tasks", work / "tasks", "--split", "train",
+                     "--out", work / "grpo", "--no-resume"], work / "grpo")  # fmt: skip
+    policies["sft+grpo"] = grpo["policy_dir"]
+    curves = grpo.get("curves", {})
+    notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward", "kl",
+                                                "generated_tokens", "sample_seconds",
+                                                "update_seconds", "policy_lag")}  # fmt: skip
+    save_training(work, policies, notes, clock)
+
+
 def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, str], dict]:
     """Policy folder per method + training notes."""
     from components.evaluate.episodes import run_policy
     from components.policy.__main__ import main_init
     from components.tasks.generate import generate_suite
-    from components.train.__main__ import main_grpo, main_sft
+    from components.train.__main__ import main_sft
 
     p = load_preset(preset)
     clock.run("tasks", generate_suite, work / "tasks", p.section("tasks"))
@@ -161,15 +184,9 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
         notes["sft"] = {k: sft.get(k) for k in ("steps", "tokens", "train_seconds",
                                                 "num_examples")}  # fmt: skip
         notes["sft"]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
+        save_training(work, policies, notes, clock)
     if "sft+grpo" in wanted:
-        grpo = clock.run("grpo", _stage, main_grpo, ["--preset", preset, "--policy",
-                         policies["sft"], "--tasks", work / "tasks", "--split", "train",
-                         "--out", work / "grpo", "--no-resume"], work / "grpo")  # fmt: skip
-        policies["sft+grpo"] = grpo["policy_dir"]
-        curves = grpo.get("curves", {})
-        notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward", "kl",
-                                                    "generated_tokens", "sample_seconds",
-                                                    "update_seconds", "policy_lag")}  # fmt: skip
+        train_grpo(args, work, preset, clock, policies, notes)
     return policies, notes
 
 
@@ -295,20 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
     clock = Clock()
-    if args.reuse_training:  # its preset, tasks, policies and training clock
+    if args.reuse_training:  # its preset (this run's GRPO budget), tasks, policies, clock
         trained = json.loads((args.reuse_training / "training.json").read_text())
         preset = work / "preset.yaml"
-        preset.write_text((args.reuse_training / "preset.yaml").read_text())
+        data = yaml.safe_load((args.reuse_training / "preset.yaml").read_text())
+        own = yaml.safe_load(write_preset(args, work / "own.yaml").read_text())
+        data["grpo"], data["rollout"] = own["grpo"], own["rollout"]
+        preset.write_text(yaml.safe_dump(data, sort_keys=False))
         (work / "tasks").symlink_to((args.reuse_training / "tasks").resolve())
         policies, notes = trained["policies"], trained["notes"]
         clock.wall.update(trained["wall"])
         clock.cpu.update(trained["cpu"])
+        if "sft+grpo" in args.methods.split(",") and "sft+grpo" not in policies:
+            train_grpo(args, work, preset, clock, policies, notes)
     else:
         preset = write_preset(args, work / "preset.yaml")
         policies, notes = train_all(args, work, preset, clock)
-        (work / "training.json").write_text(json.dumps(
-            {"policies": policies, "notes": notes, "wall": clock.wall, "cpu": clock.cpu},
-            indent=2, default=str))  # fmt: skip
     results = evaluate_all(args, work, preset, policies, clock)
     rows = rows_of(results)
     (work / "episodes").mkdir(exist_ok=True)
