@@ -99,9 +99,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def write_preset(args: argparse.Namespace, path: Path) -> Path:
-    """The base preset with this run's budgets; every stage reads its settings from it."""
-    data = yaml.safe_load(Path(args.preset).read_text())
+def write_preset(args: argparse.Namespace, path: Path, base: dict | None = None) -> Path:
+    """The base preset (`--preset`'s, or `base`) with this run's budgets; every stage reads
+    its settings from it."""
+    data = base or yaml.safe_load(Path(args.preset).read_text())
     if not data.get("policy", {}).get("pretrained_path"):
         raise SystemExit(f"{args.preset}: no policy.pretrained_path (this bench is for one)")
     data["name"] = f"bench-learning-pretrained-{path.parent.name}"
@@ -314,10 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock()
     if args.reuse_training:  # its preset (this run's GRPO budget), tasks, policies, clock
         trained = json.loads((args.reuse_training / "training.json").read_text())
-        preset = work / "preset.yaml"
-        data = yaml.safe_load((args.reuse_training / "preset.yaml").read_text())
-        own = yaml.safe_load(write_preset(args, work / "own.yaml").read_text())
-        data["grpo"], data["rollout"] = own["grpo"], own["rollout"]
+        old = yaml.safe_load((args.reuse_training / "preset.yaml").read_text())
+        preset = write_preset(args, work / "preset.yaml", base=dict(old))
+        data = yaml.safe_load(preset.read_text())
+        for key in ("tasks", "sft"):  # as its policies were made
+            data[key] = old[key]
         preset.write_text(yaml.safe_dump(data, sort_keys=False))
         (work / "tasks").symlink_to((args.reuse_training / "tasks").resolve())
         policies, notes = trained["policies"], trained["notes"]
