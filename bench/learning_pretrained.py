@@ -222,6 +222,10 @@ def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock
             rollouts = clock.run(f"eval {method} {split}", sample_episodes, tasks, policy,
                                  tokenizer, config, env, sandbox, policy_name=method)  # fmt: skip
             out[method, split] = [r.result for r in rollouts]
+            # Kept as they come: a fault in a later evaluation loses none of them.
+            (work / "episodes").mkdir(exist_ok=True)
+            with (work / "episodes" / f"{method}-{split}.jsonl").open("w") as f:
+                f.writelines(json.dumps(r.result.record) + "\n" for r in rollouts)
 
     if args.eval_backend == "transformers":
         from components.policy.model import load_policy
@@ -332,11 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         policies, notes = train_all(args, work, preset, clock)
     results = evaluate_all(args, work, preset, policies, clock)
     rows = rows_of(results)
-    (work / "episodes").mkdir(exist_ok=True)
     diagnostics = {}
     for (method, split), episodes in results.items():
-        with (work / "episodes" / f"{method}-{split}.jsonl").open("w") as f:
-            f.writelines(json.dumps(r.record) + "\n" for r in episodes)
         tasks = {t.id: t for t in eval_tasks(args, work)[split]}
         diagnostics[f"{method}/{split}"] = diagnose(episodes, tasks)
     settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")

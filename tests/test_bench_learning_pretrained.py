@@ -66,6 +66,8 @@ def check(results: dict, out: Path, checkpoint: str) -> None:
     for r in rows.values():
         assert (r["n"], r["infra_failures"]) == (1, 0) and 0 <= r["valid_calls"] <= 1
         assert r["tokens_per_episode"] > 0
+        (line,) = (out / "episodes" / f"{r['method']}-{r['split']}.jsonl").read_text().splitlines()
+        assert json.loads(line)["task_id"] in r["pass1_by_task"]
     report = (out / "results.md").read_text()
     for a, b in learning_pretrained.DIFFERENCES:
         assert f"| {a} - {b} |" in report
