@@ -732,17 +732,23 @@ def settings_line(args, trained: dict) -> str:
     return settings
 
 
+def new_work_folder(args: argparse.Namespace) -> Path:
+    """`args.out`, created empty (one work folder per run), with the run's args.json."""
+    work: Path = args.out
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"{work}: not empty; one work folder per run")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
+    return work
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    work: Path = args.out
-    if work.exists() and any(work.iterdir()):
-        raise SystemExit(f"{work}: not empty; one work folder per run")
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
+    work = new_work_folder(args)
     clock = Clock()
     started = time.monotonic()
     preset, policies, notes, trained = train_or_reuse(args, work, clock)

@@ -40,7 +40,17 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.learning import QUIXBUGS, Clock, diagnose, paired_difference, well_formed  # noqa: E402
+from bench.learning import (  # noqa: E402
+    QUIXBUGS,
+    Clock,
+    _pct,
+    _stage,
+    diagnose,
+    new_work_folder,
+    paired_difference,
+    stage_table,
+    well_formed,
+)
 from components.env.batch_eval import wilson_interval  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
 from components.preset import load_preset  # noqa: E402
@@ -122,14 +132,6 @@ def write_preset(args: argparse.Namespace, path: Path, base: dict | None = None)
     data["rollout"] = rollout
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def _stage(fn, argv: list, out: Path) -> dict:
-    """Run one `agentrl` stage function; return its result.json."""
-    code = fn([str(a) for a in argv])
-    if code not in (0, None):
-        raise RuntimeError(f"stage {fn.__name__} {argv} exited {code}")
-    return json.loads((out / "result.json").read_text())
 
 
 def save_training(work: Path, policies: dict, notes: dict, clock: Clock) -> None:
@@ -276,10 +278,6 @@ def rows_of(results: dict[tuple[str, str], list[EpisodeResult]]) -> list[dict]:
     return rows
 
 
-def _pct(x: float, ci) -> str:
-    return f"{x:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
-
-
 def tables(rows: list[dict], clock: Clock) -> str:
     lines = ["| method | split | n | pass@1 greedy [95% CI] | valid calls [95% CI] | turns / "
              "episode | tokens / episode | eval wall s |", "|" + "---|" * 8]  # fmt: skip
@@ -303,19 +301,12 @@ def tables(rows: list[dict], clock: Clock) -> str:
             excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
             lines.append(f"| {split} | {a} - {b} | {d[0] * 100:+.1f} pts "
                          f"[{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] | {excludes} |")  # fmt: skip
-    lines += ["", "| stage | wall s | CPU s (process + children) |", "|---|---|---|"]
-    lines += [f"| {n} | {clock.wall[n]:.0f} | {clock.cpu[n]:.0f} |" for n in clock.wall]
-    lines.append(f"| total | {sum(clock.wall.values()):.0f} | {sum(clock.cpu.values()):.0f} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + stage_table(clock)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    work: Path = args.out
-    if work.exists() and any(work.iterdir()):
-        raise SystemExit(f"{work}: not empty; one work folder per run")
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "args.json").write_text(json.dumps(vars(args), default=str, indent=2))
+    work = new_work_folder(args)
     clock = Clock()
     if args.reuse_training:  # its preset (this run's GRPO budget), tasks, policies, clock
         trained = json.loads((args.reuse_training / "training.json").read_text())
