@@ -110,3 +110,25 @@ def test_learning_pretrained_bench_on_vllm(chatml_preset, tmp_path, capsys):
     results = run_bench(chatml_preset, tmp_path / "out", capsys, "vllm")
     checkpoint = yaml.safe_load(chatml_preset.read_text())["policy"]["pretrained_path"]
     check(results, tmp_path / "out", checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--methods", "sft,rlhf"], "--methods: unknown ['rlhf']"),
+        (["--eval-backend", "sglang"], "--eval-backend: invalid choice"),
+        (["--sft-steps", "many"], "--sft-steps: invalid int value"),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_leaves_no_work_folder(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as caught:
+        learning_pretrained.main([*argv, "--out", str(tmp_path / "out")])
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_preset_without_a_pretrained_checkpoint_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="no policy.pretrained_path"):
+        learning_pretrained.main(["--preset", str(REPO / "configs" / "cpu-demo.yaml"), "--out",
+                                  str(tmp_path / "out")])  # fmt: skip
