@@ -33,6 +33,10 @@ CHECKED = {
     ),
     "edit_file": "Replace exactly one occurrence of `old` with `new` in a file.",
     "apply_patch": "Apply a unified diff (paths relative to the repository root).",
+    "edit_lines": (
+        "Replace lines start..end of a file (the numbers read_file shows) with `text`; "
+        "end = start - 1 inserts `text` before line start. Shows the edited lines after."
+    ),
     "list_fixes": (
         "Run the tests and list the one-edit candidate fixes of the module they blame (or "
         "of `path`): the test summary, then one line per kind of change, e.g. "
@@ -85,6 +89,15 @@ def env(case):
 def fix_env(case):
     """An episode with the fix_search tool set (list_fixes / try_fix)."""
     episode = EpisodeEnv(case[0], EnvConfig(tool_set="fix_search", max_steps=64),
+                         SandboxConfig(), policy_name="t")  # fmt: skip
+    yield episode
+    episode.workspace.cleanup()
+
+
+@pytest.fixture
+def line_env(case):
+    """An episode with the line_edit tool set (edit_lines)."""
+    episode = EpisodeEnv(case[0], EnvConfig(tool_set="line_edit", max_steps=64),
                          SandboxConfig(), policy_name="t")  # fmt: skip
     yield episode
     episode.workspace.cleanup()
@@ -161,6 +174,30 @@ def test_apply_patch_applies_a_diff_relative_to_the_root(env, case):
     event = _run(env, "apply_patch", patch=task.reference_patch())
     assert not event.get("error") and module in event["observation"]
     assert _module_text(env, module) == after
+
+
+def test_edit_lines_replaces_or_inserts_read_file_numbered_lines_and_shows_them(line_env, case):
+    env = line_env
+    _, module, before, after, _ = case
+    numbered = dict(_numbered_lines(_run(env, "read_file", path=module)["observation"]))
+    lines = before.splitlines(keepends=True)
+    changed = next(i for i, (a, b) in enumerate(zip(lines, after.splitlines(keepends=True),
+                                                     strict=False), 1) if a != b)  # fmt: skip
+    assert numbered[changed] == lines[changed - 1].rstrip("\n")  # read_file's numbers
+    fixed = after.splitlines(keepends=True)[changed - 1]
+    event = _run(env, "edit_lines", path=module, start=changed, end=changed, text=fixed)
+    assert not event.get("error")
+    text = _module_text(env, module)
+    assert text.splitlines(keepends=True)[changed - 1] == fixed
+    # Shows the edited lines after, numbered as read_file numbers them.
+    shown = dict(_numbered_lines(event["observation"]))
+    assert shown[changed] == fixed.rstrip("\n")
+    assert all(text.splitlines()[n - 1] == t for n, t in shown.items())
+    # end = start - 1 inserts before line start.
+    event = _run(env, "edit_lines", path=module, start=1, end=0, text="# note")
+    assert not event.get("error")
+    assert _module_text(env, module) == "# note\n" + text
+    assert dict(_numbered_lines(event["observation"]))[1] == "# note"
 
 
 def _check_listing(env: EpisodeEnv, observation: str, module: str, before: str) -> None:

@@ -20,7 +20,7 @@ SETS = list(TOOL_SETS)
 
 
 def test_every_declared_set_has_implementations_of_exactly_its_tools():
-    assert set(TOOL_SETS) == {"free_form", "fix_search"}
+    assert set(TOOL_SETS) == {"free_form", "fix_search", "line_edit"}
     for name, spec in TOOL_SETS.items():
         assert tool_set(name) is spec and spec.name == name
         assert list(spec.tools) == list(spec.specs)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from components.env.safety import SafetyVerdict, judge
-from components.env.tool_sets import fix_search, free_form
+from components.env.tool_sets import fix_search, free_form, line_edit
 from components.env.tool_sets import types as _types
 from components.env.tool_sets.shared import SHARED_TOOLS
 from components.env.tool_sets.types import (
@@ -41,6 +41,7 @@ from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS
 TOOL_SETS: dict[str, ToolSet] = {
     "free_form": free_form.TOOL_SET,
     "fix_search": fix_search.TOOL_SET,
+    "line_edit": line_edit.TOOL_SET,
 }
 DEFAULT_TOOL_SET = "free_form"
 

@@ -25,7 +25,7 @@ from components.env.safety import SEVERITY, Monitor, SafetyVerdict
 from components.env.tool_sets.types import STATUS_RESERVE, ToolResult, failed_result, tool_result
 from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig, SandboxError
 from components.sandbox.process import CommandResult, kernel_call_refused, run_sandboxed
-from components.sandbox.workspace import Workspace
+from components.sandbox.workspace import Workspace, read_regular
 
 RUN_COMMAND = {
     "description": (
@@ -181,6 +181,8 @@ def run_command(
         status.append(f"[memory limit of {config.memory_mb} MiB exceeded]")
     elif cmd.limit_hit == "processes":
         status.append(f"[process limit of {config.max_processes} reached]")
+    if runs_task_tests(argv, test_command) and cmd.exit_code != 0 and not status:
+        status += [line for line in (blamed_line(ws, cmd.output),) if line]
     status.append(f"exit code {cmd.exit_code}")
     out = cmd.output
     text = out + ("" if not out or out.endswith("\n") else "\n") + "\n".join(status)
@@ -197,3 +199,79 @@ def run_command(
         result, safety=observed_verdict(ws, cmd), tests_timed_out=tests_timed_out,
         ran_tests="pytest" in args["cmd"],
     )  # fmt: skip
+
+
+# The blamed line's share of STATUS_RESERVE: the rest holds the status lines.
+_BLAMED_MAX_CHARS = 110
+_BLAMED_MAX_FILE_BYTES = 2 * 1024 * 1024
+_TEST_FILE = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$)")
+
+
+def blamed_line(ws: Workspace, output: str) -> str:
+    """`blamed: pkg/mod.py:12: return a <= b`: the deepest traceback frame of a failing test
+    run in a workspace file that is not a test (fix_search's `locate`, which list_fixes
+    blames its module with); where no frame is in one (the test's own assertion failed),
+    the `def` line of the function that assertion calls, in a module the failing test
+    files import; "" when neither is found. So the model sees where to read without copying
+    a path out of the traceback."""
+    from components.env.tool_sets.fix_search.fixes import locate
+
+    frames = {m[1] for m in re.finditer(r"^(\S+\.py):\d+: ", output, re.M)}
+    sources = sorted(p for p in frames if _workspace_source(ws, p))
+    module, line, function = locate(output, sources)
+    if line is not None and module in sources:
+        return _blamed(module, line, _source_lines(ws, module))
+    if not function:  # --tb=short shows the assertion under its frame, without a `>`
+        called = re.search(r"^\S+\.py:\d+: in \w+\n\s+assert\s+(?:not\s+)?(\w+)\(", output, re.M)
+        function = called[1] if called else None
+    if not function:
+        return ""
+    tests = sorted(p for p in frames if _TEST_FILE.search(p) and not p.startswith("/"))
+    for module in _imported_modules(ws, tests):
+        lines = _source_lines(ws, module)
+        found = re.compile(rf"\s*(?:async\s+)?def {re.escape(function)}\b").match
+        line = next((i for i, text in enumerate(lines, 1) if found(text)), None)
+        if line is not None:
+            return _blamed(module, line, lines)
+    return ""
+
+
+def _blamed(module: str, line: int, lines: list[str]) -> str:
+    if not 1 <= line <= len(lines):
+        return ""
+    blamed = f"blamed: {module}:{line}: {lines[line - 1].strip()}"
+    return blamed if len(blamed) <= _BLAMED_MAX_CHARS else blamed[: _BLAMED_MAX_CHARS - 3] + "..."
+
+
+def _source_lines(ws: Workspace, rel: str) -> list[str]:
+    """A workspace file's lines ([] when unreadable; never opens a FIFO)."""
+    try:
+        data = read_regular(ws.resolve(rel), _BLAMED_MAX_FILE_BYTES)
+    except (OSError, ValueError):
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
+def _imported_modules(ws: Workspace, test_files: list[str]) -> list[str]:
+    """The workspace's non-test modules that `test_files` import (`from a.b import f`,
+    `import a.b`), in the order they import them."""
+    out: list[str] = []
+    for test in test_files:
+        for m in re.finditer(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))",
+                             "\n".join(_source_lines(ws, test)), re.M):  # fmt: skip
+            name = (m[1] or m[2]).replace(".", "/")
+            for rel in (f"{name}.py", f"{name}/__init__.py", f"src/{name}.py"):
+                if rel not in out and _workspace_source(ws, rel):
+                    out.append(rel)
+    return out
+
+
+def _workspace_source(ws: Workspace, rel: str) -> bool:
+    """A non-test Python file inside the workspace (a traceback also names the stdlib's
+    and site-packages' files, by absolute path)."""
+    if rel.startswith("/") or ".." in rel.split("/") or _TEST_FILE.search(rel):
+        return False
+    try:
+        return ws.resolve(rel).is_file()
+    except (OSError, ValueError):
+        return False

@@ -1,5 +1,8 @@
-"""The file tools every set may offer: `search`, `read_file`, `edit_file`, `apply_patch`,
-each with its schema, implementation and safety rule.
+"""The file tools every set may offer: `search`, `read_file`, `edit_file`, `edit_lines`,
+`apply_patch`, each with its schema, implementation and safety rule. An edit of a Python file
+that parsed and would no longer parse is refused, the file left as it was; `edit_file`
+falls back to a unique match without read_file's line-number prefixes, then ignoring
+whitespace (components/env/tool_sets/text_edits.py).
 
 They run in the trainer's process, so their arguments and the tree cannot be allowed to
 stall it: no tool opens a FIFO, socket or device (opened without blocking and checked with
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from components.env import safety_patterns as patterns
 from components.env.safety import Monitor, Rule
+from components.env.tool_sets import text_edits
 from components.env.tool_sets.types import STATUS_RESERVE, ToolResult, failed_result, tool_result
 from components.sandbox.config import SandboxConfig
 from components.sandbox.workspace import (
@@ -77,6 +81,23 @@ EDIT_FILE = {
         "additionalProperties": False,
     },
 }
+EDIT_LINES = {
+    "description": (
+        "Replace lines start..end of a file (the numbers read_file shows) with `text`; "
+        "end = start - 1 inserts `text` before line start. Shows the edited lines after."
+    ),
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "start": {"type": "integer", "minimum": 1},
+            "end": {"type": "integer", "minimum": 0},
+            "text": {"type": "string", "description": "the new lines"},
+        },
+        "required": ["path", "start", "end", "text"],
+        "additionalProperties": False,
+    },
+}
 APPLY_PATCH = {
     "description": "Apply a unified diff (paths relative to the repository root).",
     "parameters": {
@@ -106,6 +127,14 @@ def edit_rule(monitor: Monitor, arguments: dict) -> None:
     if isinstance(arguments.get("path"), str):
         old, new = str(arguments.get("old", "")), str(arguments.get("new", ""))
         monitor.file_edit(arguments["path"], old + "\n" + new, added=new, removed=old)
+
+
+def edit_lines_rule(monitor: Monitor, arguments: dict) -> None:
+    """edit_lines: the file edited and the text it writes (the lines it replaces are not in
+    the call, so every line written is judged as added)."""
+    if isinstance(arguments.get("path"), str):
+        text = str(arguments.get("text", ""))
+        monitor.file_edit(arguments["path"], text, added=text, removed="")
 
 
 def patch_rule(monitor: Monitor, arguments: dict) -> None:
@@ -269,26 +298,137 @@ def edit_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
         )
     if not path.exists():
         return failed_result(config, f"error: no such file: {rel}", "no such file")
-    try:  # newline="": keep \r\n as is
-        with io.TextIOWrapper(_open_regular(path), encoding="utf-8", newline="") as f:
-            text = f.read()
+    try:
+        text = _read_text(path)
     except UnicodeDecodeError:
         return failed_result(config, f"error: {rel} is not a UTF-8 text file", "binary file")
     count = text.count(old)
-    if count == 0:
-        return failed_result(config, f"error: old text not found in {rel}", "old text not found")
     if count > 1:
         msg = f"error: old text occurs {count} times in {rel}; include more context"
         return failed_result(config, msg, "old text ambiguous")
-    updated = text.replace(old, new, 1)
+    if count == 1:
+        first = text[: text.index(old)].count("\n")
+        updated, shown, how = text.replace(old, new, 1), (first, new.count("\n") + 1), ""
+    else:
+        found = _fuzzy_edit(text, old, new)
+        if isinstance(found, str):
+            return failed_result(config, found.format(rel=rel), _fuzzy_error(found))
+        updated, shown, how = found
+    refusal = text_edits.parse_refusal(rel, text, updated)
+    if refusal is not None:
+        return failed_result(config, refusal, "edit breaks parsing")
     if len(updated.encode()) > config.max_file_bytes:
         return failed_result(
             config, f"error: {rel} would exceed {config.max_file_bytes} bytes", "too large"
         )
     _write_no_follow(path, updated)
-    first = text[: text.index(old)].count("\n") + 1
-    last = first + new.count("\n")
-    return tool_result(config, f"edited {rel}: replaced 1 occurrence (now lines {first}-{last})")
+    first, count = shown[0] + 1, shown[1]
+    note = f"; {how}" if how else ""
+    return tool_result(config, f"edited {rel}: replaced 1 occurrence (now lines {first}-"
+                       f"{first + count - 1}){note}")  # fmt: skip
+
+
+# The fallbacks' refusals: {rel} is filled in by edit_file.
+_NOT_FOUND = "error: old text not found in {rel}"
+_AMBIGUOUS = "error: old text matches {n} places in {{rel}} {how}; include more context"
+
+
+def _fuzzy_error(message: str) -> str:
+    return "old text not found" if message == _NOT_FOUND else "old text ambiguous"
+
+
+def _fuzzy_edit(text: str, old: str, new: str) -> tuple[str, tuple[int, int], str] | str:
+    """edit_file's fallbacks where `old` does not occur exactly, in order: (a) read_file's
+    line-number prefixes taken off `old` (and off `new`, where it has them), (b) a line-wise
+    match ignoring each line's leading and trailing whitespace, `new` re-indented by the
+    match's indentation delta. Each is accepted only where its match is unique. Returns
+    (new text, (first line 0-based, lines shown), which fallback matched) or the refusal."""
+    unnumbered = text_edits.without_line_numbers(old)
+    how = "matched after removing line-number prefixes"
+    if unnumbered is not None:
+        old, new = unnumbered, text_edits.strip_numbers_if_all(new)
+        count = text.count(old) if old else 0
+        if count > 1:
+            return _AMBIGUOUS.format(n=count, how="after removing line-number prefixes")
+        if count == 1:
+            first = text[: text.index(old)].count("\n")
+            return text.replace(old, new, 1), (first, new.count("\n") + 1), how
+    matches = text_edits.whitespace_matches(text, old)
+    if len(matches) > 1:
+        return _AMBIGUOUS.format(n=len(matches), how="ignoring whitespace")
+    if not matches:
+        return _NOT_FOUND
+    (first, count), lines = matches[0], text.splitlines()
+    new = text_edits.reindented(new, old, lines[first : first + count])
+    # Only the matched lines are replaced: `old`'s blank edge lines did not take part.
+    new = new.strip("\n") if new.strip() else ""
+    updated = text_edits.replace_lines(text, first, count, new)
+    how = ("matched after removing line-number prefixes and ignoring whitespace"
+           if unnumbered is not None else "matched ignoring whitespace")  # fmt: skip
+    return updated, (first, max(1, new.count("\n") + 1)), how
+
+
+def _read_text(path: Path) -> str:
+    """A regular file's UTF-8 text, line endings kept as they are (newline="")."""
+    with io.TextIOWrapper(_open_regular(path), encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+# ----------------------------------------------------------------------------- edit_lines
+
+
+def edit_lines(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
+    rel, start, end, new = args["path"], args["start"], args["end"], args["text"]
+    path = ws.resolve(rel, for_write=True)
+    if not path.exists():
+        return failed_result(config, f"error: no such file: {rel}", "no such file")
+    try:
+        text = _read_text(path)
+    except UnicodeDecodeError:
+        return failed_result(config, f"error: {rel} is not a UTF-8 text file", "binary file")
+    n = len(text.splitlines())
+    bad = _line_range_error(rel, start, end, n)
+    if bad is not None:
+        return failed_result(config, bad, "bad range")
+    new = text_edits.strip_numbers_if_all(new)
+    if new and not new.endswith("\n"):
+        new += "\n"
+    lines = text.splitlines(keepends=True)
+    if start > n and lines and not lines[-1].endswith("\n"):  # appending after a last line
+        lines[-1] += "\n"  # that had no line ending
+    if lines and lines[0].endswith("\r\n"):
+        new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+    updated = "".join(lines[: start - 1]) + new + "".join(lines[end:])
+    refusal = text_edits.parse_refusal(rel, text, updated)
+    if refusal is not None:
+        return failed_result(config, refusal, "edit breaks parsing")
+    if len(updated.encode()) > config.max_file_bytes:
+        return failed_result(
+            config, f"error: {rel} would exceed {config.max_file_bytes} bytes", "too large"
+        )
+    _write_no_follow(path, updated)
+    written = new.count("\n")
+    last = start + written - 1
+    now = f"now lines {start}-{last}" if written else "deleted"
+    what = (f"inserted before line {start} ({now})" if end < start
+            else f"replaced lines {start}-{end} ({now})")  # fmt: skip
+    view = text_edits.numbered_view(updated, start, max(last, start))
+    if not view:
+        return tool_result(config, f"edited {rel}: {what}; it is now empty")
+    return tool_result(config, f"edited {rel}: {what}:\n{view}")
+
+
+def _line_range_error(rel: str, start: int, end: int, n: int) -> str | None:
+    """Why lines start..end of a file of n lines cannot be replaced (None: they can)."""
+    if start > n + 1:
+        return (f"error: start {start} is past the end of {rel} ({n} lines; start {n + 1} "
+                f"with end {n} appends)")  # fmt: skip
+    if end < start - 1:
+        return (f"error: end {end} is before start {start} (end = start - 1 inserts before "
+                "line start)")  # fmt: skip
+    if end > n:
+        return f"error: end {end} is past the end of {rel} ({n} lines)"
+    return None
 
 
 def _write_no_follow(path: Path, text: str) -> None:
@@ -306,6 +446,7 @@ def apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     from components.tasks.patching import PatchError, apply_unified_diff, parse_unified_diff
 
     patch = args["patch"]
+    before: dict[str, bytes | None] = {}  # every file the patch names, as it was
     try:
         comparisons = 0
         for fp in parse_unified_diff(patch):
@@ -313,6 +454,7 @@ def apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
                 if rel is not None:
                     path = ws.resolve(rel, for_write=True)  # no escapes, no writes via links
                     comparisons += _patch_work(path, rel, fp.hunks)
+                    before[rel] = _patch_limited_bytes(path)
         if comparisons > _PATCH_MAX_COMPARISONS:
             raise PatchError(
                 f"the hunks' search would take up to {comparisons} line comparisons (limit "
@@ -326,7 +468,47 @@ def apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
                              "text (binary files cannot be patched)", "binary file")  # fmt: skip
     if not changed:
         return failed_result(config, "error: the patch contains no file changes", "patch failed")
+    refusal = _patch_parse_refusal(ws, before)
+    if refusal is not None:
+        return failed_result(config, refusal, "edit breaks parsing")
     return tool_result(config, f"applied patch: {', '.join(changed)}")
+
+
+def _patch_limited_bytes(path: Path) -> bytes | None:
+    """A regular file's bytes before a patch (None: absent; _patch_work has checked it is
+    regular and within apply_patch's size limit)."""
+    try:
+        return read_regular(path, _PATCH_MAX_FILE_BYTES)
+    except FileNotFoundError:
+        return None
+
+
+def _patch_parse_refusal(ws: Workspace, before: dict[str, bytes | None]) -> str | None:
+    """After a patch: the refusal (every named file put back byte for byte) when a Python
+    file it changed parsed before and no longer does; None when the patch stands."""
+    for rel, old in before.items():
+        path = ws.resolve(rel, for_write=True)
+        if old is None or not path.is_file():
+            continue  # a new file, or one the patch deleted: nothing that parsed is broken
+        refusal = text_edits.parse_refusal(
+            rel, old.decode("utf-8", "replace"), read_regular(path, _PATCH_MAX_FILE_BYTES * 2)
+            .decode("utf-8", "replace"))  # fmt: skip
+        if refusal is not None:
+            for name, data in before.items():
+                _restore(ws.resolve(name, for_write=True), data)
+            return refusal.replace("edit refused", "patch refused")
+    return None
+
+
+def _restore(path: Path, data: bytes | None) -> None:
+    """Put a file back as it was before a patch (None: it did not exist)."""
+    if data is None:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _patch_work(path: Path, rel: str, hunks: list) -> int:

@@ -1,4 +1,5 @@
-"""The tools every set may share (`run_command`, the file tools, `finish`) and
+"""The tools every set may share (`run_command`, the file tools, `finish`; `edit_lines` is
+only in the line_edit set) and
 `execute_tool`, which runs one of them: validate, check safety, run, observe.
 
 `execute_tool` never raises for anything the agent can do wrong (bad arguments, unknown
@@ -27,10 +28,13 @@ from components.env.tool_sets.commands import (
 from components.env.tool_sets.files import (
     APPLY_PATCH,
     EDIT_FILE,
+    EDIT_LINES,
     READ_FILE,
     SEARCH,
     apply_patch,
     edit_file,
+    edit_lines,
+    edit_lines_rule,
     edit_rule,
     patch_rule,
     read_file,
@@ -70,6 +74,7 @@ _HANDLERS = {
     "read_file": read_file,
     "edit_file": edit_file,
     "apply_patch": apply_patch,
+    "edit_lines": edit_lines,
     "finish": _finish,
 }
 
@@ -95,6 +100,7 @@ SHARED_TOOLS: dict[str, Tool] = tools_of(
          monitor=read_rule("read_file")),
     Tool("edit_file", EDIT_FILE, _in_episode("edit_file"), monitor=edit_rule),
     Tool("apply_patch", APPLY_PATCH, _in_episode("apply_patch"), monitor=patch_rule),
+    Tool("edit_lines", EDIT_LINES, _in_episode("edit_lines"), monitor=edit_lines_rule),
     Tool("finish", FINISH, _in_episode("finish"), ends_episode=True),
 )  # fmt: skip
 _SHARED_SPECS = {name: tool.schema for name, tool in SHARED_TOOLS.items()}
