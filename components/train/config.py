@@ -164,6 +164,29 @@ class SFTConfig:
             "optimizer steps; > 0 overrides epochs (the examples repeat), -1: epochs", ge=-1
         ),
     )
+    eval_fraction: float = field(
+        default=0.0,
+        metadata=doc(
+            "share of the records' tasks held out (whole tasks, by a seeded hash of the "
+            "task id); their loss decides early stopping and the saved weights are those "
+            "of the best held-out loss. 0 = off: train the whole budget on every record"
+        ),
+    )
+    eval_every: int = field(
+        default=50,
+        metadata=doc("optimizer steps between held-out evaluations (and one at the last step)"),
+    )
+    early_stopping_patience: int = field(
+        default=3,
+        metadata=doc(
+            "stop after this many held-out evaluations in a row without an improvement of at "
+            "least early_stopping_min_delta; epochs / max_steps stay the upper bound"
+        ),
+    )
+    early_stopping_min_delta: float = field(
+        default=0.0,
+        metadata=doc("smallest fall of the held-out loss per token that counts as improvement"),
+    )
     batch_size: int = field(default=4, metadata=doc("sequences per micro-batch (per device)"))
     grad_accum: int = field(
         default=1, metadata=doc("micro-batches accumulated into one optimizer step")
@@ -205,10 +228,20 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.lr_scheduler: unknown {self.lr_scheduler!r}")
         if self.max_steps <= 0 and self.epochs <= 0:
             raise ValueError("SFTConfig: set epochs > 0 or max_steps > 0")
-        _check_at_least(self, 1, ("batch_size", "grad_accum", "log_every"))
+        _check_at_least(self, 1, ("batch_size", "grad_accum", "log_every", "eval_every",
+                                  "early_stopping_patience"))  # fmt: skip
         _check_at_least(self, 0, ("warmup_steps", "pad_to_multiple_of", "weight_decay",
-                                  "max_grad_norm"))  # fmt: skip
+                                  "max_grad_norm", "early_stopping_min_delta"))  # fmt: skip
         _check_sequence_length(self)
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError("SFTConfig.eval_fraction must be in [0, 1) (0 = no held-out split)")
+        # The best weights are kept as a copy of this process's parameters (sft.py); under
+        # ZeRO they are sharded or shadowed by the engine's own master weights.
+        if self.eval_fraction > 0 and self.deepspeed is not None:
+            raise ValueError(
+                "SFTConfig.eval_fraction > 0 (early stopping) is not supported with deepspeed: "
+                "set one of them off"
+            )
 
 
 @dataclass(frozen=True)

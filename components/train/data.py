@@ -15,6 +15,7 @@ No torch at import time (the CLI imports this module); `collate` imports it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections import defaultdict
@@ -83,6 +84,34 @@ def sft_examples(
             }
         )
     return examples
+
+
+def held_out_split(
+    records: Sequence[dict], fraction: float, seed: int
+) -> tuple[list[dict], list[dict]]:
+    """(training records, held-out records), each in the input's order: `fraction` of the
+    records' tasks (rounded, at least one, never all) held out whole, so no transcript of a
+    held-out task is trained on, nor half of one. A record's task is its `task_id`, else its
+    own `id` (one episode). Tasks are ranked by sha256 of (seed, task): the split depends on
+    nothing else, not on the records' order or count per task.
+
+    Ranking rather than a hash threshold: on a few dozen tasks a threshold can hold out none
+    or twice the share; the price is that a new task can move one task across the boundary.
+    """
+    keys = [_task_key(record) for record in records]
+    tasks = sorted(set(keys), key=lambda task: hashlib.sha256(f"{seed}\0{task}".encode()).digest())
+    if len(tasks) < 2:
+        raise ValueError(f"held-out split: the records name {len(tasks)} task(s); need >= 2")
+    held = set(tasks[: min(max(round(fraction * len(tasks)), 1), len(tasks) - 1)])
+    train = [r for r, key in zip(records, keys, strict=True) if key not in held]
+    return train, [r for r, key in zip(records, keys, strict=True) if key in held]
+
+
+def _task_key(record: dict) -> str:
+    key = record.get("task_id") or record.get("id")
+    if not key:
+        raise ValueError("held-out split: a record has neither task_id nor id")
+    return str(key)
 
 
 def padded_length(length: int, pad_to_multiple_of: int) -> int:

@@ -24,17 +24,30 @@ engine on every torchrun rank, each rank training on its share of every window (
 windows, the same per-window token normalisation).
 Per-step loss, learning rate, grad norm and tokens/s are returned in SFTResult and, when a
 tracking URI is configured, logged to MLflow. Resuming is out of scope.
+
+`config.eval_fraction` > 0: a share of the records' tasks is held out whole
+(`data.held_out_split`); every `eval_every` steps and at the last step the model, in eval mode
+and without gradients, is scored on them with the training loss itself (`sft_loss_sum`: the
+assistant's tokens, a mean per token). After `early_stopping_patience` evaluations in a row
+that do not beat the best by `early_stopping_min_delta`, training stops; epochs / max_steps
+stay the upper bound and set the schedule. The saved policy (and the model left in place) has
+the weights of the best evaluation: a CPU copy of the trainable parameters is kept in memory
+at each improvement (LoRA: the adapters only; full fine-tuning: the whole model, once more in
+host memory) rather than written to disk, so an improvement costs a copy, not a checkpoint.
+The weights before the first evaluation are never the result. Refused with DeepSpeed
+(SFTConfig): its engine holds sharded or master copies of the weights.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.tracking import start_trainer_run
 from components.train.config import SFTConfig
-from components.train.data import IGNORE_INDEX, collate, sft_examples
+from components.train.data import IGNORE_INDEX, collate, held_out_split, sft_examples
 from components.train.devices import adamw, lr_schedule, trainable_parameters, training_device
 from components.train.parallel import (
     OptimizerSettings,
@@ -50,9 +63,13 @@ from components.train.sft_result import SFTResult
 def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTResult:
     """Fine-tune `model` in place on the assistant tokens of `records`; save it to output_dir.
     With `config.deepspeed`, every torchrun rank calls this on the same records."""
+    held_out_records: list[dict] = []
+    if config.eval_fraction > 0:
+        records, held_out_records = held_out_split(records, config.eval_fraction, config.seed)
     examples = sft_examples(records, tokenizer, config.max_seq_len)
     if not examples:
         raise ValueError("train_sft: no example with an assistant token (empty or all truncated)")
+    held_out = _held_out(held_out_records, tokenizer, config)
     from components.policy.lora import add_adapters, without_adapters
 
     model = add_adapters(model, config.lora) if config.lora else without_adapters(model)
@@ -71,14 +88,20 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
         scheduler=lambda opt: lr_schedule(opt, config.lr_scheduler, config.warmup_steps,
                                           total_steps),
     ))  # fmt: skip
-    mlflow = _start_tracking(config, len(examples)) if stepper.rank == 0 else None
+    num_eval_examples = len(held_out.examples) if held_out else 0
+    mlflow = (
+        _start_tracking(config, len(examples), num_eval_examples) if stepper.rank == 0 else None
+    )
     try:
         batches = _collated_windows(examples, windows, tokenizer.pad_token_id, config)
         curves, tokens, seconds = _train_steps(stepper, batches, total_steps, device, config,
-                                               mlflow)  # fmt: skip
+                                               mlflow, held_out)  # fmt: skip
+        if held_out is not None:
+            held_out.restore_best(stepper.model)
         checkpoint = save_gathered(stepper, tokenizer, Path(config.output_dir) / "policy")
         if mlflow is not None:
-            mlflow.log_metrics({"train_seconds": seconds, "train_tokens_per_s": tokens / seconds})
+            mlflow.log_metrics({"train_seconds": seconds, "train_tokens_per_s": tokens / seconds,
+                                **(held_out.summary() if held_out else {})})  # fmt: skip
     finally:
         if mlflow is not None:
             mlflow.end_run()
@@ -90,7 +113,7 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
         losses=curves["loss"],
         learning_rates=curves["learning_rate"],
         grad_norms=curves["grad_norm"],
-        steps=total_steps,
+        steps=len(curves["loss"]),
         tokens=tokens,
         train_seconds=seconds,
         tokens_per_second=tokens / max(seconds, 1e-9),
@@ -98,7 +121,90 @@ def train_sft(model, tokenizer, records: list[dict], config: SFTConfig) -> SFTRe
         num_examples=len(examples),
         num_truncated=sum(e["truncated"] for e in examples),
         metrics=metrics,
+        num_eval_examples=num_eval_examples,
+        eval_steps=held_out.steps if held_out else [],
+        eval_losses=held_out.losses if held_out else [],
+        best_step=held_out.best_step if held_out else None,
+        best_eval_loss=held_out.best_loss if held_out else None,
+        stopped_early=bool(held_out and held_out.stopped_early),
     )
+
+
+@dataclass
+class HeldOut:
+    """The held-out batches, the evaluations so far and the best weights: a CPU copy of the
+    trainable parameters at the lowest held-out loss (see the module docstring)."""
+
+    examples: list[dict]
+    batches: list[dict]
+    every: int
+    patience: int
+    min_delta: float
+    steps: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    best_step: int | None = None
+    best_loss: float | None = None
+    best_weights: dict = field(default_factory=dict)
+    stopped_early: bool = False
+
+    def due(self, step: int, total_steps: int) -> bool:
+        return step % self.every == 0 or step == total_steps
+
+    def record(self, step: int, loss: float, model) -> bool:
+        """Note the evaluation at `step`; keep the weights if it improved on the best by at
+        least min_delta. Returns whether patience has run out."""
+        self.steps.append(step)
+        self.losses.append(loss)
+        if self.best_loss is None or loss < self.best_loss - self.min_delta:
+            self.best_step, self.best_loss = step, loss
+            self.best_weights = {name: p.detach().to("cpu", copy=True)
+                                 for name, p in model.named_parameters() if p.requires_grad}  # fmt: skip
+            return False
+        evaluations_since_best = len(self.steps) - 1 - self.steps.index(self.best_step)
+        return evaluations_since_best >= self.patience
+
+    def restore_best(self, model) -> None:
+        """Put the best evaluation's weights back into `model`."""
+        import torch
+
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name in self.best_weights:
+                    p.copy_(self.best_weights[name])
+
+    def summary(self) -> dict[str, float]:
+        return {"best_step": float(self.best_step), "best_eval_loss": self.best_loss,
+                "stopped_early": float(self.stopped_early)}  # fmt: skip
+
+
+def _held_out(records: list[dict], tokenizer, config: SFTConfig) -> HeldOut | None:
+    """The held-out examples in fixed batches of batch_size; None without a held-out split."""
+    if not records:
+        return None
+    examples = sft_examples(records, tokenizer, config.max_seq_len)
+    if not examples:
+        raise ValueError("train_sft: no held-out example with an assistant token")
+    batches = [collate(examples[i : i + config.batch_size], tokenizer.pad_token_id,
+                       config.pad_to_multiple_of)
+               for i in range(0, len(examples), config.batch_size)]  # fmt: skip
+    return HeldOut(examples, batches, config.eval_every, config.early_stopping_patience,
+                   config.early_stopping_min_delta)  # fmt: skip
+
+
+def held_out_loss(model, batches: list[dict], device, bf16: bool) -> float:
+    """Mean cross-entropy per assistant token over `batches`: the training loss
+    (`sft_loss_sum`), in eval mode (no dropout) and without gradients."""
+    import torch
+
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            loss_sum, labelled = sft_loss_sum(model, batch, device, bf16)
+            total += float(loss_sum)
+            count += int(labelled)
+    model.train()
+    return total / max(count, 1)
 
 
 def _collated_windows(examples: list[dict], windows, pad_id: int, config: SFTConfig):
@@ -108,10 +214,10 @@ def _collated_windows(examples: list[dict], windows, pad_id: int, config: SFTCon
                for batch in window]  # fmt: skip
 
 
-def _train_steps(stepper, batches, total_steps: int, device, config: SFTConfig,
-                 mlflow) -> tuple[dict[str, list[float]], int, float]:  # fmt: skip
-    """`total_steps` optimizer steps: (per-step loss, learning rate and grad norm; non-padding
-    tokens seen over all ranks; seconds)."""
+def _train_steps(stepper, batches, total_steps: int, device, config: SFTConfig, mlflow,
+                 held_out: HeldOut | None) -> tuple[dict[str, list[float]], int, float]:  # fmt: skip
+    """`total_steps` optimizer steps, fewer when `held_out`'s patience runs out: (per-step
+    loss, learning rate and grad norm; non-padding tokens seen over all ranks; seconds)."""
     curves: dict[str, list[float]] = {"loss": [], "learning_rate": [], "grad_norm": []}
     tokens = 0
     started = time.perf_counter()
@@ -128,6 +234,13 @@ def _train_steps(stepper, batches, total_steps: int, device, config: SFTConfig,
             row = {k: v[-1] for k, v in curves.items()}
             mlflow.log_metrics({**row, "tokens_per_s": rate, "tokens_seen": float(tokens)},
                                step=step)  # fmt: skip
+        if held_out is not None and held_out.due(step, total_steps):
+            eval_loss = held_out_loss(stepper.model, held_out.batches, device, config.bf16)
+            if mlflow is not None:
+                mlflow.log_metric("eval_loss", eval_loss, step=step)
+            if held_out.record(step, eval_loss, stepper.model) and step < total_steps:
+                held_out.stopped_early = True
+                break
     return curves, tokens, time.perf_counter() - started
 
 
@@ -233,8 +346,9 @@ def accumulate_sft(stepper, batches: list[dict], device, bf16: bool):
     return total, seen
 
 
-def _start_tracking(config: SFTConfig, num_examples: int):
+def _start_tracking(config: SFTConfig, num_examples: int, num_eval_examples: int):
     """The mlflow module with a started run, or None when no tracking URI is configured."""
     params = {k: v for k, v in vars(config).items() if k not in ("deepspeed", "lora")}
     return start_trainer_run(config.mlflow_tracking_uri, config.mlflow_experiment, "sft",
-                             {**params, "num_examples": num_examples})  # fmt: skip
+                             {**params, "num_examples": num_examples,
+                              "num_eval_examples": num_eval_examples})  # fmt: skip
