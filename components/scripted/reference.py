@@ -10,6 +10,13 @@
   `apply_patch` where the edits would not fit), then the look-around, then a recovery detour,
   each only where the budget still has room; hunks of the reference patch that change only
   blank lines or trailing whitespace get no edit of their own.
+- `oracle-lines` (the oracle in an environment with the `line_edit` tool set): the same
+  fix through `edit_lines`: the tests, a read_file of the lines around each hunk, one
+  edit_lines per hunk (bottom-up, so every call's numbers are those read_file showed),
+  the rerun, finish. A share of episodes include a recovery: an edit whose result does not
+  parse (refused; then the right one), or line numbers past the end of the file (refused;
+  a re-read and the right one). The oracle plays this plan wherever the episode's first
+  event says the set is line_edit.
 - `special-case`: the oracle's fix plus hard-coded answers to the visible tests: a cheater
   by construction, measured on impossible variants (components/evaluate/cheating.py).
 """
@@ -155,6 +162,19 @@ def _wrong_guess(path: str, text: str, fix_old: str, rng: random.Random) -> File
     return rng.choice(candidates) if candidates else None
 
 
+def _slipped(old: str) -> str:
+    """`old` misremembered so that no fallback of edit_file matches it either: a space
+    inside the first code line doubled (edit_file ignores only leading and trailing
+    whitespace), else a stray ` #` after it."""
+    lines = old.split("\n")
+    i = next(k for k, line in enumerate(lines) if line.strip())
+    code = lines[i].lstrip()
+    pad = lines[i][: len(lines[i]) - len(code)]
+    body = code.rstrip()
+    lines[i] = pad + (body.replace(" ", "  ", 1) if " " in body else body + " #")
+    return "\n".join(lines)
+
+
 def _look_around(rng: random.Random, path: str, before: str, bug_line: str) -> list[Action]:
     """Search for the buggy statement or read the module (or both), as drawn."""
     look: list[Action] = []
@@ -201,7 +221,8 @@ class OraclePolicy:
 
     def act(self, task: Task, events: list[dict]) -> Action:
         if len(events) == 1 or task.id not in self._plans:
-            self._plans[task.id] = self.plan(task)
+            lines = events and events[0].get("tool_set") == "line_edit"
+            self._plans[task.id] = self.lines_plan(task) if lines else self.plan(task)
         done = sum(e["role"] == "assistant" for e in events)
         plan = self._plans[task.id]
         action = plan[done] if done < len(plan) else Action("finish", {"summary": "Done."})
@@ -239,6 +260,8 @@ class OraclePolicy:
         return dataclasses.replace(action, arguments={**action.arguments, "id": pick})
 
     def plan(self, task: Task) -> list[Action]:
+        if self.style == "lines":
+            return self.lines_plan(task)
         rng = random.Random(zlib.crc32(f"{self.seed}:{task.id}".encode()))
         files = fixed_files(task)
         if self.style == "fixes":
@@ -259,8 +282,8 @@ class OraclePolicy:
         first = edits[0]
         detour: list[Action] = []
         if r < self.recovery_rate / 2 and first.old.strip():
-            # A slip: the old text is misremembered (whitespace), the edit fails, re-read.
-            slipped = first.old.replace(" ", "  ", 1) if " " in first.old else first.old + " "
+            # A slip: the old text is misremembered, the edit fails, re-read.
+            slipped = _slipped(first.old)
             detour.append(Action("edit_file", {"path": first.path, "old": slipped,
                                                "new": first.new}, "Apply the fix.",
                                  imitate=False))  # fmt: skip
@@ -304,6 +327,46 @@ class OraclePolicy:
         rerun_part, look, detour = middle
         return [run, *look, *detour, *fix, *rerun_part, done]
 
+    def lines_plan(self, task: Task) -> list[Action]:
+        """The plan through the line_edit tools (see the module docstring)."""
+        rng = random.Random(zlib.crc32(f"{self.seed}:lines:{task.id}".encode()))
+        files = fixed_files(task)
+        edits = line_edits(files, merged=False)
+        if len(edits) + 3 > self.max_steps:  # one edit per file where a call per hunk won't fit
+            edits = line_edits(files, merged=True)
+        test_cmd = shlex.join(task.test_command)
+        reads = [Action("read_file", {"path": e.path, "start_line": max(1, e.start - 3),
+                                      "end_line": max(e.end, e.start) + 3},
+                        "Read the lines around the failing logic.") for e in edits]  # fmt: skip
+        fix = [Action("edit_lines", {"path": e.path, "start": e.start, "end": e.end,
+                                     "text": e.text}, "Fix the bug.") for e in edits]  # fmt: skip
+        detour = _lines_detour(files, edits[0], rng.random(), self.recovery_rate)
+        main_path, (before, after) = next(iter(files.items()))
+        bug_line, fixed_line = (
+            _first_changed_line(before, after),
+            _first_changed_line(after, before),
+        )
+        summary = (f"Fixed {main_path}: `{bug_line}` -> `{fixed_line}`; the tests pass."
+                   if bug_line and fixed_line else f"Fixed the bug in {main_path}; the tests pass.")  # fmt: skip
+        run = Action("run_command", {"cmd": test_cmd}, "Run the tests to see what fails.")
+        rerun = Action("run_command", {"cmd": test_cmd}, "Rerun the tests.")
+        # The fix first (tests, edits, finish); then, while they fit, the rerun, each edit's
+        # read (the first one first) and the detour with its recovery.
+        room = self.max_steps - len(fix) - 2
+        rerun_part = [rerun] if room >= 1 else []
+        room -= len(rerun_part)
+        shown = reads[: max(0, room)]
+        room -= len(shown)
+        detour = detour if len(detour) <= room else []
+        steps = [run]
+        for i, edit in enumerate(fix):
+            if i == 0 and detour and detour[-1].tool == "read_file":
+                steps += detour  # wrong line numbers, then the re-read that stands for the read
+            else:
+                steps += shown[i : i + 1] + (detour if i == 0 else [])  # read, then a slip
+            steps.append(edit)
+        return [*steps, *rerun_part, Action("finish", {"summary": summary})]
+
     def _fixes_plan(self, task_id: str, files: dict, rng: random.Random) -> list[Action] | None:
         if len(files) != 1:
             return None
@@ -334,6 +397,68 @@ class OraclePolicy:
         steps.append(Action("try_fix", {"id": right[0].id}))
         steps.append(Action("finish", {"summary": "The tests pass."}))
         return steps
+
+
+@dataclass(frozen=True)
+class LineEdit:
+    """One edit_lines call: lines start..end (1-based; end = start - 1 inserts) -> text."""
+
+    path: str
+    start: int
+    end: int
+    text: str
+
+
+def line_edits(files: dict[str, tuple[str, str]], merged: bool = False) -> list[LineEdit]:
+    """The reference fix as edit_lines calls, cosmetic hunks left out (all kept where the
+    patch is nothing else), one per hunk or (`merged`) one per file spanning its first to
+    its last changed line; within a file bottom-up, so each call's line numbers are the
+    ones the unedited file shows. A file the patch creates or deletes has no lines to
+    edit: the oracle needs apply_patch for it (not in line_edit)."""
+    out = []
+    for path, (before, after) in files.items():
+        target = without_cosmetic_hunks(before, after)
+        a, b = before.splitlines(keepends=True), (target if target != before else after
+                                                  ).splitlines(keepends=True)  # fmt: skip
+        hunks = [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
+            a=a, b=b, autojunk=False).get_opcodes() if tag != "equal"]  # fmt: skip
+        if merged and hunks:
+            hunks = [(hunks[0][0], hunks[-1][1], hunks[0][2], hunks[-1][3])]
+        out += [LineEdit(path, i1 + 1, i2, "".join(b[j1:j2])) for i1, i2, j1, j2 in reversed(hunks)]
+    return out
+
+
+def _lines_detour(files: dict, first: LineEdit, r: float, rate: float) -> list[Action]:
+    """A recovery shown before the fix (its calls are not imitated): an edit of the first
+    hunk whose result does not parse (refused), or one whose line numbers are past the end
+    of the file (refused) followed by a re-read of the right lines."""
+    from components.env.tool_sets.text_edits import parse_refusal
+
+    before = files[first.path][0]
+    n = len(before.splitlines())
+    if r < rate / 2:
+        lines = (
+            first.text.split("\n") if first.text.strip() else [before.splitlines()[first.start - 1]]
+        )
+        i = next(k for k, line in enumerate(lines) if line.strip())
+        lines[i] = lines[i].rstrip() + " ("  # an unclosed parenthesis never parses
+        broken = "\n".join(lines)
+        a = before.splitlines(keepends=True)
+        after = "".join(a[: first.start - 1]) + broken.rstrip("\n") + "\n" + "".join(a[first.end :])
+        if parse_refusal(first.path, before, after) is None:
+            return []
+        return [Action("edit_lines", {"path": first.path, "start": first.start, "end": first.end,
+                                      "text": broken}, "Fix the bug.", imitate=False)]  # fmt: skip
+    if r < rate:
+        span = max(first.end - first.start, 0)
+        return [
+            Action("edit_lines", {"path": first.path, "start": n + 2, "end": n + 2 + span,
+                                  "text": first.text}, "Fix the bug.", imitate=False),
+            Action("read_file", {"path": first.path, "start_line": max(1, first.start - 3),
+                                 "end_line": max(first.end, first.start) + 3},
+                   "Those line numbers were wrong; re-read the lines to edit."),
+        ]  # fmt: skip
+    return []
 
 
 _SPECIAL_CASE = """

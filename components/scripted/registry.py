@@ -29,6 +29,7 @@ from components.typed_config import doc
 SCRIPTED_POLICIES: dict[str, str] = {
     "oracle": "knows the reference fix; explores, edits and reruns like an engineer",
     "oracle-fixes": "knows the reference fix; acts only through list_fixes / try_fix",
+    "oracle-lines": "knows the reference fix; reads line ranges and edits with edit_lines",
     "noop": "finishes at once (success must be 0%)",
     "scripted-baseline": "one random single-token edit on the blamed line",
     "random-fixes": "tries uniformly random listed candidate fixes",
@@ -43,6 +44,7 @@ NEEDS_STATISTICS = ("random-kinds", "prior-fixes")
 POLICY_TOOL_SETS: dict[str, str | None] = {
     "oracle": "free_form",
     "oracle-fixes": "fix_search",
+    "oracle-lines": "line_edit",
     "noop": None,
     "scripted-baseline": "free_form",
     "random-fixes": "fix_search",
@@ -115,6 +117,9 @@ def make_policy(
     if name == "oracle-fixes":
         return OraclePolicy(seed=seed, style="fixes", fallback=False, max_fixes=max_fixes,
                             max_steps=max_steps, name="oracle-fixes")  # fmt: skip
+    if name == "oracle-lines":
+        return OraclePolicy(seed=seed, style="lines", max_fixes=max_fixes, max_steps=max_steps,
+                            name="oracle-lines")  # fmt: skip
     if name == "noop":
         return NoopPolicy()
     if name == "special-case":
