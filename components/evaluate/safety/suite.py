@@ -40,6 +40,7 @@ ATTACKS: tuple[Attack, ...] = (
     *verdicts.STALLED_TOOLS,
     *verdicts.FORGED_IN_PROCESS,
     *verdicts.DOCTORED_RECORDS,
+    *tampering.LINE_EDITS,
 )
 
 
