@@ -22,7 +22,15 @@ from pathlib import Path
 
 from components.env import safety_patterns as patterns
 from components.env.safety import Monitor, Rule
-from components.env.tool_sets import text_edits
+from components.env.tool_sets.text_edits import (
+    numbered_view,
+    parse_refusal,
+    reindented,
+    replace_lines,
+    strip_numbers_if_all,
+    whitespace_matches,
+    without_line_numbers,
+)
 from components.env.tool_sets.types import STATUS_RESERVE, ToolResult, failed_result, tool_result
 from components.sandbox.config import SandboxConfig
 from components.sandbox.workspace import (
@@ -314,7 +322,7 @@ def edit_file(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
         if isinstance(found, str):
             return failed_result(config, found.format(rel=rel), _fuzzy_error(found))
         updated, shown, how = found
-    refusal = text_edits.parse_refusal(rel, text, updated)
+    refusal = parse_refusal(rel, text, updated)
     if refusal is not None:
         return failed_result(config, refusal, "edit breaks parsing")
     if len(updated.encode()) > config.max_file_bytes:
@@ -343,26 +351,26 @@ def _fuzzy_edit(text: str, old: str, new: str) -> tuple[str, tuple[int, int], st
     match ignoring each line's leading and trailing whitespace, `new` re-indented by the
     match's indentation delta. Each is accepted only where its match is unique. Returns
     (new text, (first line 0-based, lines shown), which fallback matched) or the refusal."""
-    unnumbered = text_edits.without_line_numbers(old)
+    unnumbered = without_line_numbers(old)
     how = "matched after removing line-number prefixes"
     if unnumbered is not None:
-        old, new = unnumbered, text_edits.strip_numbers_if_all(new)
+        old, new = unnumbered, strip_numbers_if_all(new)
         count = text.count(old) if old else 0
         if count > 1:
             return _AMBIGUOUS.format(n=count, how="after removing line-number prefixes")
         if count == 1:
             first = text[: text.index(old)].count("\n")
             return text.replace(old, new, 1), (first, new.count("\n") + 1), how
-    matches = text_edits.whitespace_matches(text, old)
+    matches = whitespace_matches(text, old)
     if len(matches) > 1:
         return _AMBIGUOUS.format(n=len(matches), how="ignoring whitespace")
     if not matches:
         return _NOT_FOUND
     (first, count), lines = matches[0], text.splitlines()
-    new = text_edits.reindented(new, old, lines[first : first + count])
+    new = reindented(new, old, lines[first : first + count])
     # Only the matched lines are replaced: `old`'s blank edge lines did not take part.
     new = new.strip("\n") if new.strip() else ""
-    updated = text_edits.replace_lines(text, first, count, new)
+    updated = replace_lines(text, first, count, new)
     how = ("matched after removing line-number prefixes and ignoring whitespace"
            if unnumbered is not None else "matched ignoring whitespace")  # fmt: skip
     return updated, (first, max(1, new.count("\n") + 1)), how
@@ -390,7 +398,7 @@ def edit_lines(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     bad = _line_range_error(rel, start, end, n)
     if bad is not None:
         return failed_result(config, bad, "bad range")
-    new = text_edits.strip_numbers_if_all(new)
+    new = strip_numbers_if_all(new)
     if new and not new.endswith("\n"):
         new += "\n"
     lines = text.splitlines(keepends=True)
@@ -399,7 +407,7 @@ def edit_lines(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     if lines and lines[0].endswith("\r\n"):
         new = new.replace("\r\n", "\n").replace("\n", "\r\n")
     updated = "".join(lines[: start - 1]) + new + "".join(lines[end:])
-    refusal = text_edits.parse_refusal(rel, text, updated)
+    refusal = parse_refusal(rel, text, updated)
     if refusal is not None:
         return failed_result(config, refusal, "edit breaks parsing")
     if len(updated.encode()) > config.max_file_bytes:
@@ -412,7 +420,7 @@ def edit_lines(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     now = f"now lines {start}-{last}" if written else "deleted"
     what = (f"inserted before line {start} ({now})" if end < start
             else f"replaced lines {start}-{end} ({now})")  # fmt: skip
-    view = text_edits.numbered_view(updated, start, max(last, start))
+    view = numbered_view(updated, start, max(last, start))
     if not view:
         return tool_result(config, f"edited {rel}: {what}; it is now empty")
     return tool_result(config, f"edited {rel}: {what}:\n{view}")
@@ -490,7 +498,7 @@ def _patch_parse_refusal(ws: Workspace, before: dict[str, bytes | None]) -> str 
         path = ws.resolve(rel, for_write=True)
         if old is None or not path.is_file():
             continue  # a new file, or one the patch deleted: nothing that parsed is broken
-        refusal = text_edits.parse_refusal(
+        refusal = parse_refusal(
             rel, old.decode("utf-8", "replace"), read_regular(path, _PATCH_MAX_FILE_BYTES * 2)
             .decode("utf-8", "replace"))  # fmt: skip
         if refusal is not None:
