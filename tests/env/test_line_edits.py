@@ -231,3 +231,10 @@ def test_no_blamed_line_for_passing_or_other_programs_and_within_the_cap(ws):
         and blamed.startswith("blamed: pkg/deep.py:2: assert x > 0")
         and blamed.endswith("...")
     )
+
+
+def test_a_loose_match_that_would_stall_the_host_is_refused(ws):
+    (ws.root / "big.txt").write_text("x\n" * 20_000)
+    r = run(ws, "edit_file", path="big.txt", old=" x\n" * 200, new="y\n")
+    assert not r.ok and r.error == "bad input" and "line comparisons" in r.observation
+    assert data(ws, "big.txt") == b"x\n" * 20_000

@@ -23,6 +23,9 @@ from components import pyast
 # read_file's prefix, f"{lineno:>{width}}| {text}"; a line copied without its trailing
 # space (an empty source line) still counts.
 _LINE_NUMBER = re.compile(r"^ *\d+\|(?: |$)")
+# The most line comparisons the whitespace-insensitive match may make (about apply_patch's
+# limit on its hunk search): a file of one line repeated and an `old` of the same.
+MAX_COMPARISONS = 2_000_000
 
 
 def parse_refusal(rel: str, before: str, after: str) -> str | None:
@@ -86,8 +89,12 @@ def whitespace_matches(text: str, old: str) -> list[tuple[int, int]]:
     lines = [line.strip() for line in text.splitlines()]
     m = len(wanted)
     # Anchored on the first line: a window is compared only where that line matches.
-    return [(i, m) for i in range(len(lines) - m + 1)
-            if lines[i] == wanted[0] and lines[i : i + m] == wanted]  # fmt: skip
+    anchors = [i for i in range(len(lines) - m + 1) if lines[i] == wanted[0]]
+    if len(anchors) * m > MAX_COMPARISONS:  # a hostile file and `old` must not stall the host
+        raise ValueError(f"old text of {m} lines would take {len(anchors) * m} line "
+                         f"comparisons to match loosely (limit {MAX_COMPARISONS}); copy it "
+                         "exactly or edit by line numbers")  # fmt: skip
+    return [(i, m) for i in anchors if lines[i : i + m] == wanted]
 
 
 def reindented(new: str, old: str, matched: list[str]) -> str:
