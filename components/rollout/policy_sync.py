@@ -20,11 +20,35 @@ host that resolves to every replica (a headless Service); the sync goes to each 
 A sync is done when every replica lists the name (`GET /v1/models`). A failed sync leaves the
 server on the old version (the servers load atomically); it is retried `retries` times
 with exponential backoff, then `PolicySyncError` stops the run with a one-line message.
+
+Listing a name proves the server *took* a load request, not that it samples the new
+weights (a server that accepts the request and keeps the old adapter, a stale replica, a
+path mixed up on a shared volume). So GRPO also checks what the server computes
+(`verify`): next to each version the trainer writes a `Probe`, its own next-token
+log-probs (T = 1, over the whole vocabulary) on a fixed short prompt; after the sync each
+replica is asked for one greedy token of that prompt under the version's name with its
+top `PROBE_TOP` log-probs, and the mean absolute difference to the trainer's log-probs
+of those same tokens must be at most `tolerance` nats, or PolicySyncError names the
+version ("the server at URL still serves other weights than NAME after loading it").
+
+Why a log-prob probe rather than a hash of the adapter file: a hash can only be compared
+with what the server *says* it loaded (a path, a name), which is what listing already
+checks; the log-probs are what it will sample with. Why a tolerance, not equality: the
+server may run another dtype and kernels than the trainer (vLLM in bf16 beside a float32
+trainer: about 0.01-0.05 nats on a small model's top tokens; `agentrl serve` on the same
+float32 weights: ~1e-5), so 0.1 nats by default (GRPOConfig.sync_probe_tolerance). What
+it cannot tell: two versions whose probe log-probs differ by less than about twice the
+tolerance (an update too small to move the probe prompt); `separation` says how far
+apart two probes are on the server's tokens, and with the previous version's probe the
+error message says which one the server is nearer. By the triangle inequality, when the
+previous and new probes are more than 2 * tolerance apart, a server within tolerance of
+the new one is necessarily nearer to it than to the previous one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import time
 from dataclasses import dataclass
@@ -35,6 +59,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from components.rollout.config import RolloutConfig
+
+# Top tokens whose log-probs the probe compares (vLLM allows up to 20 by default).
+PROBE_TOP = 5
+# The probe prompt's text (its token ids are the trainer's tokenizer's: Probe.prompt_ids).
+PROBE_TEXT = "Fix the failing test."
 
 
 class PolicySyncError(RuntimeError):
@@ -49,6 +78,47 @@ def version_name(prefix: str, version: int) -> str:
 def version_dir(output_dir: str | Path, version: int) -> Path:
     """Where a training run writes policy version `version` for the server to load."""
     return Path(output_dir) / "versions" / f"v{version:06d}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The trainer's own log-probs of a policy version on the probe prompt: log p(t | prompt)
+    at T = 1 for every token t of the vocabulary (`logprobs[t]`)."""
+
+    prompt_ids: list[int]
+    logprobs: list[float]
+
+    def write(self, folder: str | Path) -> None:
+        """As `probe.json` in the version's folder (servers ignore files they do not load)."""
+        logprobs = [round(lp, 6) for lp in self.logprobs]  # 1e-6 nats: far below any tolerance
+        (Path(folder) / "probe.json").write_text(
+            json.dumps({"prompt_ids": self.prompt_ids, "logprobs": logprobs})
+        )
+
+    @classmethod
+    def read(cls, folder: str | Path) -> Probe | None:
+        """The probe written next to a version, or None for a folder without one."""
+        path = Path(folder) / "probe.json"
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        return cls(data["prompt_ids"], data["logprobs"])
+
+    def distance(self, served: dict[int, float]) -> float:
+        """Mean |served log-prob - this probe's| over the served tokens, in nats (infinite
+        for a token id outside this probe's vocabulary)."""
+        gaps = [abs(lp - self.logprob(t)) for t, lp in served.items()]
+        return sum(gaps) / max(len(gaps), 1)
+
+    def logprob(self, token: int) -> float:
+        return self.logprobs[token] if 0 <= token < len(self.logprobs) else float("-inf")
+
+
+def separation(new: Probe, previous: Probe, tokens: list[int]) -> float:
+    """How far apart two versions' probes are on `tokens` (mean absolute nats): above twice
+    the tolerance, `verify` tells the two versions apart."""
+    gaps = [abs(new.logprob(t) - previous.logprob(t)) for t in tokens]
+    return sum(gaps) / max(len(gaps), 1)
 
 
 def version_number(name: str) -> int | None:
@@ -126,6 +196,54 @@ class PolicySync:
                                   json={"lora_name": name}, timeout=self.timeout_s)  # fmt: skip
             if response.status_code not in (200, 404):
                 raise PolicySyncError(f"unloading {name} failed: HTTP {response.status_code}")
+
+    def verify(self, name: str, probe: Probe, tolerance: float,
+               previous: Probe | None = None) -> float:  # fmt: skip
+        """Check every replica computes `probe`'s log-probs under `name` (mean absolute
+        difference over its top PROBE_TOP tokens at most `tolerance` nats); returns the
+        largest difference. PolicySyncError names the version when one does not; with the
+        previous version's probe it says which of the two the server is nearer."""
+        worst = 0.0
+        for url in self.replicas():
+            served = self._probe(url, name, probe.prompt_ids)
+            distance = probe.distance(served)
+            worst = max(worst, distance)
+            if distance <= tolerance:
+                continue
+            nearer = ""
+            if previous is not None:
+                before = previous.distance(served)
+                which = "the previous version's" if before < distance else "this version's"
+                nearer = (f"; {before:.3f} nats from the previous version's probe, nearer "
+                          f"{which}")  # fmt: skip
+            raise PolicySyncError(
+                f"policy sync: the server at {url} still serves other weights than {name} "
+                f"after loading it: its log-probs on the probe prompt are {distance:.3f} nats "
+                f"from the trainer's for that version (tolerance {tolerance}){nearer}"
+            )
+        return worst
+
+    def _probe(self, url: str, name: str, prompt_ids: list[int]) -> dict[int, float]:
+        """{token id: log-prob} of the server's top PROBE_TOP next tokens after `prompt_ids`
+        under `name` (the sampled one alone, where the server returns no top list)."""
+        payload = {"model": name, "prompt": prompt_ids, "max_tokens": 1, "temperature": 0.0,
+                   "logprobs": PROBE_TOP, "return_tokens_as_token_ids": True,
+                   "skip_special_tokens": False}  # fmt: skip
+        try:
+            response = httpx.post(f"{url.rstrip('/')}/completions", json=payload,
+                                  timeout=self.timeout_s)  # fmt: skip
+            response.raise_for_status()
+            logprobs = response.json()["choices"][0]["logprobs"]
+            top = (logprobs.get("top_logprobs") or [None])[0] or {
+                logprobs["tokens"][0]: logprobs["token_logprobs"][0]
+            }
+            return {int(str(k).removeprefix("token_id:")): float(v) for k, v in top.items()}
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise PolicySyncError(
+                f"policy sync: the server at {url} gave no log-probs for the probe of {name} "
+                f"after loading it: {detail}"
+            ) from exc
 
     def served(self) -> list[str]:
         """The names every replica serves (in the first one's order)."""

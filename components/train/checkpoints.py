@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from components.rollout.policy_sync import version_dir
+from components.rollout.policy_sync import Probe, version_dir
 from components.train.parallel import barrier
 
 
@@ -155,9 +155,12 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
 # Policy versions for an inference server (served sampling: grpo/recipe.py, rollout/policy_sync.py)
 
 
-def save_version(stepper, output_dir: str | Path, version: int) -> Path:
+def save_version(stepper, output_dir: str | Path, version: int,
+                 probe_ids: list[int] | None = None) -> Path:  # fmt: skip
     """Write the policy's weights as version `version` for the server to load: the LoRA
-    adapters alone (PEFT's files) or the full weights (a checkpoint without tokenizer).
+    adapters alone (PEFT's files) or the full weights (a checkpoint without tokenizer),
+    and with `probe_ids` (a prompt) the version's `Probe`, its own next-token log-probs
+    after that prompt, which the sampler checks the server against (rollout/policy_sync.py).
     Written to a temporary folder and renamed into place, so the server never reads a
     half-written version; a version written before (a resumed run replays it) is replaced.
     Under torchrun every rank enters (ZeRO-3 gathers the weights); rank 0 writes."""
@@ -169,12 +172,29 @@ def save_version(stepper, output_dir: str | Path, version: int) -> Path:
     with stepper.gathered():
         if stepper.rank == 0:
             stepper.model.save_pretrained(tmp)
+            if probe_ids is not None:
+                version_probe(stepper.model, probe_ids).write(tmp)
     if stepper.rank == 0:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
     barrier()
     return final
+
+
+def version_probe(model, prompt_ids: list[int]) -> Probe:
+    """`model`'s next-token log-probs after `prompt_ids` at T = 1, in eval mode (no dropout,
+    no random draw: the run's RNG streams are untouched), its mode restored after."""
+    training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt_ids], device=device)).logits
+        logprobs = torch.log_softmax(logits[0, -1].float(), dim=-1)  # [V]
+    finally:
+        model.train(training)
+    return Probe(list(prompt_ids), logprobs.cpu().tolist())
 
 
 def prune_versions(output_dir: str | Path, keep_from: int) -> None:
