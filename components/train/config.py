@@ -464,11 +464,47 @@ class GRPOConfig:
             "truncated at this cap"
         ),
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata=doc(
+            "DAPO's dynamic sampling: a group whose rewards are all equal (no variance, no "
+            "advantage) is dropped and replaced by a group of a further task, up to "
+            "max_resample_rounds extra sampling rounds per iteration (train/dynamic_sampling.py)"
+        ),
+    )
+    max_resample_rounds: int = field(
+        default=2,
+        metadata=doc(
+            "dynamic_sampling: extra sampling rounds per iteration at most; an iteration "
+            "with no group carrying variance after them does no update"
+        ),
+    )
+    task_pass_rates: str = field(
+        default="",
+        metadata=doc(
+            "curriculum: a JSON {task_id: pass rate} of a screen of the starting policy "
+            "(grpo/curriculum.py); the task stream then walks the tasks solved sometimes "
+            "(closest to 0.5 first), then never, then always. '' = seeded permutations"
+        ),
+    )
+    sync_probe_tolerance: float = field(
+        default=0.1,
+        metadata=doc(
+            "served sampling: after each policy sync, the server's log-probs of its top "
+            "tokens on a fixed probe prompt must be within this many nats (mean) of the "
+            "trainer's own for that version, or the run stops (rollout/policy_sync.py); "
+            "0 = check the served name only"
+        ),
+    )
 
     def __post_init__(self) -> None:
         _typed_sections(self)
         if self.max_staleness < 0 or self.stale_importance_cap < 0:
             raise ValueError("GRPOConfig: max_staleness and stale_importance_cap must be >= 0")
+        if self.max_resample_rounds < 0 or self.sync_probe_tolerance < 0:
+            raise ValueError(
+                "GRPOConfig: max_resample_rounds and sync_probe_tolerance must be >= 0"
+            )
         _check_at_least(self, 1, ("iterations", "tasks_per_iteration", "ppo_epochs",
                                   "micro_batch_size", "checkpoint_every", "keep_checkpoints"))  # fmt: skip
         if self.group_size < 2:

@@ -59,10 +59,10 @@ def run(checkpoint, url, tasks, out, iterations, sync_retries=0, **overrides):
     from components.policy.model import load_policy
 
     model, tokenizer = load_policy(checkpoint)
-    config = GRPOConfig(
-        iterations=iterations, tasks_per_iteration=2, group_size=2, learning_rate=0.05,
-        weight_decay=1.0, micro_batch_size=2, output_dir=str(out), **overrides,
-    )  # fmt: skip
+    settings = dict(iterations=iterations, tasks_per_iteration=2, group_size=2,
+                    learning_rate=0.05, weight_decay=1.0, micro_batch_size=2,
+                    output_dir=str(out))  # fmt: skip
+    config = GRPOConfig(**{**settings, **overrides})
     result = grpo.train_grpo(model, tokenizer, tasks, config,
                              rollout_config(url, sync_retries), ENV, SandboxConfig())  # fmt: skip
     return result, model, tokenizer
@@ -144,7 +144,7 @@ def test_a_failed_sync_stops_the_run_with_one_line(checkpoint, server, suite, tm
     _, tasks = suite
     before = PolicySync(server, "full").served()
 
-    def broken(stepper, output_dir, version):
+    def broken(stepper, output_dir, version, probe_ids=None):
         folder = checkpoints.version_dir(output_dir, version)
         folder.mkdir(parents=True)
         return folder
@@ -172,6 +172,26 @@ def test_async_staleness_one_resumes_exactly(checkpoint, server, suite, tmp_path
                                  strict=True):  # fmt: skip
         assert torch.equal(a, b), name
     assert_same_metrics(straight.metrics[2:], resumed.metrics)
+
+
+def test_dynamic_sampling_on_the_server_sync_and_ahead(checkpoint, server, suite, tmp_path):
+    """Dynamic sampling with served sampling, synchronous and in the rollout process
+    (s = 0): the same rounds, episodes and weights. Every version carries its probe, which
+    the sampler checked against the server after each sync (a mismatch would stop the run)."""
+    _, tasks = suite
+    dynamic = dict(tasks_per_iteration=1, dynamic_sampling=True, max_resample_rounds=1)
+    sync_result, sync_model, _ = run(checkpoint, server, tasks, tmp_path / "sync", 2,
+                                     **dynamic)  # fmt: skip
+    async_result, async_model, _ = run(checkpoint, server, tasks, tmp_path / "async", 2,
+                                       async_rollouts=True, max_staleness=0, **dynamic)  # fmt: skip
+    for (name, a), (_, b) in zip(sync_model.state_dict().items(),
+                                 async_model.state_dict().items(), strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+    assert_same_metrics(sync_result.metrics, async_result.metrics)
+    for row in sync_result.metrics:
+        assert row["groups_sampled"] == 1 + row["resample_rounds"]
+        assert row["episodes"] == 2 * (row["groups_sampled"] - row["groups_zero_variance"])
+    assert (version_dir(tmp_path / "sync", 2) / "probe.json").is_file()
 
 
 def test_async_needs_a_server(tiny_policy, suite, tmp_path):

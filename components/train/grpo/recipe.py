@@ -3,10 +3,18 @@ the frozen reference, the checkpoint it resumes, where its episodes come from), 
 runs its iterations, each sample -> verify -> update:
 
 1. the iteration's tasks and episodes (sources.py): G = `group_size` sandboxed, verified
-   episodes per task, sampled in-process or on an inference server;
+   episodes per task, sampled in-process or on an inference server. The tasks walk a seeded
+   stream, or a curriculum from a screen's pass rates (`task_pass_rates`, curriculum.py:
+   the tasks the starting policy solves sometimes first). With `dynamic_sampling` (DAPO),
+   groups whose rewards are all equal are dropped and replaced by groups of further tasks,
+   up to `max_resample_rounds` extra rounds (../task_stream.py); an iteration left with no
+   group carrying variance does no update. Every iteration logs groups_sampled,
+   groups_zero_variance, zero_variance_share and resample_rounds (dropped only when on);
 2. group-relative advantages (advantages.py); infra failures (no reward) are left out of
    their group's mean and std *and* dropped from the update batch;
-3. `ppo_epochs` passes over the batch in minibatches, one optimizer step each (update.py).
+3. `ppo_epochs` passes over the batch in minibatches, one optimizer step each (update.py),
+   logging the mean KL to the reference (`kl`, 0 without one) and the policy's mean token
+   entropy over the sampled tokens (`entropy`, from the update's own logits).
 
 Why not TRL's GRPOTrainer (trl 1.16): it scores observation tokens of a failed episode in
 the KL and the denominators (we drop infra failures whole), has no leave-one-out baseline,
@@ -21,7 +29,10 @@ of each iteration go to output_dir/metrics.jsonl, and to MLflow when a tracking 
 
 Sampling on an inference server (rollout.backend "openai"): after each update the trainer
 writes the new policy version (checkpoints.save_version) and the server is made to serve it
-by name before it samples (rollout/policy_sync.py). With `async_rollouts` the next
+by name before it samples (rollout/policy_sync.py); the server's log-probs on a probe
+prompt are then checked against the trainer's own for that version (`sync_probe_tolerance`),
+so a server that took the load request but serves other weights stops the run. With
+`async_rollouts` the next
 iterations are sampled in a rollout process while this one updates, each at most
 `max_staleness` versions behind (async_rollouts.py); 0 reproduces the synchronous run.
 """
@@ -31,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +74,7 @@ from components.train.grpo.sources import (
     drop_stale,
     episode_source,
     gather_episodes,
+    probe_prompt,
 )
 from components.train.grpo.update import Learner, decouple_stale, update
 from components.train.parallel import OptimizerSettings, make_stepper, save_gathered, world
@@ -156,8 +169,8 @@ class GRPORecipe:
         if rank == 0:
             write_metrics(output_dir / "metrics.jsonl", history)
             recipe.mlflow = _start_tracking(recipe, len(episodes.tasks))
-        if episodes.served and start["checkpoint"] is None:
-            save_version(stepper, output_dir, 0)  # the starting policy, for the server
+        if episodes.served and start["checkpoint"] is None:  # the starting policy, for the server
+            save_version(stepper, output_dir, 0, probe_prompt(tokenizer))
         # On a server, rank 0 samples (and syncs) alone and hands the episodes to the others.
         if rank == 0 or not episodes.served:
             recipe.source = episode_source(episodes, stepper, tokenizer, output_dir,
@@ -205,15 +218,17 @@ class GRPORecipe:
         stepper, served = self.learner.stepper, self.episodes.served
         row = {"iteration": iteration, "data_position": position}
         t0 = time.perf_counter()
-        rollouts, sample_seconds, wait_seconds = gather_episodes(self.source, iteration, served)
-        rollouts, row["stale_dropped"], row["policy_lag"] = drop_stale(rollouts, iteration,
+        sampled = gather_episodes(self.source, iteration, served)
+        row.update(sampled.numbers)
+        rollouts, row["stale_dropped"], row["policy_lag"] = drop_stale(sampled.rollouts, iteration,
                                                                        self.lag)  # fmt: skip
         row.update(self._learn(rollouts, iteration))
         if served:  # the new weights, for the server to load when they are needed
-            save_version(stepper, self.output_dir, iteration)
+            save_version(stepper, self.output_dir, iteration, probe_prompt(self.tokenizer))
             if self.source is not None:
                 self.source.publish(iteration)
-        row.update(_timings(row, sample_seconds, wait_seconds, time.perf_counter() - t0))
+        row.update(_timings(row, sampled.sample_seconds, sampled.wait_seconds,
+                            time.perf_counter() - t0))  # fmt: skip
         if stepper.rank == 0:
             self.history.append(row)
             write_metrics(self.output_dir / "metrics.jsonl", self.history)
@@ -226,6 +241,13 @@ class GRPORecipe:
         (episodes, rewards, the update's means, its duration)."""
         config = self.episodes.config
         t0 = time.perf_counter()
+        if not rollouts:  # dynamic sampling found no group with reward variance
+            logging.getLogger(__name__).warning(
+                "GRPO iteration %d: no group with reward variance after the resample "
+                "rounds: no update", iteration)  # fmt: skip
+            return {**rollout_metrics([], torch.zeros(0, dtype=torch.bool)),
+                    "advantage_abs_mean": 0.0, "optimizer_steps": 0, "update_tokens": 0,
+                    "update_seconds": time.perf_counter() - t0}  # fmt: skip
         advantages, episode_advantages, valid, keep = advantages_of(rollouts, config)
         row = rollout_metrics(rollouts, valid)
         row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
@@ -291,6 +313,8 @@ def _check_inputs(
     if served and generate_fn is not None:
         raise ValueError("train_grpo: generate_fn samples in-process; the openai backend "
                          "samples on the server")  # fmt: skip
+    if config.task_pass_rates and not Path(config.task_pass_rates).is_file():
+        raise ValueError(f"GRPOConfig.task_pass_rates: no file at {config.task_pass_rates}")
     if config.async_rollouts and not served:
         raise ValueError("GRPOConfig.async_rollouts samples through an inference server: "
                          "set rollout.backend to openai")  # fmt: skip
@@ -303,7 +327,7 @@ def config_hash(
     """What must not change between a run and its resumption: everything that shapes the
     episodes, their rewards and the update (run length and where logs go may change)."""
     free = {"iterations", "checkpoint_every", "keep_checkpoints", "output_dir",
-            "mlflow_tracking_uri", "mlflow_experiment", "use_cpu"}  # fmt: skip
+            "mlflow_tracking_uri", "mlflow_experiment", "use_cpu", "sync_probe_tolerance"}  # fmt: skip
     shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
     # Where the server is and how patiently it is called do not shape the episodes.
     server = {"base_url", "request_timeout_s", "max_retries", "sync_retries", "sync_timeout_s",

@@ -1,7 +1,9 @@
 """The GRPO update: `ppo_epochs` passes of minibatch optimizer steps over an iteration's
 stored episodes, the loss `losses.grpo_loss` on EXACTLY the sampled token ids and assistant
 mask, with old_logps = the stored sampling log-probs (never re-tokenized, never recomputed)
-and an optional k3 KL to a frozen reference (beta > 0).
+and an optional k3 KL to a frozen reference (beta > 0). Each step logs the mean KL to the
+reference (`kl`) and the policy's mean entropy over the sampled tokens (`entropy`, nats,
+from the logits the loss already computed: no extra forward).
 
 Batches are the stored episodes as sampled, right-padded to [B, T]. Every rank holds all
 episodes; each step's minibatch is dealt out over the ranks (parallel.py).
@@ -21,7 +23,13 @@ from components.rollout.policy_sync import version_number
 from components.seeding import derive_seed
 from components.train.config import GRPOConfig
 from components.train.grpo.advantages import pad_rows, per_token
-from components.train.losses import grpo_loss, high_entropy_mask, token_entropy, token_logprobs
+from components.train.losses import (
+    grpo_loss,
+    high_entropy_mask,
+    masked_mean,
+    token_entropy,
+    token_logprobs,
+)
 from components.train.parallel import Stepper, all_sum, deal, score_shares
 
 # Loss types that divide by the minibatch's tokens; the others average over sequences.
@@ -60,16 +68,36 @@ def collate_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torc
     }
 
 
-def policy_logps(model, batch: dict, device, temperature: float, entropy: bool = False):
+def policy_logps(model, batch: dict, device, temperature: float, entropy: bool = False,
+                 sampled: torch.Tensor | None = None):  # fmt: skip
     """log p(input_ids[:, t+1]) under `model` at the sampling temperature: [B, T-1]; with
-    `entropy`, also the (detached) entropy of each of those distributions, [B, T-1]."""
+    `entropy`, also the (detached) entropy of each of those distributions, [B, T-1]; with
+    `sampled` ([B, T-1] mask), also the entropies at those positions only (0 elsewhere),
+    computed a chunk of positions at a time so no second [B, T-1, V] tensor is made."""
     ids = batch["input_ids"].to(device)
     logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits
     logps = token_logprobs(logits, ids, temperature=temperature)
-    if not entropy:
-        return logps
+    if entropy:
+        with torch.no_grad():
+            return logps, token_entropy(logits, temperature)
+    if sampled is not None:
+        return logps, masked_entropy(logits, sampled, temperature)
+    return logps
+
+
+def masked_entropy(logits: torch.Tensor, mask: torch.Tensor, temperature: float,
+                   chunk: int = 512) -> torch.Tensor:  # fmt: skip
+    """Entropy (nats) of the next-token distributions at the positions of `mask` ([B, T-1],
+    shifted like token_logprobs), 0 elsewhere: [B, T-1], detached."""
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=logits.device)  # [B, T-1]
+    where = mask.bool().nonzero(as_tuple=True)  # N positions
     with torch.no_grad():
-        return logps, token_entropy(logits, temperature)
+        rows = logits[:, :-1][where]  # [N, V]
+        for start in range(0, rows.shape[0], chunk):
+            logp = torch.log_softmax(rows[start : start + chunk].float() / temperature, -1)
+            entropy = -(logp.exp() * logp).sum(-1)  # [n]
+            out[where[0][start : start + chunk], where[1][start : start + chunk]] = entropy
+    return out
 
 
 def update(learner: Learner, rollouts: list[Rollout], advantages: torch.Tensor,
@@ -193,8 +221,9 @@ def _micro_batch_loss(learner: Learner, chunk: list[Rollout], advantages: torch.
     if config.top_entropy_quantile < 1.0:
         logps, entropies = policy_logps(model, batch, device, learner.temperature, True)
         policy_mask = high_entropy_mask(entropies, mask, config.top_entropy_quantile)
-    else:
-        logps = policy_logps(model, batch, device, learner.temperature)  # [b, T-1]
+    else:  # [b, T-1] each; the entropies only where a token was sampled (the metric's)
+        logps, entropies = policy_logps(model, batch, device, learner.temperature,
+                                        sampled=mask)  # fmt: skip
     width = logps.shape[1]
     ref = None
     if ref_logps is not None:
@@ -213,6 +242,7 @@ def _micro_batch_loss(learner: Learner, chunk: list[Rollout], advantages: torch.
         num_items=float(num_items),
         policy_mask=policy_mask,
     )
+    metrics["entropy"] = masked_mean(entropies, mask.to(entropies.dtype))
     return loss, metrics, mask.sum().item()
 
 
@@ -222,6 +252,6 @@ def _add_step_metrics(
     """Add one micro-batch's loss and metrics to its optimizer step's: the loss and
     policy_loss weighted like the loss, token metrics by the micro-batch's share of tokens."""
     step_metrics["loss"] = step_metrics.get("loss", 0.0) + loss.item() * weight
-    for key in ("policy_loss", "kl", "clip_region", "clip_low", "clip_high", "ratio"):
+    for key in ("policy_loss", "kl", "clip_region", "clip_low", "clip_high", "ratio", "entropy"):
         share = weight if key == "policy_loss" else token_share
         step_metrics[key] = step_metrics.get(key, 0.0) + metrics[key].item() * share
