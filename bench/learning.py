@@ -459,10 +459,10 @@ def diagnose(results: list[EpisodeResult], tasks: dict[str, Task]) -> dict:
                 why = re.sub(r"\d+", "N", obs.removeprefix("error: invalid tool call: "))
                 invalid[why[:60]] += 1
                 continue
-            if a["action"] in ("edit_file", "apply_patch"):
+            if a["action"] in ("edit_file", "edit_lines", "apply_patch"):
                 edits["attempted"] += 1
                 args = a.get("arguments", {})
-                if a["action"] == "edit_file" and args.get("path") != module:
+                if a["action"] != "apply_patch" and args.get("path") != module:
                     edits["wrong_path"] += 1
                 if obs.startswith(("edited", "applied")):
                     edits["applied"] += 1
@@ -471,6 +471,8 @@ def diagnose(results: list[EpisodeResult], tasks: dict[str, Task]) -> dict:
                         edits["applied_on_bug_line"] += 1
                 elif "not found" in obs:
                     edits["old_text_not_found"] += 1
+                elif "no longer parse" in obs:
+                    edits["refused_unparseable"] += 1
     return {"end_reasons": dict(reasons), "invalid_call_reasons": dict(invalid.most_common(5)),
             "edits": dict(edits),
             "mean_tokens": round(sum(tokens) / len(tokens), 1) if tokens else 0}  # fmt: skip

@@ -56,10 +56,12 @@ from components.env.episode import EpisodeResult  # noqa: E402
 from components.preset import load_preset  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
-METHODS = ("zero-shot", "sft", "sft+grpo")
+# sft: LoRA SFT (what GRPO continues: vLLM hot-loads adapters); sft-full: full fine-tuning
+METHODS = ("zero-shot", "sft", "sft-full", "sft+grpo")
 SPLITS = ("val", "test", "quixbugs")
 # (a, b): rows of "a minus b, paired by task"
-DIFFERENCES = (("sft", "zero-shot"), ("sft+grpo", "sft"), ("sft+grpo", "zero-shot"))
+DIFFERENCES = (("sft", "zero-shot"), ("sft-full", "zero-shot"), ("sft-full", "sft"),
+               ("sft+grpo", "sft"), ("sft+grpo", "zero-shot"))  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,10 +69,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="work folder (default runs/bench-learning-pt/<time>)")
     p.add_argument("--preset", default="configs/cpu-pretrained.yaml", help="base preset")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n-tasks", type=int, default=120, help="suite size (60/20/20 split)")
+    p.add_argument("--n-tasks", type=int, default=900, help="suite size (60/20/20 split)")
     p.add_argument("--expert-limit", type=int, default=0, help="oracle episodes (0 = all train)")
+    p.add_argument("--tool-set", default=None, help="env.tool_set (default: the preset's)")
+    p.add_argument(
+        "--expert-policy",
+        default=None,
+        help="scripted expert (default: the preset's pipeline.expert_policy)",
+    )
+    p.add_argument(
+        "--turn-margin",
+        type=int,
+        default=16,
+        help="rollout.max_new_tokens = the expert's longest turn in tokens + this "
+        "(-1: keep the preset's)",
+    )
     p.add_argument("--sft-steps", type=int, default=60)
     p.add_argument("--sft-lr", type=float, default=None, help="default: the preset's")
+    p.add_argument(
+        "--sft-full-lr",
+        type=float,
+        default=5e-5,
+        help="learning rate of full fine-tuning (sft-full)",
+    )
+    p.add_argument(
+        "--pass-k",
+        type=int,
+        default=8,
+        help="also k episodes per task at T = 1 for pass@k (0: greedy only)",
+    )
     p.add_argument("--grpo-iterations", type=int, default=2)
     p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
     p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
@@ -118,6 +145,10 @@ def write_preset(args: argparse.Namespace, path: Path, base: dict | None = None)
     data["name"] = f"bench-learning-pretrained-{path.parent.name}"
     data["pipeline"] = {**data.get("pipeline", {}), "workdir": str(path.parent / "pipeline")}
     data["tasks"] = {**data.get("tasks", {}), "n_tasks": args.n_tasks, "seed": args.seed}
+    if args.tool_set:
+        data["env"] = {**data.get("env", {}), "tool_set": args.tool_set}
+    if args.expert_policy:
+        data["pipeline"] = {**data["pipeline"], "expert_policy": args.expert_policy}
     sft = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed}
     data["sft"] = sft if args.sft_lr is None else {**sft, "learning_rate": args.sft_lr}
     grpo = {**data.get("grpo", {}), "iterations": args.grpo_iterations, "seed": args.seed,
@@ -156,6 +187,42 @@ def train_grpo(args, work: Path, preset: Path, clock: Clock, policies: dict, not
     save_training(work, policies, notes, clock)
 
 
+SFT_NOTES = ("steps", "tokens", "train_seconds", "num_examples", "eval_losses", "best_step",
+             "best_eval_loss", "stopped_early")  # fmt: skip
+
+
+def size_turn_budget(args, preset: Path, records: list[dict]) -> dict:
+    """rollout.max_new_tokens from the expert's longest assistant turn (in the policy's own
+    tokens, as SFT renders it) plus --turn-margin, so no call the model was taught is cut
+    (the last table's invalid calls were mostly JSON cut at 128 tokens)."""
+    from components.policy.chat import assistant_turn_tokens
+    from components.policy.model import load_tokenizer
+
+    data = yaml.safe_load(preset.read_text())
+    tokenizer = load_tokenizer(data["policy"]["pretrained_path"])
+    lengths = [n for r in records for n in assistant_turn_tokens(tokenizer, r["trajectory"])]
+    longest = max(lengths, default=0)
+    before = data["rollout"].get("max_new_tokens")
+    if args.turn_margin >= 0 and lengths:
+        data["rollout"]["max_new_tokens"] = longest + args.turn_margin
+        preset.write_text(yaml.safe_dump(data, sort_keys=False))
+    return {
+        "longest_expert_turn": longest,
+        "turns": len(lengths),
+        "max_new_tokens": data["rollout"].get("max_new_tokens"),
+        "preset_had": before,
+    }
+
+
+def full_preset(args, preset: Path) -> Path:
+    """The run's preset with full fine-tuning in SFT (no adapters, --sft-full-lr)."""
+    data = yaml.safe_load(preset.read_text())
+    data["sft"] = {**data["sft"], "lora": None, "learning_rate": args.sft_full_lr}
+    path = preset.with_name("preset-full.yaml")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, str], dict]:
     """Policy folder per method + training notes."""
     from components.evaluate.episodes import run_policy
@@ -174,6 +241,7 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     records = work / "expert.jsonl"
     records.write_text("".join(json.dumps(r.record) + "\n" for r in kept))
     notes: dict = {"expert_episodes": len(results), "expert_kept": len(kept)}
+    notes["turn_budget"] = size_turn_budget(args, preset, [r.record for r in kept])
     init = clock.run("init", _stage, main_init, ["--preset", preset, "--records", records,
                      "--out", work / "init"], work / "init")  # fmt: skip
     policies = {"zero-shot": init["policy_dir"]}
@@ -184,9 +252,17 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
                         init["policy_dir"], "--records", records, "--out", work / "sft"],
                         work / "sft")  # fmt: skip
         policies["sft"] = sft["policy_dir"]
-        notes["sft"] = {k: sft.get(k) for k in ("steps", "tokens", "train_seconds",
-                                                "num_examples")}  # fmt: skip
+        notes["sft"] = {k: sft.get(k) for k in SFT_NOTES}
         notes["sft"]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
+        save_training(work, policies, notes, clock)
+    if "sft-full" in wanted:
+        full = full_preset(args, preset)
+        sft = clock.run("sft-full", _stage, main_sft, ["--preset", full, "--policy",
+                        init["policy_dir"], "--records", records, "--out", work / "sft-full"],
+                        work / "sft-full")  # fmt: skip
+        policies["sft-full"] = sft["policy_dir"]
+        notes["sft-full"] = {k: sft.get(k) for k in SFT_NOTES}
+        notes["sft-full"]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
         save_training(work, policies, notes, clock)
     if "sft+grpo" in wanted:
         train_grpo(args, work, preset, clock, policies, notes)
@@ -205,8 +281,11 @@ def eval_tasks(args, work: Path) -> dict[str, list[Task]]:
 
 
 def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock: Clock):
-    """{(method, split): greedy EpisodeResults}: every method on every split, decoded as the
-    flag says. On vLLM: one server on the base, each adapter loaded under its method's name."""
+    """{(method, split, "greedy" | "sampled"): EpisodeResults}: every method on every split,
+    greedy, and with --pass-k k episodes per task at T = 1, decoded as the flag says. On
+    vLLM: one server on the base serves the adapters, each under its method's name; a fully
+    fine-tuned policy gets a server of its own."""
+    from components.policy.lora import is_adapter_dir
     from components.policy.model import load_tokenizer
     from components.rollout.engine import sample_episodes
 
@@ -214,20 +293,30 @@ def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock
     env, sandbox = p.section("env"), p.section("sandbox")
     greedy = dataclasses.replace(p.section("rollout"), temperature=0.0, samples_per_task=1,
                                  batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    decodings = {"greedy": greedy}
+    if args.pass_k:
+        decodings["sampled"] = dataclasses.replace(greedy, temperature=1.0,
+                                                   samples_per_task=args.pass_k,
+                                                   seed=args.seed + 1)  # fmt: skip
     splits = eval_tasks(args, work)
     methods = [m for m in METHODS if m in policies]
-    out: dict[tuple[str, str], list[EpisodeResult]] = {}
+    out: dict[tuple[str, str, str], list[EpisodeResult]] = {}
 
     def run(method: str, policy, config) -> None:
         tokenizer = load_tokenizer(policies[method])
-        for split, tasks in splits.items():
-            rollouts = clock.run(f"eval {method} {split}", sample_episodes, tasks, policy,
-                                 tokenizer, config, env, sandbox, policy_name=method)  # fmt: skip
-            out[method, split] = [r.result for r in rollouts]
-            # Kept as they come: a fault in a later evaluation loses none of them.
-            (work / "episodes").mkdir(exist_ok=True)
-            with (work / "episodes" / f"{method}-{split}.jsonl").open("w") as f:
-                f.writelines(json.dumps(r.result.record) + "\n" for r in rollouts)
+        for decoding, base in decodings.items():
+            for split, tasks in splits.items():
+                settings = dataclasses.replace(base, backend=config.backend, server=config.server,
+                                               base_url=config.base_url, model=config.model)  # fmt: skip
+                stage = f"eval {method} {split}" + ("" if decoding == "greedy" else " T=1")
+                rollouts = clock.run(stage, sample_episodes, tasks, policy, tokenizer, settings,
+                                     env, sandbox, policy_name=method)  # fmt: skip
+                out[method, split, decoding] = [r.result for r in rollouts]
+                # Kept as they come: a fault in a later evaluation loses none of them.
+                (work / "episodes").mkdir(exist_ok=True)
+                name = f"{method}-{split}" + ("" if decoding == "greedy" else "-sampled")
+                with (work / "episodes" / f"{name}.jsonl").open("w") as f:
+                    f.writelines(json.dumps(r.result.record) + "\n" for r in rollouts)
 
     if args.eval_backend == "transformers":
         from components.policy.model import load_policy
@@ -242,31 +331,40 @@ def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock
     from components.serve.vllm_launcher import VLLMConfig, lora_rank_for, start_vllm
 
     lora = p.section("sft").lora
+    adapters = [m for m in methods if m != "zero-shot" and is_adapter_dir(policies[m])]
     vllm = VLLMConfig(startup_timeout_s=p.section("runtime").startup_timeout_s,
                       served_name="zero-shot", max_lora_rank=lora_rank_for(lora.r if lora else 16),
-                      max_loras=max(1, len(methods) - 1))  # fmt: skip
-    server = clock.run("eval vllm start", start_vllm, policies["zero-shot"], vllm,
-                       work / "vllm-logs")  # fmt: skip
-    try:
-        for method in methods:
-            config = dataclasses.replace(greedy, backend="openai", server="", base_url=server.url,
-                                         model="zero-shot")  # fmt: skip
-            if method != "zero-shot":
-                config = serve_checkpoint(config, policies[method], name=method.replace("+", "-"))
-            run(method, OpenAICompletionsClient.from_config(config), config)
-    finally:
-        server.stop()
+                      max_loras=max(1, len(adapters)))  # fmt: skip
+    on_base = [m for m in methods if m == "zero-shot" or m in adapters]
+    servers = [(policies["zero-shot"], "zero-shot", on_base)]
+    servers += [(policies[m], m, [m]) for m in methods if m not in on_base]
+    for checkpoint, served, served_methods in servers:
+        config = dataclasses.replace(vllm, served_name=served.replace("+", "-"))
+        server = clock.run(f"eval vllm start {served}", start_vllm, checkpoint, config,
+                           work / "vllm-logs" / served)  # fmt: skip
+        try:
+            for method in served_methods:
+                settings = dataclasses.replace(greedy, backend="openai", server="",
+                                               base_url=server.url, model=config.served_name)  # fmt: skip
+                if method in adapters:
+                    settings = serve_checkpoint(settings, policies[method],
+                                                name=method.replace("+", "-"))  # fmt: skip
+                run(method, OpenAICompletionsClient.from_config(settings), settings)
+        finally:
+            server.stop()
     return out
 
 
-def rows_of(results: dict[tuple[str, str], list[EpisodeResult]]) -> list[dict]:
+def rows_of(results: dict[tuple[str, str, str], list[EpisodeResult]], k: int) -> list[dict]:
     rows = []
-    for (method, split), episodes in results.items():
+    for (method, split, decoding), episodes in results.items():
+        if decoding != "greedy":
+            continue
         ok = [r for r in episodes if r.status == "ok"]
         wins = sum(r.success for r in ok)
         valid, turns = well_formed(episodes)
         tokens = [r.record.get("metadata", {}).get("num_tokens") or 0 for r in ok]
-        rows.append({
+        row = {
             "method": method, "split": split, "n": len(ok),
             "infra_failures": len(episodes) - len(ok),
             "pass1": wins / max(len(ok), 1), "pass1_ci": wilson_interval(wins, len(ok)),
@@ -274,33 +372,53 @@ def rows_of(results: dict[tuple[str, str], list[EpisodeResult]]) -> list[dict]:
             "valid_calls": valid / max(turns, 1), "valid_calls_ci": wilson_interval(valid, turns),
             "turns": turns, "tokens_per_episode": sum(tokens) / max(len(tokens), 1),
             "turns_per_episode": turns / max(len(ok), 1),
-        })  # fmt: skip
+        }  # fmt: skip
+        sampled = [r for r in results.get((method, split, "sampled"), []) if r.status == "ok"]
+        if sampled:
+            by_task: dict[str, list[bool]] = {}
+            for r in sampled:
+                by_task.setdefault(r.task_id, []).append(r.success)
+            solved = sum(any(v) for v in by_task.values())
+            row.update({
+                "k": k, "passk": solved / len(by_task),
+                "passk_ci": wilson_interval(solved, len(by_task)),
+                "passk_by_task": {t: any(v) for t, v in by_task.items()},
+                "pass1_t1": sum(r.success for r in sampled) / len(sampled),
+                "infra_failures_sampled": len(results[method, split, "sampled"]) - len(sampled),
+            })  # fmt: skip
+        rows.append(row)
     return rows
 
 
 def tables(rows: list[dict], clock: Clock) -> str:
-    lines = ["| method | split | n | pass@1 greedy [95% CI] | valid calls [95% CI] | turns / "
-             "episode | tokens / episode | eval wall s |", "|" + "---|" * 8]  # fmt: skip
+    lines = ["| method | split | n | pass@1 greedy [95% CI] | pass@k at T=1 [95% CI] | "
+             "pass@1 at T=1 | valid calls [95% CI] | turns / episode | tokens / episode | "
+             "eval wall s |", "|" + "---|" * 10]  # fmt: skip
     for r in rows:
         wall = clock.wall.get(f"eval {r['method']} {r['split']}", 0.0)
+        passk = f"{_pct(r['passk'], r['passk_ci'])} (k={r['k']})" if "passk" in r else "-"
+        pass1_t1 = f"{r['pass1_t1'] * 100:.1f}%" if "pass1_t1" in r else "-"
         lines.append(f"| {r['method']} | {r['split']} | {r['n']} | "
-                     f"{_pct(r['pass1'], r['pass1_ci'])} | "
+                     f"{_pct(r['pass1'], r['pass1_ci'])} | {passk} | {pass1_t1} | "
                      f"{_pct(r['valid_calls'], r['valid_calls_ci'])} ({r['turns']} turns) | "
                      f"{r['turns_per_episode']:.1f} | {r['tokens_per_episode']:.0f} | "
                      f"{wall:.0f} |")  # fmt: skip
-    lines += ["", "| split | difference | pass@1, paired by task [95% bootstrap CI] | "
-              "interval excludes 0 |", "|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| split | difference | metric | paired by task [95% bootstrap CI] | "
+              "interval excludes 0 |", "|---|---|---|---|---|"]  # fmt: skip
     by = {(r["method"], r["split"]): r for r in rows}
     for split in dict.fromkeys(r["split"] for r in rows):
         for a, b in DIFFERENCES:
             if (a, split) not in by or (b, split) not in by:
                 continue
-            d = paired_difference(by[a, split]["pass1_by_task"], by[b, split]["pass1_by_task"])
-            if d is None:
-                continue
-            excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
-            lines.append(f"| {split} | {a} - {b} | {d[0] * 100:+.1f} pts "
-                         f"[{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] | {excludes} |")  # fmt: skip
+            for metric, key in (("pass@1 greedy", "pass1_by_task"), ("pass@k", "passk_by_task")):
+                if key not in by[a, split] or key not in by[b, split]:
+                    continue
+                d = paired_difference(by[a, split][key], by[b, split][key])
+                if d is None:
+                    continue
+                excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
+                lines.append(f"| {split} | {a} - {b} | {metric} | {d[0] * 100:+.1f} pts "
+                             f"[{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] | {excludes} |")  # fmt: skip
     return "\n".join(lines) + "\n\n" + stage_table(clock)
 
 
@@ -326,11 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         preset = write_preset(args, work / "preset.yaml")
         policies, notes = train_all(args, work, preset, clock)
     results = evaluate_all(args, work, preset, policies, clock)
-    rows = rows_of(results)
+    rows = rows_of(results, args.pass_k)
     diagnostics = {}
-    for (method, split), episodes in results.items():
+    for (method, split, decoding), episodes in results.items():
         tasks = {t.id: t for t in eval_tasks(args, work)[split]}
-        diagnostics[f"{method}/{split}"] = diagnose(episodes, tasks)
+        diagnostics[f"{method}/{split}/{decoding}"] = diagnose(episodes, tasks)
     settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")
     report = (f"# bench/learning_pretrained.py\n\nsettings: {settings}\n\n"
               f"{tables(rows, clock)}\n\ntraining: {json.dumps(notes, default=str)}\n")  # fmt: skip

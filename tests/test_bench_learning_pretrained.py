@@ -49,7 +49,8 @@ def run_bench(preset: Path, out: Path, capsys, backend: str) -> dict:
         "--preset", str(preset), "--out", str(out), "--n-tasks", "10", "--expert-limit", "2",
         "--sft-steps", "1", "--grpo-iterations", "1", "--grpo-tasks", "1", "--grpo-group", "2",
         "--eval-limit", "1", "--batch-size", "2", "--grpo-backend", backend,
-        "--eval-backend", backend,
+        "--eval-backend", backend, "--pass-k", "2", "--tool-set", "line_edit",
+        "--expert-policy", "oracle-lines", "--turn-margin", "-1",
     ])  # fmt: skip
     assert code == 0
     report = (out / "results.md").read_text()
@@ -68,19 +69,27 @@ def check(results: dict, out: Path, checkpoint: str) -> None:
         assert r["tokens_per_episode"] > 0
         (line,) = (out / "episodes" / f"{r['method']}-{r['split']}.jsonl").read_text().splitlines()
         assert json.loads(line)["task_id"] in r["pass1_by_task"]
+        # pass@k at T = 1: k episodes of the same task, kept beside the greedy one
+        sampled = (out / "episodes" / f"{r['method']}-{r['split']}-sampled.jsonl").read_text()
+        assert len(sampled.splitlines()) == r["k"] == 2 and r["infra_failures_sampled"] == 0
+        assert set(r["passk_by_task"]) == set(r["pass1_by_task"]) and 0 <= r["pass1_t1"] <= 1
     report = (out / "results.md").read_text()
     for a, b in learning_pretrained.DIFFERENCES:
         assert f"| {a} - {b} |" in report
     for stage in ("expert", "sft", "grpo", "eval sft+grpo quixbugs"):
         assert f"| {stage} |" in report
     assert results["notes"]["expert_kept"] >= 1
+    # the turn budget is measured on the expert's transcripts (--turn-margin -1 keeps 8)
+    budget = results["notes"]["turn_budget"]
+    assert budget["longest_expert_turn"] > 8 and budget["max_new_tokens"] == 8
+    assert "| sft - zero-shot | pass@k |" in report
     assert results["notes"]["grpo"]["generated_tokens"][0] > 0  # GRPO sampled (no infra fault)
     # LoRA on the checkpoint as it is: the trained policy loads with the checkpoint's rows.
     from components.policy.model import load_policy
 
     with safe_open(str(Path(checkpoint) / "model.safetensors"), framework="pt") as f:
         saved_rows = f.get_tensor("model.embed_tokens.weight").shape[0]
-    for method in ("sft", "sft+grpo"):
+    for method in ("sft", "sft-full", "sft+grpo"):
         model, tokenizer = load_policy(results["policies"][method])
         assert model.get_input_embeddings().weight.shape[0] == saved_rows == len(tokenizer)
 

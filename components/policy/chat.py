@@ -451,3 +451,13 @@ def parse_tool_call(text: str, fmt: ChatFormat = OURS) -> Action:
     except Exception as exc:  # noqa: BLE001 - model output is untrusted; the contract is no raise
         raw = text if isinstance(text, str) else repr(text)
         return Action(None, {}, content=raw, parse_error=f"unparseable output ({exc!r})"[:300])
+
+
+def assistant_turn_tokens(tokenizer, events: list[dict], compact: bool = True) -> list[int]:
+    """Tokens of each assistant turn of a transcript as the model generates it (its body and
+    end-of-turn token): what a turn budget (`RolloutConfig.max_new_tokens`) must hold."""
+    pieces = [text for text, generated in trajectory_segments(tokenizer, events, compact)
+              if generated]  # fmt: skip
+    if not pieces:
+        return []
+    return [len(ids) for ids in tokenizer(pieces, add_special_tokens=False)["input_ids"]]

@@ -14,6 +14,7 @@ from components.policy.chat import (
     ASSISTANT_HEADER,
     IM_END,
     assistant_body,
+    assistant_turn_tokens,
     chat_segments,
     format_tool_call,
     parse_tool_call,
@@ -189,6 +190,22 @@ def test_assistant_mask_is_exact(tokenizer, events):
     # The unmasked tokens are the rest: system, user, tool turns, role headers, separators.
     rest = [t for t, m in zip(ids, mask, strict=True) if not m]
     assert tokenizer.decode(rest).count(ASSISTANT_HEADER) == len(expected)
+
+
+def test_assistant_turn_tokens_are_the_masked_spans(tokenizer, events):
+    """The turn budget's measure: one count per assistant turn, each the length of its
+    masked span (the body and <|im_end|> as generated)."""
+    out = tokenize_trajectory(tokenizer, events)
+    spans, length = [], 0
+    for m in [*out["assistant_mask"], 0]:
+        if m:
+            length += 1
+        elif length:
+            spans.append(length)
+            length = 0
+    turns = assistant_turn_tokens(tokenizer, events)
+    assert turns == spans and len(turns) == sum(e["role"] == "assistant" for e in events)
+    assert assistant_turn_tokens(tokenizer, events[:1]) == []
 
 
 def test_turn_marked_not_for_training_is_context_only(tokenizer, events):
