@@ -194,7 +194,8 @@ class ServedSampler:
     output_dir: Path
     prefix: str  # version names are prefix-v<N>
     lora: bool
-    dynamic: tuple[bool, int] = (False, 0)  # GRPOConfig (dynamic_sampling, max_resample_rounds)
+    dynamic_sampling: bool = False  # GRPOConfig's: replace groups without reward variance
+    max_resample_rounds: int = 0  # GRPOConfig's: extra rounds per iteration at most
     probe_tolerance: float = 0.0  # GRPOConfig.sync_probe_tolerance; 0 = no probe
     loaded: int | None = None  # the version this sampler last made the server serve
     probe: Probe | None = None  # that version's probe
@@ -213,9 +214,9 @@ class ServedSampler:
             return sample_episodes(tasks, client, self.tokenizer, sampling, self.env_config,
                                    self.sandbox_config, policy_name="grpo")  # fmt: skip
 
-        enabled, rounds = self.dynamic
         return sample_informative(self.stream.at(iteration), sample_round,
-                                  self.stream.replacements(iteration), enabled, rounds)  # fmt: skip
+                                  self.stream.replacements(iteration), self.dynamic_sampling,
+                                  self.max_resample_rounds)  # fmt: skip
 
     def _serve(self, name: str, version: int) -> None:
         """Make the server serve version `version` as `name`, and check it does."""

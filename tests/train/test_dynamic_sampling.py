@@ -244,3 +244,20 @@ def test_settings_are_plain_data():
     stream = TaskStream([FakeTask("a")], 0, 1, (0,))
     assert pickle.loads(pickle.dumps(stream)).order == (0,)
     assert dataclasses.is_dataclass(stream)
+
+
+def test_the_curriculum_file_is_part_of_the_run_fingerprint(tiny_policy, suite, tmp_path):
+    """A resumed run must walk the same order: the file's content is in the config hash;
+    a missing file stops the run before anything starts."""
+    from components.train.grpo import config_hash
+
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps({"a": 0.5}))
+    config = GRPOConfig(task_pass_rates=str(path))
+    before = config_hash(config, ROLLOUT, ENV, SandboxConfig())
+    path.write_text(json.dumps({"a": 0.0}))
+    assert config_hash(config, ROLLOUT, ENV, SandboxConfig()) != before
+    model, tokenizer = tiny_policy
+    missing = GRPOConfig(task_pass_rates=str(tmp_path / "none.json"), output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="task_pass_rates: no file"):
+        train_grpo(model, tokenizer, suite[1], missing, ROLLOUT, ENV, SandboxConfig())

@@ -329,6 +329,9 @@ def config_hash(
     free = {"iterations", "checkpoint_every", "keep_checkpoints", "output_dir",
             "mlflow_tracking_uri", "mlflow_experiment", "use_cpu", "sync_probe_tolerance"}  # fmt: skip
     shaping = {k: v for k, v in dataclasses.asdict(config).items() if k not in free}
+    if config.task_pass_rates:  # the curriculum is the file's content, wherever it lies
+        rates = Path(config.task_pass_rates).read_bytes()
+        shaping["task_pass_rates"] = hashlib.sha256(rates).hexdigest()
     # Where the server is and how patiently it is called do not shape the episodes.
     server = {"base_url", "request_timeout_s", "max_retries", "sync_retries", "sync_timeout_s",
               "sync_url"}  # fmt: skip

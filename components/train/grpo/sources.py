@@ -93,7 +93,8 @@ def episode_source(settings: EpisodeSettings, stepper, tokenizer, output_dir: Pa
         sandbox_config=settings.sandbox_config, output_dir=output_dir,
         prefix=f"{settings.rollout_config.model}-{fingerprint[:8]}",
         lora=config.lora is not None,
-        dynamic=(config.dynamic_sampling, config.max_resample_rounds),
+        dynamic_sampling=config.dynamic_sampling,
+        max_resample_rounds=config.max_resample_rounds,
         probe_tolerance=config.sync_probe_tolerance,
     )  # fmt: skip
     if not config.async_rollouts:
