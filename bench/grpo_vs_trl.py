@@ -1,0 +1,563 @@
+"""Our GRPO against TRL's GRPOTrainer, side by side in one run: the same starting policy,
+prompts, reward, seed, group size, learning rate, steps, completion length, temperature
+and beta, on a single-turn verifiable task.
+
+The task: "What is a + b? Answer with the number only." with a, b drawn from
+1..--max-operand; the reward is 1.0 when the last integer in the completion is a + b, else
+0.0 (a pure string check, nothing executed). Before training, the start is screened on
+the held-out prompts at the training temperature (pass@1 and pass@8: the task is meant to
+sit at a pass@8 of 10-70%, where groups disagree often enough to learn from).
+
+Ours is the project's own code, not a copy: sampling with the rollout engine's
+`generate_transformers` (token ids and sampling log-probs kept), advantages with
+`train.grpo.advantages.advantages_of` (`losses.group_advantages`), and the update with
+`train.grpo.update.update_with` (`losses.grpo_loss`, collation, micro-batches and the
+plain-torch `Stepper`: clip, AdamW), each step's completions given to it as `Rollout`s.
+TRL's is `trl.GRPOTrainer` as shipped (trl 1.16), one generation batch per optimizer step.
+
+Settings matched (TRL's name = ours): num_generations = group_size;
+per_device_train_batch_size = generation_batch_size = prompts x G (one micro-batch, one
+optimizer step per generation, gradient_accumulation_steps 1, steps_per_generation 1,
+num_iterations = ppo_epochs = 1); loss_type the same reduction ("dapo" = our "token":
+the summed token loss over the step's completion tokens; "grpo"; "dr_grpo" with
+max_completion_length = our max_episode_tokens); scale_rewards "group" = scale_by_std
+(Bessel std + 1e-4); epsilon 0.2 both sides; beta with the k3 KL; top_k 0, top_p 1, the
+same temperature in sampling and in the loss's log-probs; AdamW (0.9, 0.999, 1e-8), weight
+decay 0, constant learning rate, no warmup, grad-norm clip 1.0; float32, no gradient
+checkpointing; LoRA (`--lora-r`) the same adapters with the same seeded initialisation
+(policy/lora.py's add_adapters) for both; the prompts rendered by the checkpoint's chat
+template for both (checked token for token); the same prompts in the same order.
+
+Differences that remain (the algorithm's, not the bench's):
+- old log-probs: TRL, with num_iterations 1, takes them as the current forward's detached
+  log-probs (ratio exactly 1); ours uses the log-probs stored at sampling (KV-cached,
+  left-padded decoding), so the ratio is 1 up to float noise and the clip never binds.
+- random streams: TRL samples from the global torch stream seeded by `seed`; ours from a
+  stream per step derived from `seed`. Same settings, different draws: the two runs'
+  completions differ, so their curves differ by sampling noise as well.
+- stop tokens: TRL stops at the tokenizer's eos and the generation config's eos; ours at
+  the chat format's end of turn (for SmolLM2-Instruct both are <|im_end|>).
+- TRL's loss also computes token entropies (for logging) and only the completion's logits
+  (`logits_to_keep`); ours scores every position of the sequence: a wall difference only.
+
+Outputs (OUT = --out): OUT/grpo-vs-trl-<date>.md (settings, the screen, per-step mean
+reward of both, the held-out evaluation and the ratios), OUT/grpo-vs-trl-<date>.png (both
+reward curves), OUT/grpo-vs-trl-<date>.json (the numbers). Printed: the ratio lines.
+
+Final reward: each final policy sampled --eval-samples times at the training temperature
+on --eval-prompts held-out prompts (never trained on), both with the same per-row random
+streams; its mean reward, and ours / TRL's with a 95% bootstrap interval over the held-out
+prompts (paired: a prompt's two means stay together). The mean reward of the last
+--last-k training steps is reported beside it.
+
+    .venv/bin/python bench/grpo_vs_trl.py --model models/smollm2-135m-instruct --steps 30
+    .venv/bin/python bench/grpo_vs_trl.py --model tiny --steps 2 --group-size 2 --out /tmp/x
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.report import write_table  # noqa: E402
+
+DEFAULT_MODEL = REPO / "models" / "smollm2-135m-instruct"
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo")
+SCREEN_K = 8  # pass@8 of the screen
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A bad flag is one line on stderr and exit status 2, not a usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = OneLineParser(prog="grpo_vs_trl.py", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=str(DEFAULT_MODEL),
+                   help="HF checkpoint folder (agentrl policy fetch smollm2-135m-instruct), "
+                        "or 'tiny': a from-scratch tiny policy (the smoke test's)")  # fmt: skip
+    p.add_argument("--steps", type=_positive(int), default=30, help="optimizer steps each")
+    p.add_argument("--group-size", type=_positive(int), default=8, help="G: samples per prompt")
+    p.add_argument("--prompts-per-step", type=_positive(int), default=2)
+    p.add_argument("--lr", type=_positive(float), default=1e-4, help="constant AdamW rate")
+    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (0: full fine-tuning)")
+    p.add_argument("--beta", type=float, default=0.0, help="k3 KL weight (TRL's default 0)")
+    p.add_argument("--loss-type", choices=LOSS_TYPES, default="dapo", help="TRL's default dapo")
+    p.add_argument("--temperature", type=_positive(float), default=1.0)
+    p.add_argument("--max-completion-length", type=_positive(int), default=8)
+    p.add_argument("--max-operand", type=_positive(int), default=9, help="a, b in 1..this")
+    p.add_argument("--eval-prompts", type=_positive(int), default=16, help="held-out prompts")
+    p.add_argument("--eval-samples", type=_positive(int), default=8, help="samples per prompt")
+    p.add_argument("--last-k", type=_positive(int), default=5, help="steps in the train mean")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive(int), default=2, help="torch threads")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    args = p.parse_args(argv)
+    if args.group_size < 2:
+        p.error("--group-size: must be >= 2 (a group needs a baseline)")
+    if args.lora_r < 0 or args.beta < 0:
+        p.error("--lora-r and --beta must be >= 0")
+    if args.model != "tiny" and not (Path(args.model) / "config.json").is_file():
+        p.error(f"--model: {args.model} is not a HF checkpoint folder (or 'tiny')")
+    pairs = args.max_operand**2
+    if args.eval_prompts >= pairs:
+        p.error(f"--eval-prompts: must leave training prompts among the {pairs} sums")
+    return args
+
+
+# ---------------------------------------------------------------------------------------
+# The task
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    answer: str
+
+
+def problems(max_operand: int, seed: int, held_out: int) -> tuple[list[Problem], list[Problem]]:
+    """(training pool, held-out) of every sum a + b with a, b in 1..max_operand, shuffled
+    by `seed`: the held-out sums are never trained on."""
+    every = [(a, b) for a in range(1, max_operand + 1) for b in range(1, max_operand + 1)]
+    random.Random(seed).shuffle(every)
+    made = [Problem(f"What is {a} + {b}? Answer with the number only.", str(a + b))
+            for a, b in every]  # fmt: skip
+    return made[held_out:], made[:held_out]
+
+
+def training_prompts(pool: list[Problem], steps: int, per_step: int, seed: int) -> list[Problem]:
+    """steps x per_step prompts, in training order: passes over the pool, each shuffled."""
+    rng, out = random.Random(seed + 1), []
+    while len(out) < steps * per_step:
+        order = list(pool)
+        rng.shuffle(order)
+        out += order
+    return out[: steps * per_step]
+
+
+def last_number_reward(completion: str, answer: str) -> float:
+    """1.0 when the completion's last integer is the answer ("5 + 7 = 12" counts, "12 13"
+    does not), else 0.0."""
+    numbers = re.findall(r"-?\d+", completion)
+    return 1.0 if numbers and numbers[-1] == answer else 0.0
+
+
+def trl_reward(completions, answer, **_) -> list[float]:
+    """last_number_reward in TRL's reward-function signature (conversational completions)."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [last_number_reward(t, a) for t, a in zip(texts, answer, strict=True)]
+
+
+def messages(problem: Problem) -> list[dict]:
+    return [{"role": "user", "content": problem.question}]
+
+
+def prompt_ids(tokenizer, problem: Problem) -> list[int]:
+    """The prompt as TRL renders a conversational one: chat template + generation prompt."""
+    out = tokenizer.apply_chat_template(messages(problem), add_generation_prompt=True,
+                                        tokenize=True, return_dict=True)  # fmt: skip
+    return list(out["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------
+# The starting policy
+
+
+def starting_policy(args: argparse.Namespace, work: Path, texts: list[str]) -> Path:
+    """The checkpoint both trainers load: --model, or a tiny from-scratch one saved in work."""
+    if args.model != "tiny":
+        return Path(args.model)
+    from components.policy.config import PolicyConfig
+    from components.policy.model import build_policy, save_policy
+
+    config = PolicyConfig(
+        hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+        vocab_size=512, tokenizer_stdlib_bytes=5_000, max_position_embeddings=512,
+        seed=args.seed,
+    )  # fmt: skip
+    return save_policy(*build_policy(config, texts=texts), work / "tiny")
+
+
+def load_start(start: Path, args: argparse.Namespace):
+    """(model, tokenizer) as both trainers start: float32, LoRA adapters added when asked
+    (same rank, targets and seeded initialisation for both)."""
+    from components.policy.model import load_policy
+
+    model, tokenizer = load_policy(start, dtype="float32")
+    if args.lora_r:
+        from components.policy.config import LoRAConfig
+        from components.policy.lora import add_adapters
+
+        lora = LoRAConfig(r=args.lora_r, alpha=2 * args.lora_r, init_seed=args.seed)
+        model = add_adapters(model, lora)
+    return model, tokenizer
+
+
+def sample(model, tokenizer, batch: list[Problem], k: int, args, seed) -> list:
+    """k completions of each problem (the rollout engine's sampler), in problem order."""
+    from components.rollout.engine import generate_transformers
+
+    prompts = [prompt_ids(tokenizer, p) for p in batch for _ in range(k)]
+    return generate_transformers(
+        model, tokenizer, prompts, [args.max_completion_length] * len(prompts),
+        temperature=args.temperature, top_p=1.0, seed=seed,
+    )  # fmt: skip
+
+
+def rewards_of(tokenizer, batch: list[Problem], k: int, completions) -> list[float]:
+    texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+    answers = [p.answer for p in batch for _ in range(k)]
+    return [last_number_reward(t, a) for t, a in zip(texts, answers, strict=True)]
+
+
+def evaluate(model, tokenizer, held_out: list[Problem], args) -> list[float]:
+    """Mean reward of each held-out problem over --eval-samples samples at the training
+    temperature; row i draws from the stream derived from (seed, i) whichever policy it is,
+    so two policies are compared on the same random numbers."""
+    from components.seeding import derive_seed
+
+    k = args.eval_samples
+    seeds = [derive_seed(args.seed, "eval", i) for i in range(len(held_out) * k)]
+    model.eval()
+    completions = sample(model, tokenizer, held_out, k, args, seeds)
+    flat = rewards_of(tokenizer, held_out, k, completions)
+    return [statistics.mean(flat[i * k : (i + 1) * k]) for i in range(len(held_out))]
+
+
+def screen(per_prompt: list[float], k: int) -> dict:
+    """pass@1 and pass@k (k = the samples per prompt) of one evaluation."""
+    return {"pass@1": statistics.mean(per_prompt),
+            f"pass@{k}": statistics.mean(1.0 if r > 0 else 0.0 for r in per_prompt)}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# The two trainers
+
+
+@dataclass
+class Run:
+    """One trainer's run: per step the rewards of its samples and its wall seconds, and the
+    held-out evaluation of its final policy."""
+
+    rewards: list[list[float]]
+    step_wall: list[float]
+    evaluation: list[float]
+    train_wall: float
+
+
+def episode_result(problem: Problem, reward: float, group: str, k: int):
+    """The verified-episode record a Rollout carries, for a single-turn completion."""
+    from components.env.episode import EpisodeResult
+
+    return EpisodeResult(
+        episode_id=f"{group}-{k}", task_id=group, split="train", policy="bench", status="ok",
+        end_reason="finished", success=reward == 1.0, reward=reward, reward_terms={},
+        steps=1, tool_calls=0, invalid_calls=0, safety_flags=[], ran_tests=False,
+        tests_total=0, tests_failed=0, changed_files=[], tampered_files=[], wall_s=0.0,
+    )  # fmt: skip
+
+
+def as_rollouts(tokenizer, batch: list[Problem], k: int, completions, rewards, step: int):
+    """Each completion as the Rollout our update trains on: prompt + sampled ids, the mask
+    on the sampled ids only, their sampling log-probs; one group per prompt."""
+    from components.rollout.engine import Rollout
+
+    out = []
+    for i, (completion, reward) in enumerate(zip(completions, rewards, strict=True)):
+        problem, group = batch[i // k], f"{step}-{i // k}"
+        prompt = prompt_ids(tokenizer, problem)
+        ids = list(completion.token_ids)
+        out.append(Rollout(
+            result=episode_result(problem, reward, group, i % k),
+            input_ids=prompt + ids,
+            assistant_mask=[0] * len(prompt) + [1] * len(ids),
+            sampling_logprobs=[0.0] * len(prompt) + list(completion.logprobs),
+            group_id=group, sample_index=i % k,
+        ))  # fmt: skip
+    return out
+
+
+def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], args) -> Run:
+    """Our GRPO: per step, sample G completions of each of the step's prompts, reward them,
+    group advantages, one update (advantages_of + update_with)."""
+    import torch
+
+    from components.rollout.config import RolloutConfig
+    from components.seeding import derive_seed
+    from components.train.config import GRPOConfig
+    from components.train.devices import frozen_copy
+    from components.train.grpo.advantages import advantages_of
+    from components.train.grpo.update import update_with
+    from components.train.parallel import make_stepper
+
+    model, tokenizer = load_start(start, args)
+    device = torch.device("cpu")
+    batch_size = args.prompts_per_step * args.group_size
+    config = GRPOConfig(
+        iterations=args.steps, tasks_per_iteration=args.prompts_per_step,
+        group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
+        loss_type="token" if args.loss_type == "dapo" else args.loss_type, scale_by_std=True,
+        epsilon_low=0.2, epsilon_high=0.2, ppo_epochs=1, minibatch_size=0,
+        micro_batch_size=batch_size, max_grad_norm=1.0, weight_decay=0.0, seed=args.seed,
+        use_cpu=True,
+    )  # fmt: skip
+    # max_episode_tokens is dr_grpo's divisor: TRL's max_completion_length
+    rollout_config = RolloutConfig(temperature=args.temperature, top_p=1.0,
+                                   max_new_tokens=args.max_completion_length,
+                                   max_episode_tokens=args.max_completion_length)  # fmt: skip
+    stepper = make_stepper(model, None, learning_rate=args.lr, weight_decay=0.0,
+                           max_grad_norm=1.0)  # fmt: skip
+    # Full fine-tuning's KL reference is a frozen copy; under LoRA, the base (adapters off).
+    reference = frozen_copy(model, None, device) if args.beta > 0 and not args.lora_r else None
+    rewards, walls = [], []
+    started = last = time.perf_counter()
+    for step in range(args.steps):
+        batch = schedule[step * args.prompts_per_step : (step + 1) * args.prompts_per_step]
+        model.eval()
+        completions = sample(model, tokenizer, batch, args.group_size, args,
+                             derive_seed(args.seed, "bench-sample", step))  # fmt: skip
+        step_rewards = rewards_of(tokenizer, batch, args.group_size, completions)
+        rollouts = as_rollouts(tokenizer, batch, args.group_size, completions, step_rewards, step)
+        advantages, _, _, keep = advantages_of(rollouts, config)
+        model.train()
+        update_with(stepper, reference, [rollouts[i] for i in keep], advantages[keep], config,
+                    rollout_config, tokenizer.pad_token_id, device, step)  # fmt: skip
+        rewards.append(step_rewards)
+        now = time.perf_counter()
+        walls.append(now - last)
+        last = now
+        print(f"ours step {step + 1}/{args.steps}: mean reward "
+              f"{statistics.mean(step_rewards):.3f}, {walls[-1]:.1f} s", flush=True)  # fmt: skip
+    train_wall = time.perf_counter() - started
+    return Run(rewards, walls, evaluate(model, tokenizer, held_out, args), train_wall)
+
+
+def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], args,
+              work: Path) -> Run:  # fmt: skip
+    """TRL's GRPOTrainer on the same start and prompts, in the same order; its reward
+    function records each generation batch's rewards (one per optimizer step)."""
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tokenizer = load_start(start, args)
+    rewards: list[list[float]] = []
+    step_ends: list[float] = []
+
+    def last_number(prompts, completions, answer, **kwargs) -> list[float]:
+        out = trl_reward(completions, answer)
+        rewards.append(out)
+        return out
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, *a, **k):
+            step_ends.append(time.perf_counter())
+
+        def on_step_end(self, *a, **k):
+            step_ends.append(time.perf_counter())
+            print(f"trl step {len(rewards)}/{args.steps}: mean reward "
+                  f"{statistics.mean(rewards[-1]):.3f}, {step_ends[-1] - step_ends[-2]:.1f} s",
+                  flush=True)  # fmt: skip
+
+    batch_size = args.prompts_per_step * args.group_size
+    config = GRPOConfig(
+        output_dir=str(work / "trl"), report_to="none", logging_steps=1, save_strategy="no",
+        seed=args.seed, data_seed=args.seed, use_cpu=True, bf16=False, fp16=False,
+        activation_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0,
+        max_steps=args.steps, per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=1, generation_batch_size=batch_size,
+        num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
+        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        max_grad_norm=1.0, beta=args.beta, loss_type=args.loss_type, scale_rewards="group",
+        epsilon=0.2, max_completion_length=args.max_completion_length,
+        temperature=args.temperature, top_p=1.0, top_k=0, log_completions=False,
+    )  # fmt: skip
+    dataset = Dataset.from_list([{"prompt": messages(p), "answer": p.answer} for p in schedule])
+    trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config,
+                          train_dataset=dataset, processing_class=tokenizer,
+                          callbacks=[StepClock()])  # fmt: skip
+    trainer.remove_callback(PrinterCallback)
+    # The same prompt tokens for both: TRL's own rendering against ours.
+    trl_ids = trainer._tokenize_prompts([messages(p) for p in schedule[:2]])[0]
+    if [list(x) for x in trl_ids] != [prompt_ids(tokenizer, p) for p in schedule[:2]]:
+        raise SystemExit("TRL renders the prompts to other tokens than ours")
+    started = time.perf_counter()
+    trainer.train()
+    train_wall = time.perf_counter() - started
+    walls = [b - a for a, b in itertools.pairwise(step_ends)]
+    if len(rewards) != args.steps:
+        raise SystemExit(f"TRL called the reward {len(rewards)} times in {args.steps} steps")
+    return Run(rewards, walls, evaluate(trainer.model, tokenizer, held_out, args), train_wall)
+
+
+# ---------------------------------------------------------------------------------------
+# Comparison
+
+
+def bootstrap_ratio(ours: list[float], theirs: list[float], seed: int, n_boot: int = 10_000):
+    """mean(ours) / mean(theirs) with a 95% paired bootstrap interval over the prompts
+    (None where TRL's mean is 0)."""
+    import numpy as np
+
+    a, b = np.array(ours), np.array(theirs)
+    if b.mean() == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, len(a), size=(n_boot, len(a)))
+    num, den = a[index].mean(axis=1), b[index].mean(axis=1)
+    ratios = num[den > 0] / den[den > 0]
+    return float(a.mean() / b.mean()), (float(np.quantile(ratios, 0.025)),
+                                        float(np.quantile(ratios, 0.975)))  # fmt: skip
+
+
+def curve(run: Run) -> list[float]:
+    return [statistics.mean(r) for r in run.rewards]
+
+
+def plot(runs: dict[str, Run], screen_pass1: float, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, run in runs.items():
+        ys = curve(run)
+        ax.plot(range(1, len(ys) + 1), ys, marker=".", alpha=0.5, label=f"{name}, per step")
+        window = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
+        ax.plot(range(1, len(ys) + 1), window, linewidth=2, label=f"{name}, mean of last 5")
+    ax.axhline(screen_pass1, color="grey", linestyle=":", label="start, held-out pass@1")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("mean reward of the step's samples")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(args, start_label: str, screened: dict, runs: dict[str, Run], ratios: dict) -> str:
+    ours, trl = runs["ours"], runs["trl"]
+    settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")
+    k = args.eval_samples
+    lines = [
+        "# bench/grpo_vs_trl.py: our GRPO vs TRL's GRPOTrainer",
+        "",
+        f"settings: {settings}",
+        f"start: {start_label}",
+        "",
+        f"## Screen of the start (held-out prompts, T={args.temperature}, {k} samples each)",
+        "",
+        f"| prompts | pass@1 | pass@{k} | in 10-70% |",
+        "|---|---|---|---|",
+        f"| {args.eval_prompts} | {screened['pass@1']:.3f} | {screened[f'pass@{k}']:.3f} | "
+        f"{'yes' if 0.1 <= screened[f'pass@{k}'] <= 0.7 else 'no'} |",
+        "",
+        "## Final policies (held-out prompts, same random streams for both)",
+        "",
+        "| trainer | held-out mean reward | mean reward, last "
+        f"{min(args.last_k, args.steps)} steps | wall s / step (mean, median) | train wall s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, run in (("start", None), ("ours", ours), ("trl", trl)):
+        if run is None:
+            lines.append(f"| start | {screened['pass@1']:.3f} | | | |")
+            continue
+        tail = [x for r in run.rewards[-args.last_k :] for x in r]
+        lines.append(f"| {name} | {statistics.mean(run.evaluation):.3f} | "
+                     f"{statistics.mean(tail):.3f} | {statistics.mean(run.step_wall):.1f}, "
+                     f"{statistics.median(run.step_wall):.1f} | {run.train_wall:.0f} |")  # fmt: skip
+    lines += ["", "## Ratios (ours / TRL's)", "", *ratio_lines(ratios), "",
+              "## Mean reward per step", "", "| step | ours | trl |", "|---|---|---|"]  # fmt: skip
+    for step, (a, b) in enumerate(zip(curve(ours), curve(trl), strict=True), 1):
+        lines.append(f"| {step} | {a:.3f} | {b:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def ratio_lines(ratios: dict) -> list[str]:
+    final = ratios["final_reward"]
+    text = ("undefined (TRL's held-out mean reward is 0)" if final is None
+            else f"{final[0]:.3f} [95% bootstrap {final[1][0]:.3f}, {final[1][1]:.3f}]")  # fmt: skip
+    return [f"- final held-out mean reward, ours / TRL's: {text}",
+            f"- training mean reward of the last steps, ours / TRL's: {ratios['last_k']}",
+            f"- wall per step, ours / TRL's: {ratios['wall_per_step']:.3f}"]  # fmt: skip
+
+
+def _ratio(a: float, b: float) -> str:
+    return "undefined (TRL's is 0)" if b == 0 else f"{a / b:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    pool, held_out = problems(args.max_operand, args.seed, args.eval_prompts)
+    schedule = training_prompts(pool, args.steps, args.prompts_per_step, args.seed)
+    with tempfile.TemporaryDirectory(prefix="grpo-vs-trl-") as tmp:
+        work = Path(tmp)
+        start = starting_policy(args, work, [p.question for p in pool + held_out])
+        model, tokenizer = load_start(start, args)
+        start_label = "tiny from-scratch policy" if args.model == "tiny" else str(start)
+        screened = screen(evaluate(model, tokenizer, held_out, args), args.eval_samples)
+        del model
+        print(f"screen of the start ({start_label}): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in screened.items()), flush=True)  # fmt: skip
+        runs = {"ours": train_ours(start, schedule, held_out, args),
+                "trl": train_trl(start, schedule, held_out, args, work)}  # fmt: skip
+    ours, trl = runs["ours"], runs["trl"]
+    tail = {name: statistics.mean(x for r in run.rewards[-args.last_k :] for x in r)
+            for name, run in runs.items()}  # fmt: skip
+    ratios = {
+        "final_reward": bootstrap_ratio(ours.evaluation, trl.evaluation, args.seed),
+        "last_k": _ratio(tail["ours"], tail["trl"]),
+        "wall_per_step": statistics.mean(ours.step_wall) / statistics.mean(trl.step_wall),
+    }
+    text = report(args, start_label, screened, runs, ratios)
+    name = "grpo-vs-trl"
+    path = write_table(text, args.out, name)
+    stem = path.with_suffix("")
+    plot(runs, screened["pass@1"], stem.with_suffix(".png"),
+         f"GRPO on a + b: ours vs TRL ({start_label.split('/')[-1]})")  # fmt: skip
+    stem.with_suffix(".json").write_text(json.dumps({
+        "date": datetime.date.today().isoformat(), "args": vars(args), "start": start_label,
+        "screen": screened, "ratios": ratios,
+        "runs": {n: {"mean_reward_per_step": curve(r), "rewards": r.rewards,
+                     "step_wall_s": r.step_wall, "held_out": r.evaluation,
+                     "train_wall_s": r.train_wall} for n, r in runs.items()},
+    }, indent=1, default=str))  # fmt: skip
+    print("\n".join(ratio_lines(ratios)))
+    print(f"plot: {stem.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
