@@ -34,9 +34,11 @@ version ("the server at URL still serves other weights than NAME after loading i
 Why a log-prob probe rather than a hash of the adapter file: a hash can only be compared
 with what the server *says* it loaded (a path, a name), which is what listing already
 checks; the log-probs are what it will sample with. Why a tolerance, not equality: the
-server may run another dtype and kernels than the trainer (vLLM in bf16 beside a float32
-trainer: about 0.01-0.05 nats on a small model's top tokens; `agentrl serve` on the same
-float32 weights: ~1e-5), so 0.1 nats by default (GRPOConfig.sync_probe_tolerance). What
+server may run another dtype and kernels than the trainer (`agentrl serve` on the same
+float32 weights agrees to ~1e-5, tests/train/test_grpo_served.py; vLLM in bf16 beside a
+float32 trainer keeps about 3 significant digits of each logit, so a few hundredths of a
+nat is to be expected: an estimate, not measured here), so 0.1 nats by default
+(GRPOConfig.sync_probe_tolerance; raise it if a bf16 server trips it). What
 it cannot tell: two versions whose probe log-probs differ by less than about twice the
 tolerance (an update too small to move the probe prompt); `separation` says how far
 apart two probes are on the server's tokens, and with the previous version's probe the
