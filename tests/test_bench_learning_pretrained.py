@@ -50,7 +50,8 @@ def run_bench(preset: Path, out: Path, capsys, backend: str) -> dict:
         "--sft-steps", "1", "--grpo-iterations", "1", "--grpo-tasks", "1", "--grpo-group", "2",
         "--eval-limit", "1", "--batch-size", "2", "--grpo-backend", backend,
         "--eval-backend", backend, "--pass-k", "2", "--tool-set", "line_edit",
-        "--expert-policy", "oracle-lines", "--turn-margin", "-1",
+        "--expert-policy", "oracle-lines", "--turn-margin", "-1", "--screen-tasks", "1",
+        "--screen-k", "2", "--resample-rounds", "1",
     ])  # fmt: skip
     assert code == 0
     report = (out / "results.md").read_text()
@@ -83,7 +84,14 @@ def check(results: dict, out: Path, checkpoint: str) -> None:
     budget = results["notes"]["turn_budget"]
     assert budget["longest_expert_turn"] > 8 and budget["max_new_tokens"] == 8
     assert "| sft - zero-shot | pass@k |" in report
-    assert results["notes"]["grpo"]["generated_tokens"][0] > 0  # GRPO sampled (no infra fault)
+    assert results["notes"]["grpo"]["sampled_tokens"][0] > 0  # GRPO sampled (no infra fault)
+    # the SFT policy screened before GRPO; its pass rates ordered GRPO's tasks
+    assert results["notes"]["screen"]["tasks"] == 1 and results["notes"]["screen"]["k"] == 2
+    rates = json.loads((out / "screen-pass-rates.json").read_text())
+    preset = yaml.safe_load((out / "preset.yaml").read_text())
+    assert preset["grpo"]["task_pass_rates"] == str((out / "screen-pass-rates.json").resolve())
+    assert len(rates) == 1 and preset["grpo"]["dynamic_sampling"] is True
+    assert results["notes"]["grpo"]["groups_sampled"][0] >= 1
     # LoRA on the checkpoint as it is: the trained policy loads with the checkpoint's rows.
     from components.policy.model import load_policy
 

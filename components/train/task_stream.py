@@ -146,13 +146,16 @@ def sample_informative(
     on as many replacement tasks as groups are missing; returns the informative groups'
     episodes only (round by round, each round in its sampled order).
     Numbers: groups_sampled, groups_zero_variance (of those sampled), zero_variance_share
-    (their share; dropped when enabled), resample_rounds.
+    (their share; dropped when enabled), resample_rounds, and what the policy did on every
+    episode sampled, dropped groups included (sampled_episodes, sampled_success_rate,
+    sampled_mean_reward, sampled_tokens): the kept groups' success is biased towards 0.5.
     """
     sampled = sample_round(tasks, 0)
     kept_indices, dropped = informative_groups(sampled)
     groups, zero = group_count(sampled), len(dropped)
+    every = list(sampled)
     if not enabled:
-        return sampled, _numbers(groups, zero, 0)
+        return sampled, _numbers(groups, zero, 0, every)
     kept = [sampled[i] for i in kept_indices]
     drawn = {t.id for t in tasks}
     rounds = 0
@@ -163,16 +166,22 @@ def sample_informative(
         rounds += 1
         drawn |= {t.id for t in extra}
         more = sample_round(extra, rounds)
+        every += more
         more_kept, more_dropped = informative_groups(more)
         groups, zero = groups + group_count(more), zero + len(more_dropped)
         kept += [more[i] for i in more_kept]
-    return kept, _numbers(groups, zero, rounds)
+    return kept, _numbers(groups, zero, rounds, every)
 
 
-def _numbers(groups: int, zero: int, rounds: int) -> dict[str, float]:
+def _numbers(groups: int, zero: int, rounds: int, every: list[Rollout]) -> dict[str, float]:
+    valid = [r for r in every if not r.infra_failure and r.result.reward is not None]
     return {
         "groups_sampled": groups,
         "groups_zero_variance": zero,
         "zero_variance_share": zero / groups if groups else 0.0,
         "resample_rounds": rounds,
+        "sampled_episodes": len(every),
+        "sampled_success_rate": sum(bool(r.result.success) for r in valid) / max(len(valid), 1),
+        "sampled_mean_reward": sum(float(r.result.reward) for r in valid) / max(len(valid), 1),
+        "sampled_tokens": sum(r.num_generated_tokens for r in every),
     }

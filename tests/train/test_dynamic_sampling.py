@@ -88,7 +88,12 @@ def test_sample_informative_replaces_equal_groups_round_by_round():
     assert calls == [(["t1", "t2", "t3"], 0), (["t4", "t5"], 1)]
     assert [r.group_id for r in kept] == ["t2", "t2", "t4", "t4", "t5", "t5"]
     assert numbers == {"groups_sampled": 5, "groups_zero_variance": 2,
-                       "zero_variance_share": 0.4, "resample_rounds": 1}  # fmt: skip
+                       "zero_variance_share": 0.4, "resample_rounds": 1,
+                       # every episode sampled, dropped groups included: rewards 0,0 0,1 0,0
+                       # 0,1 0,1 (the kept groups alone would say 0.5)
+                       "sampled_episodes": 10, "sampled_success_rate": 0.0,
+                       "sampled_mean_reward": pytest.approx(0.3),
+                       "sampled_tokens": 10 * kept[0].num_generated_tokens}  # fmt: skip
     # Rounds run out: one round only, replacements t4 t5 -> t6 would be next.
     mixed.discard("t5")
     calls.clear()
@@ -100,7 +105,10 @@ def test_sample_informative_replaces_equal_groups_round_by_round():
     kept, numbers = sample_informative(tasks[:3], sample_round, replacements, False, 2)
     assert len(kept) == 6 and calls == [(["t1", "t2", "t3"], 0)]
     assert numbers == {"groups_sampled": 3, "groups_zero_variance": 2,
-                       "zero_variance_share": pytest.approx(2 / 3), "resample_rounds": 0}  # fmt: skip
+                       "zero_variance_share": pytest.approx(2 / 3), "resample_rounds": 0,
+                       "sampled_episodes": 6, "sampled_success_rate": 0.0,
+                       "sampled_mean_reward": pytest.approx(1 / 6),
+                       "sampled_tokens": 6 * kept[0].num_generated_tokens}  # fmt: skip
 
 
 def test_replacements_peek_at_the_stream_without_consuming_it():
