@@ -11,8 +11,9 @@
   each only where the budget still has room; hunks of the reference patch that change only
   blank lines or trailing whitespace get no edit of their own.
 - `oracle-lines` (the oracle in an environment with the `line_edit` tool set): the same
-  fix through `edit_lines`: the tests, a read_file of the lines around each hunk, one
-  edit_lines per hunk (bottom-up, so every call's numbers are those read_file showed),
+  fix through `edit_lines`: the tests, a read_file of the module (of the lines around each
+  hunk in a module over WHOLE_FILE_LINES lines: the lines to read follow from what the
+  policy has seen, never from where the answer is), one edit_lines per hunk (bottom-up, so every call's numbers are those read_file showed),
   the rerun, finish. A share of episodes include a recovery: an edit whose result does not
   parse (refused; then the right one), or line numbers past the end of the file (refused;
   a re-read and the right one). The oracle plays this plan wherever the episode's first
@@ -335,9 +336,7 @@ class OraclePolicy:
         if len(edits) + 3 > self.max_steps:  # one edit per file where a call per hunk won't fit
             edits = line_edits(files, merged=True)
         test_cmd = shlex.join(task.test_command)
-        reads = [Action("read_file", {"path": e.path, "start_line": max(1, e.start - 3),
-                                      "end_line": max(e.end, e.start) + 3},
-                        "Read the lines around the failing logic.") for e in edits]  # fmt: skip
+        reads = [_read_for_edit(e, files[e.path][0]) for e in edits]
         fix = [Action("edit_lines", {"path": e.path, "start": e.start, "end": e.end,
                                      "text": e.text}, "Fix the bug.") for e in edits]  # fmt: skip
         detour = _lines_detour(files, edits[0], rng.random(), self.recovery_rate)
@@ -454,11 +453,24 @@ def _lines_detour(files: dict, first: LineEdit, r: float, rate: float) -> list[A
         return [
             Action("edit_lines", {"path": first.path, "start": n + 2, "end": n + 2 + span,
                                   "text": first.text}, "Fix the bug.", imitate=False),
-            Action("read_file", {"path": first.path, "start_line": max(1, first.start - 3),
-                                 "end_line": max(first.end, first.start) + 3},
-                   "Those line numbers were wrong; re-read the lines to edit."),
+            _read_for_edit(first, None, "Those line numbers were wrong; re-read the file."),
         ]  # fmt: skip
     return []
+
+
+# A module up to this many lines is read whole: which lines to read then follows from what
+# the policy has seen, where a window around the fix would be chosen by the answer itself.
+WHOLE_FILE_LINES = 80
+
+
+def _read_for_edit(edit, before: str | None, why: str = "Read the module.") -> Action:
+    """The read_file before `edit`: the whole module when it is short (or `before` is not
+    given), else the lines around the edit."""
+    if before is None or len(before.splitlines()) <= WHOLE_FILE_LINES:
+        return Action("read_file", {"path": edit.path}, why)
+    return Action("read_file", {"path": edit.path, "start_line": max(1, edit.start - 3),
+                                "end_line": max(edit.end, edit.start) + 3},
+                  "Read the lines around the failing logic.")  # fmt: skip
 
 
 _SPECIAL_CASE = """
