@@ -37,8 +37,15 @@ Differences that remain (the algorithm's, not the bench's):
   completions differ, so their curves differ by sampling noise as well.
 - stop tokens: TRL stops at the tokenizer's eos and the generation config's eos; ours at
   the chat format's end of turn (for SmolLM2-Instruct both are <|im_end|>).
+- padding: TRL left-pads prompts and right-pads completions, ours right-pads whole
+  sequences; positions differ only between prompts of different lengths (with single-digit
+  operands every prompt here has the same length).
 - TRL's loss also computes token entropies (for logging) and only the completion's logits
   (`logits_to_keep`); ours scores every position of the sequence: a wall difference only.
+
+Before training, one batch goes through both updates from the same start (ours:
+update_with; TRL's: GRPOTrainer.compute_loss on the same tokens and advantages) and the two
+gradients are compared: the algorithm checked on identical inputs, apart from sampling.
 
 Outputs (OUT = --out): OUT/grpo-vs-trl-<date>.md (settings, the screen, per-step mean
 reward of both, the held-out evaluation and the ratios), OUT/grpo-vs-trl-<date>.png (both
@@ -50,7 +57,7 @@ streams; its mean reward, and ours / TRL's with a 95% bootstrap interval over th
 prompts (paired: a prompt's two means stay together). The mean reward of the last
 --last-k training steps is reported beside it.
 
-    .venv/bin/python bench/grpo_vs_trl.py --model models/smollm2-135m-instruct --steps 30
+    .venv/bin/python bench/grpo_vs_trl.py          # SmolLM2-135M-Instruct, ~55 min on 2 busy cores
     .venv/bin/python bench/grpo_vs_trl.py --model tiny --steps 2 --group-size 2 --out /tmp/x
 """
 
@@ -102,7 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default=str(DEFAULT_MODEL),
                    help="HF checkpoint folder (agentrl policy fetch smollm2-135m-instruct), "
                         "or 'tiny': a from-scratch tiny policy (the smoke test's)")  # fmt: skip
-    p.add_argument("--steps", type=_positive(int), default=30, help="optimizer steps each")
+    p.add_argument("--steps", type=_positive(int), default=16, help="optimizer steps each")
     p.add_argument("--group-size", type=_positive(int), default=8, help="G: samples per prompt")
     p.add_argument("--prompts-per-step", type=_positive(int), default=2)
     p.add_argument("--lr", type=_positive(float), default=1e-4, help="constant AdamW rate")
@@ -118,6 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive(int), default=2, help="torch threads")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--check-only", action="store_true",
+                   help="only the same-batch gradient check (printed; nothing written)")  # fmt: skip
     args = p.parse_args(argv)
     if args.group_size < 2:
         p.error("--group-size: must be >= 2 (a group needs a baseline)")
@@ -303,14 +312,32 @@ def as_rollouts(tokenizer, batch: list[Problem], k: int, completions, rewards, s
     return out
 
 
+def our_settings(args):
+    """(GRPOConfig, RolloutConfig) of our run: TRL's settings under our names."""
+    from components.rollout.config import RolloutConfig
+    from components.train.config import GRPOConfig
+
+    config = GRPOConfig(
+        iterations=args.steps, tasks_per_iteration=args.prompts_per_step,
+        group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
+        loss_type="token" if args.loss_type == "dapo" else args.loss_type, scale_by_std=True,
+        epsilon_low=0.2, epsilon_high=0.2, ppo_epochs=1, minibatch_size=0,
+        micro_batch_size=args.prompts_per_step * args.group_size, max_grad_norm=1.0,
+        weight_decay=0.0, seed=args.seed, use_cpu=True,
+    )  # fmt: skip
+    # max_episode_tokens is dr_grpo's divisor: TRL's max_completion_length
+    rollout_config = RolloutConfig(temperature=args.temperature, top_p=1.0,
+                                   max_new_tokens=args.max_completion_length,
+                                   max_episode_tokens=args.max_completion_length)  # fmt: skip
+    return config, rollout_config
+
+
 def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], args) -> Run:
     """Our GRPO: per step, sample G completions of each of the step's prompts, reward them,
     group advantages, one update (advantages_of + update_with)."""
     import torch
 
-    from components.rollout.config import RolloutConfig
     from components.seeding import derive_seed
-    from components.train.config import GRPOConfig
     from components.train.devices import frozen_copy
     from components.train.grpo.advantages import advantages_of
     from components.train.grpo.update import update_with
@@ -318,19 +345,7 @@ def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], ar
 
     model, tokenizer = load_start(start, args)
     device = torch.device("cpu")
-    batch_size = args.prompts_per_step * args.group_size
-    config = GRPOConfig(
-        iterations=args.steps, tasks_per_iteration=args.prompts_per_step,
-        group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
-        loss_type="token" if args.loss_type == "dapo" else args.loss_type, scale_by_std=True,
-        epsilon_low=0.2, epsilon_high=0.2, ppo_epochs=1, minibatch_size=0,
-        micro_batch_size=batch_size, max_grad_norm=1.0, weight_decay=0.0, seed=args.seed,
-        use_cpu=True,
-    )  # fmt: skip
-    # max_episode_tokens is dr_grpo's divisor: TRL's max_completion_length
-    rollout_config = RolloutConfig(temperature=args.temperature, top_p=1.0,
-                                   max_new_tokens=args.max_completion_length,
-                                   max_episode_tokens=args.max_completion_length)  # fmt: skip
+    config, rollout_config = our_settings(args)
     stepper = make_stepper(model, None, learning_rate=args.lr, weight_decay=0.0,
                            max_grad_norm=1.0)  # fmt: skip
     # Full fine-tuning's KL reference is a frozen copy; under LoRA, the base (adapters off).
@@ -358,13 +373,34 @@ def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], ar
     return Run(rewards, walls, evaluate(model, tokenizer, held_out, args), train_wall)
 
 
+def trl_settings(args, output_dir: Path):
+    """TRL's GRPOConfig of its run: one generation batch, one micro-batch, one optimizer
+    step per step; our defaults where TRL's differ (constant rate, float32)."""
+    from trl import GRPOConfig
+
+    batch_size = args.prompts_per_step * args.group_size
+    return GRPOConfig(
+        output_dir=str(output_dir), report_to="none", logging_steps=1, save_strategy="no",
+        seed=args.seed, data_seed=args.seed, use_cpu=True, bf16=False, fp16=False,
+        activation_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0,
+        max_steps=args.steps, per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=1, generation_batch_size=batch_size,
+        num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
+        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        max_grad_norm=1.0, beta=args.beta, loss_type=args.loss_type, scale_rewards="group",
+        epsilon=0.2, max_completion_length=args.max_completion_length,
+        temperature=args.temperature, top_p=1.0, top_k=0, log_completions=False,
+    )  # fmt: skip
+
+
 def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], args,
               work: Path) -> Run:  # fmt: skip
     """TRL's GRPOTrainer on the same start and prompts, in the same order; its reward
     function records each generation batch's rewards (one per optimizer step)."""
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     model, tokenizer = load_start(start, args)
     rewards: list[list[float]] = []
@@ -385,20 +421,7 @@ def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], arg
                   f"{statistics.mean(rewards[-1]):.3f}, {step_ends[-1] - step_ends[-2]:.1f} s",
                   flush=True)  # fmt: skip
 
-    batch_size = args.prompts_per_step * args.group_size
-    config = GRPOConfig(
-        output_dir=str(work / "trl"), report_to="none", logging_steps=1, save_strategy="no",
-        seed=args.seed, data_seed=args.seed, use_cpu=True, bf16=False, fp16=False,
-        activation_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0,
-        max_steps=args.steps, per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=1, generation_batch_size=batch_size,
-        num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        max_grad_norm=1.0, beta=args.beta, loss_type=args.loss_type, scale_rewards="group",
-        epsilon=0.2, max_completion_length=args.max_completion_length,
-        temperature=args.temperature, top_p=1.0, top_k=0, log_completions=False,
-    )  # fmt: skip
+    config = trl_settings(args, work / "trl")
     dataset = Dataset.from_list([{"prompt": messages(p), "answer": p.answer} for p in schedule])
     trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config,
                           train_dataset=dataset, processing_class=tokenizer,
@@ -415,6 +438,82 @@ def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], arg
     if len(rewards) != args.steps:
         raise SystemExit(f"TRL called the reward {len(rewards)} times in {args.steps} steps")
     return Run(rewards, walls, evaluate(trainer.model, tokenizer, held_out, args), train_wall)
+
+
+def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) -> dict | None:
+    """One batch, one update, both ways: G completions of each problem sampled once (ours),
+    rewards alternating 0/1 within each group (so every group has signal), advantages
+    from our advantages_of for both (tests/train/test_losses.py checks them against TRL's);
+    then our update_with's gradient (read before its optimizer step) against the gradient
+    of TRL's own GRPOTrainer.compute_loss on the same tokens, from the same start. Returns
+    their cosine, relative L2 difference and norms; None with beta > 0 (TRL's loss would
+    also need the reference log-probs its sampling step computes)."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOTrainer
+    from trl.trainer.utils import pad
+
+    from components.train.grpo.advantages import advantages_of
+    from components.train.grpo.update import update_with
+    from components.train.parallel import Stepper, make_stepper
+
+    class GradientRecorder(Stepper):
+        """The plain stepper, keeping the gradient it steps with."""
+
+        def step(self) -> float:
+            self.grads = {n: p.grad.detach().clone()
+                          for n, p in self.model.named_parameters() if p.requires_grad}  # fmt: skip
+            return super().step()
+
+    if args.beta > 0:
+        return None
+    k = args.group_size
+    ours, tokenizer = load_start(start, args)
+    ours.eval()
+    completions = sample(ours, tokenizer, batch, k, args, 0)
+    rewards = [float(i % 2) for i in range(len(completions))]
+    rollouts = as_rollouts(tokenizer, batch, k, completions, rewards, 0)
+    config, rollout_config = our_settings(args)
+    advantages, _, _, _ = advantages_of(rollouts, config)
+    plain = make_stepper(ours, None, learning_rate=args.lr, max_grad_norm=1.0)
+    stepper = GradientRecorder(**{f: getattr(plain, f) for f in Stepper.__dataclass_fields__})
+    ours.train()
+    update_with(stepper, None, rollouts, advantages, config, rollout_config,
+                tokenizer.pad_token_id, torch.device("cpu"), 0)  # fmt: skip
+
+    theirs, _ = load_start(start, args)
+    dataset = Dataset.from_list([{"prompt": messages(p), "answer": p.answer} for p in batch])
+    trainer = GRPOTrainer(model=theirs, reward_funcs=[trl_reward], args=trl_settings(args, work),
+                          train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
+    prompts = [torch.tensor(prompt_ids(tokenizer, p)) for p in batch for _ in range(k)]
+    sampled = [torch.tensor(c.token_ids) for c in completions]
+    ones = lambda rows: [torch.ones_like(r) for r in rows]  # noqa: E731
+    inputs = {  # what TRL's _generate_and_score_completions hands its loss
+        "prompt_ids": pad(prompts, padding_value=tokenizer.pad_token_id, padding_side="left"),
+        "prompt_mask": pad(ones(prompts), padding_value=0, padding_side="left"),
+        "completion_ids": pad(sampled, padding_value=tokenizer.pad_token_id, padding_side="right"),
+        "completion_mask": pad(ones(sampled), padding_value=0, padding_side="right"),
+        "advantages": advantages.float(),
+        "num_items_in_batch": torch.tensor(sum(len(c) for c in sampled)),
+    }
+    theirs.train()
+    trainer.compute_loss(theirs, inputs).backward()
+    names = sorted(stepper.grads)
+    theirs_grads = dict(theirs.named_parameters())
+    a = torch.cat([stepper.grads[n].flatten() for n in names]).double()
+    b = torch.cat([theirs_grads[n].grad.flatten() for n in names]).double()
+    return {"cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+            "relative_difference": float((a - b).norm() / b.norm()),
+            "grad_norm_ours": float(a.norm()), "grad_norm_trl": float(b.norm())}  # fmt: skip
+
+
+def gradient_line(check: dict | None) -> str:
+    if check is None:
+        return "- same batch, one update: not checked (beta > 0)"
+    return (f"- same batch, one update: gradient cosine {check['cosine']:.6f}, relative L2 "
+            f"difference {check['relative_difference']:.1e} (norms {check['grad_norm_ours']:.4g} "
+            f"ours, {check['grad_norm_trl']:.4g} TRL's)")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,7 +563,8 @@ def plot(runs: dict[str, Run], screen_pass1: float, path: Path, title: str) -> N
     plt.close(fig)
 
 
-def report(args, start_label: str, screened: dict, runs: dict[str, Run], ratios: dict) -> str:
+def report(args, start_label: str, screened: dict, runs: dict[str, Run], ratios: dict,
+           check: dict | None) -> str:  # fmt: skip
     ours, trl = runs["ours"], runs["trl"]
     settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")
     k = args.eval_samples
@@ -496,6 +596,7 @@ def report(args, start_label: str, screened: dict, runs: dict[str, Run], ratios:
                      f"{statistics.mean(tail):.3f} | {statistics.mean(run.step_wall):.1f}, "
                      f"{statistics.median(run.step_wall):.1f} | {run.train_wall:.0f} |")  # fmt: skip
     lines += ["", "## Ratios (ours / TRL's)", "", *ratio_lines(ratios), "",
+              "## The same batch through both updates", "", gradient_line(check), "",
               "## Mean reward per step", "", "| step | ours | trl |", "|---|---|---|"]  # fmt: skip
     for step, (a, b) in enumerate(zip(curve(ours), curve(trl), strict=True), 1):
         lines.append(f"| {step} | {a:.3f} | {b:.3f} |")
@@ -525,6 +626,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="grpo-vs-trl-") as tmp:
         work = Path(tmp)
         start = starting_policy(args, work, [p.question for p in pool + held_out])
+        check = same_batch_gradients(start, schedule[: args.prompts_per_step], args, work / "c")
+        print(gradient_line(check), flush=True)
+        if args.check_only:
+            return 0
         model, tokenizer = load_start(start, args)
         start_label = "tiny from-scratch policy" if args.model == "tiny" else str(start)
         screened = screen(evaluate(model, tokenizer, held_out, args), args.eval_samples)
@@ -541,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         "last_k": _ratio(tail["ours"], tail["trl"]),
         "wall_per_step": statistics.mean(ours.step_wall) / statistics.mean(trl.step_wall),
     }
-    text = report(args, start_label, screened, runs, ratios)
+    text = report(args, start_label, screened, runs, ratios, check)
     name = "grpo-vs-trl"
     path = write_table(text, args.out, name)
     stem = path.with_suffix("")
@@ -549,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
          f"GRPO on a + b: ours vs TRL ({start_label.split('/')[-1]})")  # fmt: skip
     stem.with_suffix(".json").write_text(json.dumps({
         "date": datetime.date.today().isoformat(), "args": vars(args), "start": start_label,
-        "screen": screened, "ratios": ratios,
+        "screen": screened, "ratios": ratios, "same_batch_gradients": check,
         "runs": {n: {"mean_reward_per_step": curve(r), "rewards": r.rewards,
                      "step_wall_s": r.step_wall, "held_out": r.evaluation,
                      "train_wall_s": r.train_wall} for n, r in runs.items()},

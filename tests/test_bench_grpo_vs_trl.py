@@ -1,7 +1,8 @@
 """bench/grpo_vs_trl.py at a tiny budget through its main, on a tiny from-scratch policy:
 both trainers run 2 steps, the table, plot and numbers are written, the ratio lines are
-printed, and each reward curve has one point per step. Nothing is timed here: the bench
-prints its wall ratio, the test only checks it is there."""
+printed, each reward curve has one point per step, and the same batch through our update
+and TRL's loss gives the same gradient. Nothing is timed here: the bench prints its wall
+ratio, the test only checks it is there."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def test_grpo_vs_trl_bench_runs_on_a_tiny_budget(tmp_path, capsys):
                  "- training mean reward of the last steps, ours / TRL's: ",
                  "- wall per step, ours / TRL's: "):  # fmt: skip
         assert line in printed.split(table.read_text())[-1]  # printed again after the table
+    assert "- same batch, one update: gradient cosine " in table.read_text()
     results = json.loads(numbers.read_text())
     for name in ("ours", "trl"):
         run = results["runs"][name]
@@ -39,6 +41,9 @@ def test_grpo_vs_trl_bench_runs_on_a_tiny_budget(tmp_path, capsys):
         assert [len(r) for r in run["rewards"]] == [2 * 2] * STEPS  # prompts x G per step
         assert len(run["held_out"]) == 4
     assert results["ratios"]["wall_per_step"] > 0
+    check = results["same_batch_gradients"]
+    assert check["grad_norm_ours"] > 0 and check["cosine"] > 0.9999
+    assert check["relative_difference"] < 1e-4
     for step in range(1, STEPS + 1):
         assert f"\n| {step} | " in table.read_text()
 
