@@ -57,7 +57,7 @@ streams; its mean reward, and ours / TRL's with a 95% bootstrap interval over th
 prompts (paired: a prompt's two means stay together). The mean reward of the last
 --last-k training steps is reported beside it.
 
-    .venv/bin/python bench/grpo_vs_trl.py          # SmolLM2-135M-Instruct, ~55 min on 2 busy cores
+    .venv/bin/python bench/grpo_vs_trl.py          # SmolLM2-135M-Instruct, ~45 min on 2 busy cores
     .venv/bin/python bench/grpo_vs_trl.py --model tiny --steps 2 --group-size 2 --out /tmp/x
 """
 
