@@ -304,6 +304,24 @@ def test_an_edit_that_spells_an_exit_at_run_time_is_tampering():
     assert verdict.category == "test_tampering", verdict
 
 
+# A hang guard, not a speed claim: before the JOIN pattern's items were matched
+# possessively, 12 such items took 42 s and every further one about 5x more.
+@pytest.mark.timeout(60)
+def test_an_unclosed_join_with_spaced_items_does_not_stall_the_monitor():
+    """The issue-44 stall: ''.join([ with spaced string items and no closing bracket made
+    the monitor's spelling pattern backtrack exponentially, holding the GIL in the rollout
+    engine's tool thread. Classified at once now, and a closed join is still undone."""
+    from components.env.safety_patterns import spellings
+
+    stalled = "x = ''.join([" + "'a'    " * 60 + "y"
+    assert edit("mod.py", "def f():", stalled + "\ndef f():").allowed
+    assert spellings(stalled) == stalled
+    closed = "''.join(['o' ,  's'])"
+    assert "'os'" in spellings(closed)
+    spelled_exit = 'getattr(__import__(\'\'.join([ "o" ,   "s" ])), "_exit")(0)\ndef f():'
+    assert edit("mod.py", "def f():", spelled_exit).category == "test_tampering"
+
+
 @pytest.mark.parametrize(
     ("path", "category"),
     [
