@@ -423,7 +423,8 @@ def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock
                                                    samples_per_task=args.pass_k,
                                                    seed=args.seed + 1)  # fmt: skip
     splits = eval_tasks(args, work)
-    methods = [m for m in METHODS if m in policies]
+    wanted = args.methods.split(",")  # a reused run evaluates only these
+    methods = [m for m in METHODS if m in policies and m in wanted]
     out: dict[tuple[str, str, str], list[EpisodeResult]] = {}
 
     def run(method: str, policy, config) -> None:
@@ -460,7 +461,7 @@ def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock
                       served_name="zero-shot", max_lora_rank=lora_rank_for(lora.r if lora else 16),
                       max_loras=max(1, len(adapters)))  # fmt: skip
     on_base = [m for m in methods if m == "zero-shot" or m in adapters]
-    servers = [(policies["zero-shot"], "zero-shot", on_base)]
+    servers = [(policies["zero-shot"], "zero-shot", on_base)] if on_base else []
     servers += [(policies[m], m, [m]) for m in methods if m not in on_base]
     for checkpoint, served, served_methods in servers:
         config = dataclasses.replace(vllm, served_name=served.replace("+", "-"))
