@@ -102,6 +102,9 @@ def check(results: dict, out: Path, checkpoint: str) -> None:
         assert model.get_input_embeddings().weight.shape[0] == saved_rows == len(tokenizer)
 
 
+# Every stage of the bench (four methods, three splits, greedy and k = 2 at T = 1) and an
+# evaluation again: ~4 min on 2 busy cores, past the suite's 300 s hang guard when starved.
+@pytest.mark.timeout(900)
 def test_learning_pretrained_bench_runs_on_a_tiny_budget(chatml_preset, tmp_path, capsys):
     results = run_bench(chatml_preset, tmp_path / "out", capsys, "transformers")
     checkpoint = yaml.safe_load(chatml_preset.read_text())["policy"]["pretrained_path"]
@@ -110,7 +113,7 @@ def test_learning_pretrained_bench_runs_on_a_tiny_budget(chatml_preset, tmp_path
     again = tmp_path / "again"
     code = learning_pretrained.main(["--reuse-training", str(tmp_path / "out"), "--out",
                                      str(again), "--eval-limit", "1", "--batch-size", "2",
-                                     "--eval-backend", "transformers"])  # fmt: skip
+                                     "--eval-backend", "transformers", "--pass-k", "0"])  # fmt: skip
     assert code == 0
     rerun = json.loads((again / "results.json").read_text())
     assert rerun["policies"] == results["policies"]
