@@ -371,22 +371,18 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     policies = {"zero-shot": init["policy_dir"]}
     notes["parameters"] = init["parameters"]
     wanted = args.methods.split(",")
-    if "sft" in wanted or "sft+grpo" in wanted:
-        sft = clock.run("sft", _stage, main_sft, ["--preset", preset, "--policy",
-                        init["policy_dir"], "--records", records, "--out", work / "sft"],
-                        work / "sft")  # fmt: skip
-        policies["sft"] = sft["policy_dir"]
-        notes["sft"] = {k: sft.get(k) for k in SFT_NOTES}
-        notes["sft"]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
-        save_training(work, policies, notes, clock)
-    if "sft-full" in wanted:
-        full = full_preset(args, preset)
-        sft = clock.run("sft-full", _stage, main_sft, ["--preset", full, "--policy",
-                        init["policy_dir"], "--records", records, "--out", work / "sft-full"],
-                        work / "sft-full")  # fmt: skip
-        policies["sft-full"] = sft["policy_dir"]
-        notes["sft-full"] = {k: sft.get(k) for k in SFT_NOTES}
-        notes["sft-full"]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
+    # LoRA SFT (what GRPO continues) and full fine-tuning: one stage, two presets
+    stages = {"sft": preset if "sft" in wanted or "sft+grpo" in wanted else None,
+              "sft-full": full_preset(args, preset) if "sft-full" in wanted else None}  # fmt: skip
+    for method, method_preset in stages.items():
+        if method_preset is None:
+            continue
+        sft = clock.run(method, _stage, main_sft, ["--preset", method_preset, "--policy",
+                        init["policy_dir"], "--records", records, "--out", work / method],
+                        work / method)  # fmt: skip
+        policies[method] = sft["policy_dir"]
+        notes[method] = {k: sft.get(k) for k in SFT_NOTES}
+        notes[method]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
         save_training(work, policies, notes, clock)
     if "sft+grpo" in wanted:
         train_grpo(args, work, preset, clock, policies, notes)
