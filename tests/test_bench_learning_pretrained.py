@@ -138,6 +138,9 @@ def test_learning_pretrained_bench_on_vllm(chatml_preset, tmp_path, capsys):
         (["--methods", "sft,rlhf"], "--methods: unknown ['rlhf']"),
         (["--eval-backend", "sglang"], "--eval-backend: invalid choice"),
         (["--sft-steps", "many"], "--sft-steps: invalid int value"),
+        (["--turn-margin", "wide"], "--turn-margin: invalid int value"),
+        (["--sft-eval-fraction", "half"], "--sft-eval-fraction: invalid float value"),
+        (["--screen-k", "x"], "--screen-k: invalid int value"),
     ],
 )
 def test_a_bad_flag_is_one_line_and_leaves_no_work_folder(argv, message, tmp_path, capsys):
