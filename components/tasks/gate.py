@@ -205,8 +205,12 @@ import ast, importlib.util, json, sys
 import agentrl_limits  # components/sandbox/harness_plugins/, on the sandbox's PYTHONPATH
 
 
+class CaseTimeout(BaseException):  # not TimeoutError: the function may raise that itself
+    pass
+
+
 def on_limit(kind):
-    raise TimeoutError
+    raise CaseTimeout
 
 
 module_file, function, timeout, args_file = sys.argv[1:5]
@@ -216,16 +220,18 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 hung = []
 for i, text in enumerate(json.load(open(args_file))):
-    # CPU time, and wall time less the time starved of a core (load adds neither).
-    agentrl_limits.arm(float(timeout), float(timeout), on_limit)
-    try:
-        getattr(module, function)(*ast.literal_eval(text))
-    except TimeoutError:
+    call_args = ast.literal_eval(text)
+    try:  # a limit that hits anywhere from arm() to cancel() lands in this try
+        try:
+            # CPU time, and wall time less the time starved of a core (load adds neither).
+            agentrl_limits.arm(float(timeout), float(timeout), on_limit)
+            getattr(module, function)(*call_args)
+        finally:
+            agentrl_limits.cancel()
+    except CaseTimeout:
         hung.append(i)
     except BaseException:
         pass
-    finally:
-        agentrl_limits.cancel()
 print("\n%s %s" % (sys.argv[5], json.dumps(hung)))
 """
 

@@ -67,8 +67,8 @@ def main():
             # pytest-timeout covers tests, not the import of a test module (and of the code
             # it imports): a module that hangs at import fails here, under the limits a
             # test gets (CPU time, and wall time less the time starved of a core).
-            agentrl_limits.arm(timeout, timeout, on_limit)
             try:
+                agentrl_limits.arm(timeout, timeout, on_limit)
                 return (yield)
             finally:
                 agentrl_limits.cancel()

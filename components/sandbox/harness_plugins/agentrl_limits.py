@@ -8,13 +8,17 @@ not the code's. Where the kernel keeps no schedstat the whole wall time counts, 
 `WALL_FACTOR`. Stand-alone (stdlib only): it runs under any task interpreter.
 
 Signals: SIGPROF and SIGALRM, handled in the main thread; `on_hit(kind)` ("cpu" or "wait")
-is called from the handler and is expected to raise.
+is called from the handler and is expected to raise. It is called at most once per `arm()`,
+and never after `cancel()`: Python runs a signal's handler at the next bytecode, so a
+signal the kernel delivered just before `cancel()` (or the other timer's signal, pending
+while the first handler raised) would otherwise raise in the caller's `except`/`finally`.
 """
 
 import signal
 import time
 
 WALL_FACTOR = 10.0  # the wall limit, in multiples of `own_s`, where schedstat is missing
+_armed = [0]  # the generation of the armed limits; 0 while none is armed
 
 
 def starved_s():
@@ -30,14 +34,19 @@ def arm(cpu_s, own_s, on_hit):
     """Start both limits; `cancel()` stops them."""
     start, starved0 = time.monotonic(), starved_s()
     wall_s = own_s if starved0 is not None else own_s * WALL_FACTOR
+    generation = _armed[0] = abs(_armed[0]) + 1
 
     def on_cpu(signum, frame):
         __tracebackhide__ = True
+        if _armed[0] != generation:  # cancelled, or the other limit already hit
+            return
         cancel()
         on_hit("cpu")
 
     def on_wall(signum, frame):
         __tracebackhide__ = True
+        if _armed[0] != generation:
+            return
         now = starved_s()
         own = time.monotonic() - start - (now - starved0 if now is not None else 0.0)
         if own < wall_s - 1e-3:  # starved part of the time: wait for the rest
@@ -54,5 +63,6 @@ def arm(cpu_s, own_s, on_hit):
 
 
 def cancel():
+    _armed[0] = -abs(_armed[0])  # keeps the count, so a new arm() gets a new generation
     signal.setitimer(signal.ITIMER_PROF, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
