@@ -135,6 +135,27 @@ def test_an_edit_that_breaks_parsing_is_refused_byte_identical(ws, tool, argumen
     assert data(ws, "mod.py") == before
 
 
+def test_edit_lines_text_at_the_wrong_depth_is_reindented_to_the_replaced_line(ws):
+    # What SFT'd SmolLM2 wrote (issue 43): the line's text right, its depth lost.
+    r = run(ws, "edit_lines", path="mod.py", start=11, end=11, text="return a * b")
+    assert r.ok, r.observation
+    assert "re-indented to line 11's indentation" in r.observation
+    assert data(ws, "mod.py").decode().splitlines()[10] == "        return a * b"
+    # A block keeps its inner structure: the first line's shift applies to every line.
+    r = run(ws, "edit_lines", path="mod.py", start=10, end=11, text="if b:\n    return b")
+    assert r.ok, r.observation
+    assert data(ws, "mod.py").decode().splitlines()[9:11] == ["    if b:", "        return b"]
+
+
+def test_text_that_parses_as_written_is_never_reindented(ws):
+    r = run(ws, "edit_lines", path="mod.py", start=12, end=12, text="    return b")
+    assert r.ok and "re-indented" not in r.observation
+    before = data(ws, "mod.py")
+    r = run(ws, "edit_lines", path="mod.py", start=11, end=11, text="return (a")
+    assert not r.ok and r.error == "edit breaks parsing"  # no depth makes it parse
+    assert data(ws, "mod.py") == before
+
+
 def test_a_patch_refused_for_one_file_puts_back_every_file_it_touched(ws):
     before = {rel: data(ws, rel) for rel in ("mod.py", "pkg/deep.py")}
     patch = (

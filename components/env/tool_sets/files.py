@@ -408,6 +408,12 @@ def edit_lines(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
         new = new.replace("\r\n", "\n").replace("\n", "\r\n")
     updated = "".join(lines[: start - 1]) + new + "".join(lines[end:])
     refusal = parse_refusal(rel, text, updated)
+    shifted = _reindented_to_range(new, lines, start, end) if refusal is not None else None
+    if shifted is not None and parse_refusal(rel, text, shifted[1]) is None:
+        new, updated, refusal = shifted[0], shifted[1], None
+        how = f" (re-indented to line {min(start, n)}'s indentation: as written it would not parse)"
+    else:
+        how = ""
     if refusal is not None:
         return failed_result(config, refusal, "edit breaks parsing")
     if len(updated.encode()) > config.max_file_bytes:
@@ -419,11 +425,29 @@ def edit_lines(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
     last = start + written - 1
     now = f"now lines {start}-{last}" if written else "deleted"
     what = (f"inserted before line {start} ({now})" if end < start
-            else f"replaced lines {start}-{end} ({now})")  # fmt: skip
+            else f"replaced lines {start}-{end} ({now})") + how  # fmt: skip
     view = numbered_view(updated, start, max(last, start))
     if not view:
         return tool_result(config, f"edited {rel}: {what}; it is now empty")
     return tool_result(config, f"edited {rel}: {what}:\n{view}")
+
+
+def _reindented_to_range(
+    new: str, lines: list[str], start: int, end: int
+) -> tuple[str, str] | None:
+    """`new` shifted so that its first non-blank line is indented as the first replaced
+    line (for an insert: the line it goes before), and the file's text with it; None where
+    there is nothing to shift. A small model copies a line's text but not its depth; only
+    an edit that would not parse as written gets this (edit_file's whitespace fallback does
+    the same for `old`)."""
+    target = next((ln for ln in lines[start - 1 : max(end, start)] if ln.strip()), None)
+    first = next((ln for ln in new.split("\n") if ln.strip()), None)
+    if target is None or first is None:
+        return None
+    shifted = reindented(new, first, [target.rstrip("\r\n")])
+    if shifted == new:
+        return None
+    return shifted, "".join(lines[: start - 1]) + shifted + "".join(lines[end:])
 
 
 def _line_range_error(rel: str, start: int, end: int, n: int) -> str | None:
