@@ -20,6 +20,19 @@ from components.sandbox.environ import HARNESS_PLUGINS
 # nothing else of the host is there (no task store, no other workspace, no home).
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 _MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
+# Host kernel state /proc shows whatever the namespaces (the container runtimes' masked
+# paths, runc's and Docker's, plus what this kernel showed a sandboxed uid 0): keys and
+# key quotas of the host's keyring, kernel symbols and allocations, timers and the
+# scheduler, and the state of every physical page (which reads back the page cache).
+# Files get /dev/null over them, folders an empty read-only tmpfs; only where they exist.
+PROC_MASKED_FILES = (
+    "/proc/keys", "/proc/key-users", "/proc/kallsyms", "/proc/kcore", "/proc/slabinfo",
+    "/proc/vmallocinfo", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+    "/proc/latency_stats", "/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup",
+)  # fmt: skip
+PROC_MASKED_DIRS = ("/proc/acpi", "/proc/asound", "/proc/scsi")
+# Read-only like /proc/sys (runc's readonly paths): sysrq, interrupts, buses, filesystems.
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
 @functools.cache
@@ -45,8 +58,7 @@ def bwrap_argv(
     `cwd` sees, `ws` its only writable folder (but `readonly` and read-only `mounts`)."""
     view, visible = _system_view()
     args = [bwrap_path() or "bwrap", *view, "--dev", "/dev", "--proc", "/proc"]
-    # bwrap (0.8) leaves /proc/sys writable; uid 0 may write sysctls without capabilities.
-    args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    args += _proc_masks()
     for secret in _MASKED_FILES:
         if os.path.exists(secret):
             args += ["--ro-bind", "/dev/null", secret]
@@ -86,6 +98,23 @@ def bwrap_argv(
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", str(cwd)]
     return args
+
+
+@functools.cache
+def _proc_masks() -> tuple[str, ...]:
+    """bwrap arguments over the sandbox's /proc: host kernel state masked, and what uid 0
+    could write without capabilities read-only (bwrap 0.8 leaves /proc/sys writable)."""
+    args: list[str] = []
+    for path in PROC_READONLY:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for path in PROC_MASKED_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in PROC_MASKED_DIRS:
+        if os.path.isdir(path):
+            args += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+    return tuple(args)
 
 
 def _under(path: str, folders: tuple[str, ...] | list[str]) -> bool:

@@ -23,17 +23,28 @@ What is protected against (isolation "bwrap", the default wherever bubblewrap wo
     the workspace and /tmp (`readonly` paths inside the workspace are read-only too). The
     task store, other workspaces, the checkout and the user's home are not there at all;
     /etc/shadow, /etc/gshadow and `SandboxConfig.hide_paths` inside the visible part are
-    masked; /proc/sys is read-only;
+    masked; so is the host's kernel state in /proc (the container runtimes' masked paths:
+    keys, kallsyms, timers, slabinfo, every page's flags, ...; bubblewrap.PROC_MASKED_*);
+    /proc/sys, sysrq-trigger, irq, bus and fs are read-only;
   * privileges: every capability is dropped (bwrap keeps them for root by default), with
     no_new_privs, and separate pid/ipc/uts/cgroup namespaces (host processes are invisible);
+    no new user namespace (capabilities inside one: netlink, mounts) and no io_uring, by
+    the same filter (killed and recorded); clone3 gets ENOSYS, so libc uses clone, whose
+    flags the filter reads;
+  * a second name of a file: the file tools refuse a file with more than one hard link
+    (`Workspace.resolve`), and a command that makes one is recorded like a link out;
   * channels out of the run (nothing a command leaves in a kernel object reaches a later
     run or the host; tests/sandbox/test_sandbox_channels.py, one test per channel): the kernel
-    keyring, which no namespace separates for uid 0, by a seccomp filter (a process that
-    calls add_key, request_key or keyctl, or any call of another ABI, is killed by SIGSYS,
-    in every isolation mode; `kernel_call_refused` tells the tools and the verifier, which
-    record it); SysV shared memory, semaphores, message queues and POSIX queues by the
-    private IPC namespace; abstract unix sockets and the loopback by the private network
-    namespace; /dev and /dev/shm by bwrap's own /dev; /tmp by the private tmpfs;
+    keyring, which no namespace separates for uid 0, and the page cache (which pages of a
+    host file are cached), by a seccomp filter (a process that calls add_key, request_key
+    or keyctl, evicts or probes the page cache: posix_fadvise DONTNEED, madvise PAGEOUT,
+    mincore, cachestat, readahead, preadv2 RWF_NOWAIT, Linux AIO; or any call of another
+    ABI, is killed by SIGSYS, in every isolation mode; `kernel_call_refused` tells the
+    tools and the verifier, which record it; kernel.REFUSED_CALLS lists them, with
+    tests/sandbox/test_kernel_surface.py); SysV shared memory, semaphores, message queues
+    and POSIX queues by the private IPC namespace; abstract unix sockets and the loopback
+    by the private network namespace; /dev and /dev/shm by bwrap's own /dev; /tmp by the
+    private tmpfs;
   * secrets in the environment: the environment is rebuilt from a short allow-list;
   * leftovers: every process of the command is killed when it returns, also on exceptions;
     cgroups are removed.
@@ -43,10 +54,12 @@ What is NOT protected against:
   * disk usage of the workspace where this process may not mount (not root): the workspace
     is then a plain folder with no quota; as root it is a tmpfs of WORKSPACE_QUOTA_BYTES
     (`Workspace.create`), so filling it fails inside it and nowhere else;
-  * kernel exploits and timing side channels (the seccomp filter refuses the keyring calls
-    only; the sandboxed process is uid 0 without capabilities, since dropping to another
-    uid breaks an interpreter under /root): CPU, cache and memory pressure of one run can
-    be felt by another that runs at the same time, a bandwidth of bits, not of files;
+  * kernel exploits through the calls the filter allows, and timing side channels (the
+    sandboxed process is uid 0 without capabilities, since dropping to another uid breaks
+    an interpreter under /root): CPU, cache and memory pressure of one run can be felt by
+    another that runs at the same time, a bandwidth of bits, not of files; the page cache
+    read by timing (a cached page reads faster) or loaded by plain reads stays such a
+    channel: no check's verdict may rest on what a run of the agent's code could see;
   * channels left when a setting opens them: with `network=True` the host's network
     namespace (its abstract unix sockets and loopback listeners) is shared;
   * CPU contention with other work (no cpu shares are set);

@@ -135,8 +135,10 @@ def run_sandboxed(
 
 
 def kernel_call_refused(cmd: CommandResult) -> bool:
-    """Whether the command died by the seccomp filter (SIGSYS): it called add_key, keyctl
-    or request_key. A child that dies so under a parent that exits 0 is not seen."""
+    """Whether the command died by the seccomp filter (SIGSYS): it made a call that
+    `components.sandbox.kernel.REFUSED_CALLS` kills for (the kernel keyring, a new user
+    namespace, io_uring, the page cache evicted or probed). A child that dies so under a
+    parent that exits 0 is not seen."""
     return cmd.exit_code == 128 + signal.SIGSYS and bool(seccomp_program())
 
 

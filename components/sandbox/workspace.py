@@ -1,6 +1,7 @@
 """The per-episode copy of a task repository the agent works in (`Workspace`), and how its
-file tools reach into it: `Workspace.resolve` confines a path to the copy, `read_regular`
-opens only regular files (never blocks on a FIFO or device)."""
+file tools reach into it: `Workspace.resolve` confines a path to the copy and refuses a
+file with more than one name (a hard link), `read_regular` opens only regular files
+(never blocks on a FIFO or device)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ WORKSPACE_QUOTA_BYTES = 256 * 1024 * 1024
 
 
 class PathEscapeError(ValueError):
-    """A path given by the agent points outside its workspace (or writes through a symlink)."""
+    """A path given by the agent points outside its workspace, writes through a symlink,
+    or names a file with more than one hard link."""
 
 
 class NotRegularFileError(OSError):
@@ -98,7 +100,9 @@ class Workspace:
 
         Absolute paths, `~`, `..` that leaves the workspace and symlinks that point outside
         are refused; with for_write, so is a symlink as the final component (even one that
-        points inside: writes go to real files only).
+        points inside: writes go to real files only). So is a file with more than one hard
+        link, read or written: a second name of a test file would be a way round the guards
+        that judge a path by its name.
         """
         if not isinstance(rel_path, str) or "\x00" in rel_path:
             raise PathEscapeError(f"invalid path {rel_path!r}")
@@ -123,24 +127,35 @@ class Workspace:
                 raise PathEscapeError(f"refusing to write through symlink {rel_path!r}")
             if resolved == self.root:
                 raise PathEscapeError("cannot write to the repository root itself")
+        links = _hard_links(resolved)
+        if links > 1:
+            raise PathEscapeError(
+                f"refusing {rel_path!r}: the file has {links} hard links (other names)"
+            )
         return resolved
 
     def new_escaping_links(self) -> list[str]:
-        """Symlinks in the workspace that resolve outside it, each reported once: a command
-        made a way out (reading or writing through it is refused, and the verifier never
-        follows it; making it is recorded all the same)."""
+        """Links a command made around the workspace's guards, each reported once: symlinks
+        that resolve outside it (a way out) and files with more than one hard link (a second
+        name, e.g. of a test file). The tools refuse both and the verifier never follows
+        them; making one is recorded all the same."""
         found = []
         root = str(self.root)
         for dirpath, dirnames, filenames in os.walk(self.root):
             dirnames[:] = [d for d in dirnames if d not in IGNORED_NAMES]
             for name in filenames + dirnames:
                 path = os.path.join(dirpath, name)
-                if not os.path.islink(path):
+                try:
+                    st = os.lstat(path)
+                except OSError:  # gone since the walk listed it
                     continue
-                target = os.path.realpath(path)
+                if stat.S_ISLNK(st.st_mode):
+                    target = os.path.realpath(path)
+                    around = target != root and not target.startswith(root + "/")
+                else:
+                    around = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
                 rel = os.path.relpath(path, root)
-                inside = target == root or target.startswith(root + "/")
-                if not inside and rel not in self._reported_links:
+                if around and rel not in self._reported_links:
                     self._reported_links.add(rel)
                     found.append(rel)
         return sorted(found)
@@ -188,6 +203,15 @@ def can_mount() -> bool:
         return True
     finally:
         os.rmdir(probe)
+
+
+def _hard_links(path: Path) -> int:
+    """How many names the regular file at path has (0: none there, or not a file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_nlink if stat.S_ISREG(st.st_mode) else 0
 
 
 def _has_symlink(root: Path, rel_path: str) -> bool:
