@@ -1,6 +1,9 @@
 """A kept mutant written as a task folder (docs/tasks.md): the mutated repository, the
 failing test files as hidden tests (less the tests skipped or deselected before
-mutation), the hidden cases, the reverse edit as the reference fix, the environment."""
+mutation; the workspace's copies hold part of their tests out, so hidden is not visible),
+the hidden cases, the reverse edit as the reference fix, the environment. The verifier adds
+differential cases: the unmutated function (the reference fix) on new arguments
+(components/verifier/hidden_cases.py)."""
 
 from __future__ import annotations
 
@@ -89,6 +92,31 @@ def hidden_texts(
     return texts, removed
 
 
+HELD_OUT_EVERY = 3  # one test in this many (of a hidden file) leaves the workspace's copy
+
+
+def held_out_texts(
+    repo: Repo, failing: list[str], hidden: dict[str, str], seed: int
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The workspace's copy of each hidden test file, with part of its tests held out
+    (issue 44: the hidden tests are not the visible ones), and the names held out. Every
+    HELD_OUT_EVERY-th test of a file (from an offset hashed from the file and the seed) is
+    cut, but never the file's first failing test: the agent still sees the bug fail. A file
+    whose tests cannot be cut out of its source stays whole."""
+    visible, held = {}, {}
+    for rel, text in hidden.items():
+        names = sorted({_test_name(n) for n in repo.tests if n.split("::")[0] == rel} - {()})
+        shown = min((_test_name(n) for n in failing if n.split("::")[0] == rel), default=())
+        offset = int(hashlib.sha256(f"{seed}\0{rel}".encode()).hexdigest()[:8], 16)
+        cut = {name for i, name in enumerate(names)
+               if (i + offset) % HELD_OUT_EVERY == 0 and name != shown}  # fmt: skip
+        trimmed = trim_skipped(text, cut) if cut else None
+        visible[rel] = trimmed if trimmed is not None else text
+        if trimmed is not None:
+            held[rel] = sorted("::".join(n) for n in cut)
+    return visible, held
+
+
 def family_split(family: str, config: MineConfig) -> str:
     if config.split != "auto":
         return config.split
@@ -146,6 +174,11 @@ def write_task(repo: Repo, cand: Candidate, buggy: str, failing: list[str], case
         dst = folder / "hidden_tests" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_text(text)
+    visible, held = held_out_texts(repo, failing, hidden, config.seed)
+    for rel, text in visible.items():
+        (folder / "repo" / rel).write_text(text)
+    held_ids = {f"{rel}::{name}" for rel, names in held.items() for name in names}
+    shown = [n for n in failing if n.split("[", 1)[0] not in held_ids]
     (folder / "reference.patch").write_text(_patch(cand.module, buggy, original))
     (folder / HIDDEN_CASES_FILE).write_text(json.dumps(cases, indent=1) + "\n")
     reqs: str | list[str] = list(repo.env.requirements)
@@ -162,13 +195,14 @@ def write_task(repo: Repo, cand: Candidate, buggy: str, failing: list[str], case
         "repository": repo.name, "module": cand.module, "function": cand.function,
         "mutation": f"{cand.operator}#{cand.index} line {cand.lineno}",
         "failing_tests": failing, "hidden_tests_removed": removed,
+        "hidden_tests_held_out": held,
         "n_hidden_cases": len(cases["cases"]),
         "src_layout": repo.src_layout, "upstream": upstream,
         "deselected_before_mutation": {n: r for n, r in repo.deselected.items()
                                        if n.split("::")[0] in hidden},
         "mine_seed": config.seed})  # fmt: skip
     limits = TaskLimits(memory_mb=config.memory_mb, per_test_timeout_s=config.per_test_timeout_s)
-    task = Task(id=task_id, instruction=_instruction(failing, command), metadata=meta,
+    task = Task(id=task_id, instruction=_instruction(shown, command), metadata=meta,
                 root=folder.resolve(), test_command=tuple(command),
                 protected_paths=tuple(_protected(repo)), has_reference=True,
                 environment=replace(repo.env, requirements_file=reqs if isinstance(reqs, str) else ""),
