@@ -7,25 +7,76 @@ refuses it: it can only be there to break the copy); at most MAX_SNAPSHOT_FILES 
 MAX_SNAPSHOT_BYTES bytes are copied. Each check then gets a fresh tree (`build_tree`): the
 original repository plus the snapshot's changes that are not tampering, so nothing a check
 writes survives it.
+
+Where the trees live (`work_area`): a fresh folder on a tmpfs of its own, sized for a
+snapshot, one tree and what the code under test writes into it, where this process may
+mount one. Nothing a verification writes then touches the host's temporary disk, and a
+write refused there for want of room was refused because the agent's tree (or its code)
+outgrew its share (`outgrew_share`): the agent's outcome, never an infrastructure failure.
+Without mount privileges the share is only counted (MAX_SNAPSHOT_FILES/BYTES).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.sandbox.kernel import MNT_DETACH, MS_NODEV, MS_NOSUID, load_libc
+from components.sandbox.workspace import can_mount
 from components.tasks.task import Task
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git", ".mypy_cache"}
 MAX_SNAPSHOT_FILES = 20_000
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
+# A verification's own room: the snapshot, one tree at a time (a check's tree is removed
+# before the next is built) and what the code under test may write into it.
+WORK_AREA_BYTES = 2 * MAX_SNAPSHOT_BYTES + 64 * 1024 * 1024
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class SnapshotError(OSError):
-    """The agent's repository cannot be copied (too big, unreadable)."""
+    """The agent's repository is larger than its share (MAX_SNAPSHOT_FILES/BYTES)."""
+
+
+@contextmanager
+def work_area(prefix: str, quota_bytes: int | None = None) -> Iterator[tuple[Path, bool]]:
+    """(a fresh, empty folder, whether it is a tmpfs of `quota_bytes` of its own, default
+    WORK_AREA_BYTES): mounted where this process may mount, else a plain temporary folder
+    on the host's disk."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    options = f"size={quota_bytes or WORK_AREA_BYTES},mode=0700".encode()
+    own = can_mount() and load_libc().mount(
+        b"tmpfs", os.fsencode(root), b"tmpfs", MS_NOSUID | MS_NODEV, options
+    ) == 0  # fmt: skip
+    try:
+        yield root, own
+    finally:
+        if own:
+            load_libc().umount2(os.fsencode(root), MNT_DETACH)  # drops the contents at once
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def outgrew_share(error: BaseException, own_quota: bool) -> bool:
+    """Whether `error` says the agent's tree did not fit its share: a SnapshotError, or a
+    write refused for want of room in a work area of its own (shutil.copytree gathers the
+    errors of single files into one shutil.Error)."""
+    if isinstance(error, SnapshotError):
+        return True
+    if not own_quota or not isinstance(error, OSError):
+        return False
+    if error.errno in _DISK_FULL:
+        return True
+    gathered = error.args[0] if isinstance(error, shutil.Error) and error.args else []
+    return isinstance(gathered, list) and any(
+        f"[Errno {code}]" in str(item) for item in gathered for code in _DISK_FULL
+    )
 
 
 @dataclass

@@ -6,7 +6,13 @@ check writes survives it:
 
 1. **Snapshot** (snapshot.py). The agent's final repository is copied once, before any
    verification process runs: regular files and symlinks (as links) only, within
-   MAX_SNAPSHOT_FILES files and MAX_SNAPSHOT_BYTES bytes.
+   MAX_SNAPSHOT_FILES files and MAX_SNAPSHOT_BYTES bytes, into a work area of the
+   verification's own (a tmpfs of WORK_AREA_BYTES where this process may mount): the
+   snapshot, the checks' trees and whatever the code under test writes into them never
+   touch the host's temporary disk. A tree that outgrew that share (more than the share
+   counted, or a write refused for want of room in the verification's own tmpfs) is the
+   agent's outcome: a failed verdict with the reason and a `disk` limit, never a lost
+   one and never an infrastructure failure.
 2. **Tampering** (tampering.py). Changes to protected paths (tests), to pytest or
    interpreter configuration and files that could shadow or hook the harness are reported
    as tampering and never taken; so are special files and names with a line break, another
@@ -33,10 +39,16 @@ check writes survives it:
 5. **Who caused a missing verdict** (here). When the agent's tree gives no verdict (no
    harness report, pytest internal/usage error, a wall-clock or other limit, a tree that
    cannot be copied), the untouched task repository is verified under the same harness (the
-   control, cached per task). If the control gets a verdict, the failure is the agent's: a
-   failed verification, with `forged_pass` when the code ended the harness and
-   `limit_hit` when a limit killed it. Only a harness that fails on the control too is an
-   infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
+   control, cached per task), in a clean work area with a quota of its own (nothing the
+   agent's verification wrote shares it). If the control gets a verdict, the failure is
+   the agent's: a failed verification, with `forged_pass` when the code ended the harness
+   and `limit_hit` when a limit killed it. Only a harness that fails on the control too is
+   an infrastructure failure (`status="infra_error"`), which callers keep out of rewards.
+   An honest mistake (a failure without the tampering flag) is decided before anything
+   runs, from what the verifier observed on its snapshot: every file the agent changed
+   (tampering aside) is a `.py` file that does not compile, so none of its code can run and
+   none can have written the record or ended the harness. Nothing in a record the code
+   under test could have written (its `rc`, say) decides it.
 
 Lint and security findings the changes introduce come from lint.py. Verdicts are cached by
 (task, hash of the final tree, settings, verifier version) (cache.py, `verdict_cache_info`).
@@ -64,7 +76,7 @@ that is not prepared is an infrastructure error, never a failed verdict.
 from __future__ import annotations
 
 import hashlib
-import tempfile
+import shutil
 import time
 from pathlib import Path
 
@@ -80,7 +92,14 @@ from components.verifier.checks import Check, VerifierSettings, check_config, li
 from components.verifier.hidden_cases import cases_check, hidden_cases
 from components.verifier.hidden_tests import count_hidden_tests, tests_check
 from components.verifier.lint import introduced_findings, reference_findings
-from components.verifier.snapshot import Snapshot, build_tree, changed_paths, take_snapshot
+from components.verifier.snapshot import (
+    Snapshot,
+    build_tree,
+    changed_paths,
+    outgrew_share,
+    take_snapshot,
+    work_area,
+)
 from components.verifier.tampering import escapes_repository, tamper_reason
 from components.verifier.verification import Verification
 from components.verifier.version import verifier_version
@@ -129,6 +148,8 @@ def _run_checks(
     cases, comparison = hidden_cases(task)
     case_check = None
     if cases and (test_check.passed or every_check):
+        # What the hidden-test run wrote goes before the next tree takes its room.
+        shutil.rmtree(tests_tree, ignore_errors=True)
         build_tree(task, snap, changed, tampered, cases_tree, hidden=False)
         case_check = cases_check(cases, comparison, cases_tree, env, cfg)
     return case_check, test_check, findings
@@ -141,15 +162,13 @@ def _control(task: Task, key: str, env: VerifierSettings, cfg: SandboxConfig) ->
     kept = cached_control(ckey)
     if kept is not None:
         return kept
-    with tempfile.TemporaryDirectory(prefix="agentrl-control-") as tmp:
-        try:
-            snap = take_snapshot(task.repo_dir, Path(tmp) / "snapshot")
-            cases, tests, _ = _run_checks(
-                task, snap, [], set(), Path(tmp), env, cfg, every_check=True
-            )
+    try:  # a clean work area of its own: nothing the agent's verification wrote is there
+        with work_area("agentrl-control-") as (tmp, _):
+            snap = take_snapshot(task.repo_dir, tmp / "snapshot")
+            cases, tests, _ = _run_checks(task, snap, [], set(), tmp, env, cfg, every_check=True)
             lost = (cases.lost if cases else "") or tests.lost
-        except Exception as e:  # noqa: BLE001 - any harness crash means no control verdict
-            lost = f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001 - any harness crash means no control verdict
+        lost = f"{type(e).__name__}: {e}"
     if not lost:  # a control that failed is tried again next time: it may have been load
         keep_control(ckey, lost)
     return lost
@@ -180,9 +199,10 @@ def _observed_flags(checks: list[Check]) -> list[dict]:
 
 
 def _verify_snapshot(
-    task: Task, snap: Snapshot, work: Path, env: VerifierSettings, cfg: SandboxConfig, key: str,
-    original: dict,
+    task: Task, snap: Snapshot, work: tuple[Path, bool], env: VerifierSettings,
+    cfg: SandboxConfig, key: str, original: dict,
 ) -> Verification:  # fmt: skip
+    """`work`: (the work area, whether it is a tmpfs of its own)."""
     changed = changed_paths(original, snap.entries)
     reasons = {}
     for rel in changed:
@@ -197,9 +217,13 @@ def _verify_snapshot(
         if snap.entries.get(rel, ("",))[0] == "link"
         and escapes_repository(rel, snap.entries[rel][1])
     ]
+    # Decided before anything runs, from the verifier's own compile of its snapshot.
+    honest = _nothing_can_run(snap, [r for r in changed if r not in reasons])
     try:
-        cases, tests, findings = _run_checks(task, snap, changed, set(reasons), work, env, cfg)
+        cases, tests, findings = _run_checks(task, snap, changed, set(reasons), work[0], env, cfg)
     except Exception as e:  # noqa: BLE001 - a tree that breaks a check: the control decides
+        if outgrew_share(e, work[1]):  # its own tmpfs was full: the agent's tree or writes
+            return _outgrew(task, v, f"a verification tree outgrew its share ({e})")
         cases, tests, findings = None, Check(lost=f"{type(e).__name__}: {e}"), None
     if findings is not None:
         v.lint_introduced, v.security_introduced = len(findings["lint"]), len(findings["security"])
@@ -210,14 +234,6 @@ def _verify_snapshot(
     v.detail = "\n".join(c.detail for c in checks if c.detail)
     lost = next((c.lost for c in checks if c.lost), "")
     if lost:
-        # Only where pytest itself ended the run (the harness recorded its exit code): code
-        # that ended the harness leaves no record, whatever else the tree holds.
-        ended_by_pytest = lost.startswith("pytest ended with exit code")
-        honest = (
-            _uncompilable(snap, [r for r in changed if r not in reasons])
-            if (ended_by_pytest)
-            else ""
-        )
         return _without_verdict(task, v, lost, key, env, cfg, honest)
     v.tests_total = sum(c.total for c in checks)
     v.tests_failed = sum(c.failed for c in checks)
@@ -230,33 +246,49 @@ def _verify_snapshot(
     return v
 
 
-def _uncompilable(snap: Snapshot, changed: list[str]) -> str:
-    """The first changed ordinary .py file of the snapshot that Python cannot compile, as
-    "path: error", else "". Compiling runs none of the file's code."""
-    for rel in changed:
-        if (
-            not rel.endswith(".py")
-            or snap.root is None
-            or snap.entries.get(rel, ("",))[0] != "file"
-        ):
-            continue
+def _nothing_can_run(snap: Snapshot, kept: list[str]) -> str:
+    """ "path: error" of the first changed file when every file the agent wrote (`kept`:
+    its changes the trees take; deletions and its links are not written) is a .py file
+    Python cannot compile, so no code of the agent's can run in any check; else "".
+    Compiling runs none of the file's code; a file of any other kind could be run by
+    something (a script a test starts, data an interpreter executes)."""
+    written = [rel for rel in kept if snap.entries.get(rel, ("",))[0] == "file"]
+    if snap.root is None or not written:
+        return ""
+    first = ""
+    for rel in written:
+        if not rel.endswith(".py"):
+            return ""
         try:
             compile((snap.root / rel).read_bytes(), rel, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-            return f"{rel}: {type(e).__name__}: {e}"
-        except OSError:
+            first = first or f"{rel}: {type(e).__name__}: {e}"
             continue
-    return ""
+        except OSError:
+            return ""
+        return ""  # this one compiles: the agent's code can run
+    return first
+
+
+def _outgrew(task: Task, v: Verification, why: str) -> Verification:
+    """The agent's tree did not fit its share: a failed verdict with the reason and a
+    `disk` limit (the agent's outcome, so no control decides it)."""
+    expected = max(count_hidden_tests(task), 1)
+    v.verdict_lost, v.tests_passed, v.limit_hit = why, False, "disk"
+    v.tests_total = v.tests_failed = expected
+    v.flags.append({"category": "resource_limit", "reason": f"verification: {why}"})
+    v.detail = f"no verdict: {why}\n" + v.detail
+    return v
 
 
 def _without_verdict(
     task: Task, v: Verification, lost: str, key: str, env: VerifierSettings, cfg: SandboxConfig,
     honest: str = "",
 ) -> Verification:  # fmt: skip
-    """The agent's tree gave no verdict: the control says whose failure it is. `honest`: a
-    changed file that does not compile (say, a module a conftest or a pytest setting
-    imports): a mistake that stops pytest, not code that ended the harness, so a failure
-    without the tampering flag (it can run nothing, so it can bend nothing)."""
+    """The agent's tree gave no verdict: the control says whose failure it is. `honest`:
+    every file the agent wrote is a .py file that does not compile (`_nothing_can_run`,
+    decided before the run): a mistake that stops pytest (a module a conftest imports, say),
+    not code that ended the harness, so a failure without the tampering flag."""
     control = _control(task, key, env, cfg)
     if control:
         v.status = "infra_error"
@@ -295,12 +327,16 @@ def verify(
     original = _entries(task)
     key = _task_key(task, original)
     refuse_if_stopping("a verification")  # Ctrl-C: no new folder in the run's tmp
-    with tempfile.TemporaryDirectory(prefix="agentrl-verify-") as tmp:
+    with work_area("agentrl-verify-") as (tmp, own_quota):
         try:
-            snap = take_snapshot(Path(final_repo), Path(tmp) / "snapshot")
+            snap = take_snapshot(Path(final_repo), tmp / "snapshot")
         except Exception as e:  # noqa: BLE001 - whatever the tree makes the copy raise
             v = Verification(status="ok", tampered_files=[], changed_files=[])
-            v = _without_verdict(task, v, f"could not copy the repository: {e}", key, env, cfg)
+            why = f"could not copy the repository: {e}"
+            if outgrew_share(e, own_quota):
+                v = _outgrew(task, v, f"the repository outgrew its share ({e})")
+            else:
+                v = _without_verdict(task, v, why, key, env, cfg)
             v.wall_s = time.monotonic() - start
             return v
         # The verifier's version too: a verdict of another verifier is not this one's.
@@ -310,7 +346,7 @@ def verify(
         if hit is not None:
             hit.cached, hit.wall_s = True, time.monotonic() - start
             return hit
-        v = _verify_snapshot(task, snap, Path(tmp), env, cfg, key, original)
+        v = _verify_snapshot(task, snap, (tmp, own_quota), env, cfg, key, original)
     v.wall_s = time.monotonic() - start
     # Only verdicts that do not depend on timing are kept (no limit hit, no lost verdict).
     if cache and v.status == "ok" and not v.verdict_lost and v.limit_hit is None:
