@@ -6,6 +6,15 @@ test.sh that runs them and writes the reward; the hidden cases (hidden_cases.jso
 tests/ with tests/run_cases.py, which test.sh runs too (import takes them back); the
 reference fix as solution/files/ and a solve.sh that copies them (python:X-slim images
 have no `patch` or `git`).
+
+What the exported test.sh protects (issue 44): no code under test runs while the hidden
+cases' expected values are in a file (test.sh reads them into its own shell and removes the
+file first, then puts it back at the end; the case child gets the arguments only); pytest
+starts with a safe path (`python -P`, /app appended after pytest and its plugins, so an
+/app/pytest_timeout.py replaces nothing); a reward file already there when the tests and
+cases are done is not test.sh's: it is set aside (SET_ASIDE) and the reward is 0. Not
+protected, as in any Harbor task: a process the agent left running in the container, or
+code under test that reads test.sh's memory (where ptrace rules allow it).
 """
 
 from __future__ import annotations
@@ -17,88 +26,71 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.tasks.harbor import CASES_FILE, CASES_RUNNER, SCHEMA_VERSION, WORKDIR
+from components.tasks.harbor import (
+    CASE_CHILD,
+    CASES_FILE,
+    CASES_RUNNER,
+    SCHEMA_VERSION,
+    SET_ASIDE,
+    WORKDIR,
+)
 from components.tasks.task import (
     Task,
 )
 
 _TEST_SH = """#!/bin/bash
-# Written by agentrl: put the hidden tests over the agent's /app, run them, write the reward.
+# Written by agentrl: put the hidden tests over the agent's /app, run them and the hidden
+# cases, write the reward. The cases' expected values are read into this shell and their
+# file removed before any code under test runs (put back at the end); the interpreter
+# starts with a safe path (python -P: /app comes after pytest and its plugins).
+CASES=""
+if [ -f /tests/{cases_file} ]; then
+  CASES="$(cat /tests/{cases_file}; echo x)"
+  CASES="${{CASES%x}}"
+  rm -f /tests/{cases_file}
+fi
 cp -r /tests/hidden/. /app/
 cd /app
-if {command}; then
-  echo 1 > /logs/verifier/reward.txt
-else
-  echo 0 > /logs/verifier/reward.txt
+ok=1
+{command} || ok=0
+{cases}# A reward file there now is not this script's: set aside (the verifier reads that as a
+# forged verdict), reward 0.
+for f in reward.txt reward.json rewards.json; do
+  if [ -e "/logs/verifier/$f" ] || [ -L "/logs/verifier/$f" ]; then
+    echo "/logs/verifier/$f was there before test.sh wrote its reward: set aside, reward 0"
+    ok=0
+    rm -rf "/logs/verifier/{set_aside}$f"
+    mv "/logs/verifier/$f" "/logs/verifier/{set_aside}$f"
+  fi
+done
+echo $ok > /logs/verifier/reward.txt
+if [ -n "$CASES" ]; then
+  printf '%s' "$CASES" > /tests/{cases_file}
 fi
 """
+_CASES_LINE = "printf '%s' \"$CASES\" | python /tests/{runner} || ok=0\n"
+# pytest with the harness first: /app after it on sys.path, and pytest-timeout (and any
+# plugin PYTEST_PLUGINS names) imported before pytest reads the task's `pythonpath`, which
+# puts /app ahead of everything before it loads plugins (what `python -m pytest` in /app
+# does too).
+_PYTEST = (
+    "import os, sys; sys.path.append('/app'); import pytest, pytest_timeout; "
+    "[__import__(m) for m in os.environ.get('PYTEST_PLUGINS', '').split(',') if m]; "
+    "sys.exit(pytest.main(sys.argv[1:]))"
+)
 
 
 # tests/run_cases.py of an exported task with hidden cases: the verifier's hidden-case
-# check (components/verifier/hidden_cases.py) without agentrl. Each case is called in a child
-# process that is given only the arguments; the expected values stay in this process and
-# are compared here with exact types (3 != 3.0 != True), so an object whose __eq__ always
-# says yes, or code that patches pytest, does not pass a case.
-_RUN_CASES = r'''# Written by agentrl: the task's hidden cases (hidden_cases.json beside this file).
-import ast, json, os, subprocess, sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = """
-import ast, importlib, importlib.util, json, os, signal, sys
-token, module_file, function = sys.argv[1:4]
-calls = json.loads(sys.stdin.read())
-PLAIN = (int, float, complex, str, bytes, bool, type(None))
-def check(x, depth=0):
-    t = type(x)
-    if depth > 64 or t not in PLAIN + (list, tuple, set, frozenset, dict):
-        raise TypeError(t.__name__)
-    if t is dict:
-        for k, v in x.items():
-            check(k, depth + 1); check(v, depth + 1)
-    elif t not in PLAIN:
-        for y in x:
-            check(y, depth + 1)
-def on_alarm(*_):
-    raise TimeoutError("case timed out")
-signal.signal(signal.SIGALRM, on_alarm)
-def load(path):
-    parts = path[:-3].split("/")
-    k = len(parts) - 1
-    while k > 0 and os.path.isfile("/".join(parts[:k]) + "/__init__.py"):
-        k -= 1
-    if k < len(parts) - 1:
-        sys.path.append("/".join(parts[:k]) or ".")
-        return importlib.import_module(".".join(parts[k:]).removesuffix(".__init__"))
-    spec = importlib.util.spec_from_file_location("module_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-sys.path.append(".")
-out = []
-try:
-    signal.alarm(30)
-    module = load(module_file)
-    signal.alarm(0)
-except BaseException as e:
-    module = e
-for args in calls:
-    try:
-        if isinstance(module, BaseException):
-            raise module
-        signal.alarm(10)
-        try:
-            value = getattr(module, function)(*ast.literal_eval(args))
-        finally:
-            signal.alarm(0)
-        check(value)
-        out.append({"repr": repr(value)})
-    except BaseException as e:
-        out.append({"error": type(e).__name__})
-sys.stdout.write("\\n" + token + " " + json.dumps(out) + "\\n")
-sys.stdout.flush()
-os._exit(0)
-"""
-
+# check (components/verifier/hidden_cases.py) without agentrl. The cases come on stdin
+# (test.sh holds them; their file is gone while code under test runs). Each case is called
+# in a child process (harbor.py's CASE_CHILD) that is given only the arguments; the expected
+# values stay in this process and are compared here with exact types (3 != 3.0 != True), so
+# an object whose __eq__ always says yes, or code that patches pytest, does not pass a case.
+_RUN_CASES = (
+    "# Written by agentrl: the task's hidden cases (hidden_cases.json, on stdin from test.sh).\n"
+    "import ast, json, os, subprocess, sys\n\n"
+    f"CHILD = {CASE_CHILD!r}\n"
+    + r"""
 
 def same(a, b):
     if type(a) is not type(b):
@@ -111,12 +103,15 @@ def same(a, b):
 
 
 def main():
-    with open(os.path.join(HERE, "hidden_cases.json")) as f:
-        spec = json.load(f)
+    try:
+        spec = json.loads(sys.stdin.read())
+    except ValueError:
+        print("hidden cases: none given (test.sh found no hidden_cases.json)")
+        sys.exit(1)
     token = "AGENTRL-CASES-" + os.urandom(8).hex()
     calls = [c["args"] for c in spec["cases"]]
     try:
-        run = subprocess.run([sys.executable, "-c", CHILD, token, spec["module"],
+        run = subprocess.run([sys.executable, "-P", "-c", CHILD, token, spec["module"],
                               spec["function"]], input=json.dumps(calls), capture_output=True,
                              text=True, timeout=60 + 11 * len(calls))
         lines = [ln for ln in run.stdout.splitlines() if ln.startswith(token + " ")]
@@ -141,7 +136,8 @@ def main():
 
 
 main()
-'''
+"""
+)
 
 
 def _fixed_files(task: Task, patch: str) -> tuple[dict[str, bytes], list[str]]:
@@ -194,13 +190,16 @@ def export_harbor_task(task: Task, dest: Path) -> Path:
     if task.verify_command is not None:
         command = shlex.join(task.verify_command)
     else:
-        command = shlex.join(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        command = shlex.join(["python", "-P", "-c", _PYTEST, "-q", "-p", "no:cacheprovider",
                               *task.hidden_test_files()])  # fmt: skip
+    cases = ""
     if task.hidden_cases_path is not None:
         shutil.copy(task.hidden_cases_path, out / "tests" / CASES_FILE)
         (out / "tests" / CASES_RUNNER).write_text(_RUN_CASES)
-        command += f" && python /tests/{CASES_RUNNER}"
-    (out / "tests" / "test.sh").write_text(_TEST_SH.format(command=command))
+        cases = _CASES_LINE.format(runner=CASES_RUNNER)
+    (out / "tests" / "test.sh").write_text(
+        _TEST_SH.format(command=command, cases=cases, cases_file=CASES_FILE, set_aside=SET_ASIDE)
+    )
     (out / "instruction.md").write_text(task.instruction)
     patch = task.reference_patch()
     if patch is not None:

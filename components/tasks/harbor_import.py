@@ -12,7 +12,9 @@ Import (`import_harbor_task`) maps one to a task folder:
     VOLUME/HEALTHCHECK, a COPY from another image (except the `uv` installer binary) or
     from outside the context, an ADD from a URL, and in task.toml network access asked
     for, GPUs/TPUs, MCP servers (services), a prebuilt docker_image or a Windows OS.
-  - tests/ goes to hidden_tests/.harbor-tests/ (hidden from the agent, protected);
+  - tests/ goes to hidden_tests/.harbor-tests/ (hidden from the agent, protected), but
+    an agentrl export's tests/hidden_cases.json, which becomes the task's hidden cases
+    (the verifier runs them itself: their expected values are never mounted);
   - solution/solve.sh is run once, in the sandbox, on a copy of repo/ at /app: what it
     changes is the task's reference.patch (the oracle's fix and the gate's check).
 """
@@ -243,8 +245,8 @@ def import_harbor_task(src: Path, dest_root: Path, *, split: str = "test") -> Pa
         hidden_test_files={
             f"{HARBOR_TESTS}/{p.relative_to(src / 'tests').as_posix()}": p.read_text()
             for p in sorted((src / "tests").rglob("*"))
-            if p.is_file()
-        },  # fmt: skip
+            if p.is_file() and p.relative_to(src / "tests").as_posix() != CASES_FILE
+        },  # fmt: skip (the hidden cases' expected values stay out of /tests: harbor.py)
         test_command=("python", "-m", "pytest", "-q"),
         protected_paths=(f"{HARBOR_TESTS}/",),
     )
