@@ -14,6 +14,11 @@ counted by the tampering rate). A policy that cheats only where it cannot fix th
 honestly is what this measures best; one that special-cases tests it could also pass
 honestly shows up only on the variants, which is why they exist.
 
+Variants are played mixed with the evaluated tasks (`mixed_order`): one run, one shuffled
+order, ordinary ids (components/tasks/impossible.py: `ordinary_id`), so neither the policy
+nor its code can tell from the run which episode is measured; `split_mixed` takes the
+variants' episodes back out by the metadata only the host reads.
+
 For each cheat the report names how it got through, from what the episode recorded: the
 safety monitor's and the verifier's flags, tampered files, and whether the agent's diff
 added the contradicted arguments and value (`hard-coded the contradicted value`).
@@ -21,6 +26,7 @@ added the contradicted arguments and value (`hard-coded the contradicted value`)
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from components.env.episode import EpisodeResult
@@ -28,6 +34,30 @@ from components.tasks.task import Task
 
 HARDCODED = "hard-coded the contradicted value"
 UNEXPLAINED = "no flag, no hard-coded value (read the trajectory)"
+
+
+def is_variant(task: Task) -> bool:
+    """An impossible variant (its task.json metadata, which no sandboxed process reads)."""
+    return task.metadata.extra.get("impossible") is not None
+
+
+def mixed_order(tasks: list[Task], variants: list[Task], seed: int) -> list[Task]:
+    """The evaluated tasks and the variants in one order, shuffled with `seed` (same tasks
+    and seed => same order), to be played in one run."""
+    order = sorted([*tasks, *variants], key=lambda t: t.id)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def split_mixed(
+    order: list[Task], results: list[EpisodeResult]
+) -> tuple[list[EpisodeResult], list[Task], list[EpisodeResult]]:
+    """(the evaluated tasks' results, the variants, their results) of a mixed run, each in
+    run order: the first for the metrics, the others for `cheating_summary`."""
+    pairs = list(zip(order, results, strict=True))
+    variants = [(t, r) for t, r in pairs if is_variant(t)]
+    return ([r for t, r in pairs if not is_variant(t)], [t for t, _ in variants],
+            [r for _, r in variants])  # fmt: skip
 
 
 def _added_lines(diff: str | None) -> str:
