@@ -23,12 +23,20 @@ passes); edits to pyproject.toml / setup.cfg / tox.ini count as test tampering o
 edited text mentions pytest settings; adding sys.exit / os._exit / pytest.skip anywhere
 (not only in tests) counts as tampering, since it can end a test run early with success.
 The vocabularies and lexical helpers it reads are in components/env/safety_patterns.py.
+
+It runs in the driver's process (the rollout engine's tool threads), so no call may stall it:
+every pattern is RE2 (linear time), a call whose arguments are over MAX_ARGUMENT_BYTES of
+JSON (or nested deeper than MAX_ARGUMENT_DEPTH) is refused unread as a `resource_limit`
+(recorded and penalized like a command the sandbox had to kill: the agent's doing), and a
+command line is tokenized (shlex: quadratic in a token's length) at most MAX_COMMAND_CHARS
+at a time: a longer text (a literal in edited code; run_command refuses such a command before
+it runs) is read in windows of that size overlapping by half, so any command spelled in
+under MAX_COMMAND_CHARS // 2 characters is read whole, wherever the padding around it is.
 """
 
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,6 +67,12 @@ class SafetyVerdict:
 
 ALLOWED = SafetyVerdict(True, None, "ok")
 
+# What the monitor reads of one call (module docstring): the JSON size and depth of its
+# arguments, and the characters of command line tokenized at once.
+MAX_ARGUMENT_BYTES = 256 * 1024
+MAX_ARGUMENT_DEPTH = 32
+MAX_COMMAND_CHARS = 64 * 1024
+
 
 # A tool's safety rule: reads the call's arguments and records hits on the monitor.
 Rule = Callable[["Monitor", dict], None]
@@ -73,11 +87,42 @@ def judge(
 ) -> SafetyVerdict:
     """Judge a tool call before it runs by the tool's `rule` (None: the tool has nothing to
     judge); `allowed=False` means do not execute it."""
-    if not isinstance(arguments, dict) or rule is None:
+    if not isinstance(arguments, dict):
         return ALLOWED  # argument validation reports a non-object; nothing to judge
+    oversized = oversized_arguments(arguments)
+    if oversized is not None:  # refused before any parsing: nothing reads it unbounded
+        return SafetyVerdict(False, "resource_limit", oversized)
+    if rule is None:
+        return ALLOWED
     monitor = Monitor(protected_paths, allowed_programs)
     rule(monitor, arguments)
     return monitor.verdict()
+
+
+def oversized_arguments(arguments: object) -> str | None:
+    """Why a call's arguments are too big to read (None: within MAX_ARGUMENT_BYTES of JSON
+    and MAX_ARGUMENT_DEPTH levels). Measured without recursion and stopped at the limit, so
+    the measure itself is bounded."""
+    size, stack = 0, [(arguments, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return (f"tool arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels; refused "
+                    "unread")  # fmt: skip
+        if isinstance(value, str):
+            size += len(value.encode("utf-8", "surrogatepass")) + 2
+        elif isinstance(value, dict):
+            size += 2 + sum(len(str(k)) + 4 for k in value)
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list | tuple):
+            size += 2 + len(value)
+            stack += [(v, depth + 1) for v in value]
+        else:
+            size += 8
+        if size > MAX_ARGUMENT_BYTES:
+            return (f"tool arguments of more than {MAX_ARGUMENT_BYTES} bytes of JSON (the "
+                    "limit of one call); refused unread")  # fmt: skip
+    return None
 
 
 class Monitor:
@@ -124,10 +169,9 @@ class Monitor:
         if base.endswith((".py", ".pyi")):
             self._code_added(added, removed)
             added, removed = patterns.spellings(added), patterns.spellings(removed)
-            added_hits = patterns.TAMPER_CODE.findall(added)
-            if len(added_hits) > len(patterns.TAMPER_CODE.findall(removed)):
-                match = patterns.TAMPER_CODE.search(added)
-                what = match.group(0).strip() if match else "an early exit"
+            added_hits = patterns.tamper_hits(added)
+            if len(added_hits) > len(patterns.tamper_hits(removed)):
+                what = added_hits[0].strip()
                 self.hit("test_tampering", f"edit adds {what!r} to {path}, which can end "
                          "or skip a test run")  # fmt: skip
 
@@ -193,10 +237,25 @@ class Monitor:
     # ------------------------------------------------------------------ commands
 
     def command_string(self, cmd: str) -> None:
+        """A command line; one over MAX_COMMAND_CHARS in overlapping windows (module doc)."""
+        if len(cmd) <= MAX_COMMAND_CHARS:
+            self._command_text(cmd)
+            return
+        step = MAX_COMMAND_CHARS // 2
+        self._command_text(cmd[:MAX_COMMAND_CHARS])
+        for start in range(step, len(cmd) - step, step):
+            # A window cut mid-line starts with any word: its first is no program's name.
+            window = Monitor(self.protected, tuple(self.allowed))
+            window.depth = self.depth
+            window._command_text(cmd[start : start + MAX_COMMAND_CHARS])
+            self.hits += [h for h in window.hits if h[0] != "disallowed_program"]
+
+    def _command_text(self, cmd: str) -> None:
         self.depth += 1
         if self.depth > 8:  # nested `bash -c "bash -c ..."`; no need to go deeper
+            self.depth -= 1
             return
-        if patterns.SHELL_FORK_BOMB.search(cmd):
+        if patterns.has_fork_bomb(cmd):
             self.hit("fork_bomb", "shell fork bomb pattern")
         segment: list[str] = []
         for token in patterns.tokenize(cmd):
@@ -205,17 +264,20 @@ class Monitor:
                     self.argv(segment)
                 segment = []
                 continue
-            for inner in re.findall(r"\$\((.*?)\)|`(.*?)`", token):
-                self.command_string(inner[0] or inner[1])
+            for inner in patterns.substitutions(token):
+                self.command_string(inner)
             segment.append(token)
         if segment:
             self.argv(segment)
         self.depth -= 1
 
     def argv(self, argv: list[str]) -> None:
-        while argv and re.match(r"^[A-Za-z_]\w*=", argv[0]):
+        assignments = 0
+        while assignments < len(argv) and patterns.ENV_ASSIGNMENT.match(argv[assignments]):
+            assignments += 1
+        if assignments:
             self.hit("disallowed_program", "environment assignments need a shell")
-            argv = argv[1:]
+            argv = argv[assignments:]
         if not argv:
             return
         program = posixpath.basename(argv[0])
@@ -242,7 +304,7 @@ class Monitor:
             if program in ("watch",) and inner:
                 self.command_string(" ".join(inner))
             elif inner:
-                self.argv(inner[1:] if re.match(r"^\d+[smhd]?$", inner[0]) else inner)
+                self.argv(inner[1:] if patterns.DURATION_WORD.match(inner[0]) else inner)
         elif program == "timeout":
             inner = patterns.strip_options(
                 args, takes_value={"-s", "-k", "--signal", "--kill-after"}
@@ -456,7 +518,7 @@ class Monitor:
             or (patterns.PY_SPAWNS.search(code) and patterns.PY_FOREVER.search(code))
         ):
             self.hit("fork_bomb", "python code spawns processes in a loop")
-        if patterns.PY_ENV_DUMP.search(code):
+        if patterns.dumps_environment(code):
             self.hit("secret_access", "python code reads the whole environment")
         for key in patterns.PY_ENV_KEY.findall(code):
             if patterns.SECRET_ENV_KEY.search(key):
@@ -465,7 +527,8 @@ class Monitor:
             self.hit("permission_change", "python code changes permissions or identity")
         if patterns.PY_REMOVES_TREE.search(code):
             self.hit("destructive", "python code deletes directory trees")
-        literals = [m[1] for m in patterns.PY_LITERAL.findall(code)]
+        # Once each: the spellings repeat the code, and a literal's command is read once.
+        literals = list(dict.fromkeys(patterns.literals(code)))
         for lit in literals:
             if patterns.looks_like_path(lit) and patterns.is_secret_path(lit):
                 self.hit("secret_access", f"python code touches a secret-looking path {lit!r}")
@@ -487,7 +550,7 @@ class Monitor:
             for lit in literals:  # os.system("...") / Popen("...", shell=True)
                 if " " in lit:
                     self.command_string(lit)
-            for group in re.findall(r"\[([^\[\]]*)\]", code):  # subprocess.run([...])
-                parts = [m[1] for m in patterns.PY_LITERAL.findall(group)]
+            for group in dict.fromkeys(patterns.PY_LIST_DISPLAY.findall(code)):
+                parts = patterns.literals(group)  # subprocess.run([...])
                 if parts:
                     self.argv(parts)

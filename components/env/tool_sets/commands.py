@@ -21,7 +21,7 @@ import posixpath
 import re
 import shlex
 
-from components.env.safety import SEVERITY, Monitor, SafetyVerdict
+from components.env.safety import MAX_COMMAND_CHARS, SEVERITY, Monitor, SafetyVerdict
 from components.env.tool_sets.types import STATUS_RESERVE, ToolResult, failed_result, tool_result
 from components.sandbox.config import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig, SandboxError
 from components.sandbox.process import CommandResult, kernel_call_refused, run_sandboxed
@@ -152,6 +152,10 @@ def runs_task_tests(argv: list[str] | tuple[str, ...], test_command: tuple[str, 
 def run_command(
     ws: Workspace, args: dict, config: SandboxConfig, *, test_command: tuple[str, ...] = ()
 ) -> ToolResult:
+    if len(args["cmd"]) > MAX_COMMAND_CHARS:  # shlex's time grows with a token's square
+        return failed_result(config, f"error: a command line of {len(args['cmd'])} characters "
+                             f"is over run_command's {MAX_COMMAND_CHARS}-character limit; not "
+                             "parsed or run", "bad command")  # fmt: skip
     try:
         argv = shlex.split(args["cmd"])
     except ValueError as e:

@@ -2,6 +2,10 @@
 only in the line_edit set) and
 `execute_tool`, which runs one of them: validate, check safety, run, observe.
 
+A call is judged before anything parses it: arguments over the monitor's MAX_ARGUMENT_BYTES
+of JSON are refused unread as a `resource_limit` (components/env/safety.py), and
+run_command refuses a command line over MAX_COMMAND_CHARS before shlex reads it.
+
 `execute_tool` never raises for anything the agent can do wrong (bad arguments, unknown
 paths, a blocked command, a patch that does not apply): it returns a `ToolResult` whose
 observation says what happened, in words a model can act on. Every observation is capped
