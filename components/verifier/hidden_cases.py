@@ -203,6 +203,7 @@ def _judge_cases(cmd: CommandResult, token: str, cases: list[dict], comparison: 
         and isinstance(got.get("import_timeout"), bool)
     ):  # the runner writes one shape only
         check.forged.append("a malformed hidden-case record")
+        check.forged += [after for after in [ran_after_verdict(cmd)] if after]
         return check
     if n > 1:
         check.forged.append(f"the hidden-case line appeared {n} times")
@@ -228,6 +229,7 @@ DIFFERENTIAL_SALT = "agentrl-differential/1"  # a new salt draws new cases for e
 MAX_CANDIDATES = 48  # argument tuples the reference fix and the buggy code answer
 MAX_DIFFERENTIAL = 12  # cases a verification runs: those the bug shows on first
 _REFERENCE: dict[tuple[str, ...], list[dict]] = {}  # (task, draw, interpreter) -> cases
+_DRAWS: dict[tuple[str, ...], list[dict]] = {}  # (task, state of its files) -> drawn cases
 _REFERENCE_LOCK = threading.Lock()
 
 
@@ -276,11 +278,12 @@ def _seen_calls(task: Task) -> dict[tuple[str, str], set[str]]:
 
 
 def _draw_seed(task: Task) -> str:
-    """The draw's seed: the task's id, reference fix and tests (rescore draws the same)."""
+    """The draw's seed: the task's id, reference fix and tests, by their paths in the task
+    folder (rescore and reproduce draw the same, wherever the folder lies)."""
     h = hashlib.sha256(f"{DIFFERENTIAL_SALT}\0{task.id}\0".encode())
     h.update((task.reference_patch() or "").encode())
     for path, _ in _test_sources(task):
-        h.update(str(path).encode() + b"\0" + path.read_bytes())
+        h.update(str(path.relative_to(task.root)).encode() + b"\0" + path.read_bytes())
     if task.hidden_cases_path is not None:
         h.update(task.hidden_cases_path.read_bytes())
     return h.hexdigest()
@@ -399,7 +402,24 @@ def _family_draws(task: Task, seed: str) -> list[tuple]:
 def differential_arguments(task: Task) -> list[dict]:
     """Argument tuples for each function the task's cases or tests call, none of them
     anywhere an agent's run can read (see the module docstring); expected values are the
-    reference fix's (`reference_cases`)."""
+    reference fix's (`reference_cases`). Kept per task and the state of its files: a
+    verification reads none of them again."""
+    files = [f for f, _ in _test_sources(task)] + [task.root / "task.json",
+                                                   task.reference_patch_path]  # fmt: skip
+    if task.hidden_cases_path is not None:
+        files.append(task.hidden_cases_path)
+    stats = [(str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file()]
+    key = (str(task.root), task.id, hashlib.sha256(repr(stats).encode()).hexdigest())
+    with _REFERENCE_LOCK:
+        kept = _DRAWS.get(key)
+    if kept is None:
+        kept = _draw(task)
+        with _REFERENCE_LOCK:
+            _DRAWS[key] = kept
+    return [dict(c) for c in kept]
+
+
+def _draw(task: Task) -> list[dict]:
     seen = _seen_calls(task)
     seed = _draw_seed(task)
     rng = random.Random(seed)
@@ -452,7 +472,8 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
     answers twice alike; those the task's buggy code answers otherwise first), or why there
     are none. Cached per task, draw and interpreter: a verification pays for it once."""
     calls = [[c["module"], c["function"], c["args"]] for c in drawn]
-    key = (str(task.root), _draw_seed(task), hashlib.sha256(repr(calls).encode()).hexdigest(),
+    patch = task.reference_patch() or ""
+    key = (str(task.root), hashlib.sha256(f"{patch}\0{calls!r}".encode()).hexdigest(),
            cfg.python_env, f"{env.per_test_timeout_s:g}")  # fmt: skip
     with _REFERENCE_LOCK:
         kept = _REFERENCE.get(key)
@@ -463,7 +484,7 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
         for tree in (fixed, buggy):
             shutil.copytree(task.repo_dir, tree, symlinks=True)
         try:
-            apply_unified_diff(fixed, task.reference_patch() or "")
+            apply_unified_diff(fixed, patch)
         except PatchError as e:
             return f"the reference fix does not apply: {e}"
         shutil.copytree(fixed, again, symlinks=True)
