@@ -4,15 +4,29 @@ Used by the data gate (apply a task's reference.patch) and by the agent's `apply
 tool, so it must be strict about paths (nothing outside the repository) and give error
 messages a model can act on. All files are computed in memory first and written only when
 every hunk applied, so a failed patch leaves the folder untouched.
+
+It runs in the driver's process, so its work is bounded whatever the patch (issue 44): the
+hunk search counts every line it compares (and every line it prepares) against
+`max_comparisons`, files created or changed earlier in the same patch included, and no
+staged file may be larger than `max_file_bytes` (the sandbox's file limit by default);
+either refusal is a PatchError and nothing is written.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 
+from components.sandbox.config import SandboxConfig
+
 DEV_NULL = "/dev/null"
+# The most line comparisons one patch's hunk search may make: about a second at worst.
+MAX_COMPARISONS = 2_000_000
+# The largest file a patch may leave: the sandbox's default file limit.
+DEFAULT_MAX_FILE_BYTES: int = next(
+    f.default for f in fields(SandboxConfig) if f.name == "max_file_bytes"
+)
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -162,8 +176,25 @@ def _split_keep(text: str) -> tuple[list[str], bool]:
     return text.splitlines(), text.endswith(("\n", "\r"))
 
 
-def _apply_hunks(name: str, text: str, hunks: list[Hunk]) -> str:
+@dataclass
+class _Budget:
+    """Line comparisons left to one patch's hunk search (MAX_COMPARISONS)."""
+
+    left: int
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise PatchError(
+                "the hunks' search needs more line comparisons than this patch's limit "
+                "allows: patch a smaller file or fewer hunks, or give more exact line numbers"
+            )
+
+
+def _apply_hunks(name: str, text: str, hunks: list[Hunk], budget: _Budget | None = None) -> str:
+    budget = budget or _Budget(MAX_COMPARISONS)
     lines, ends_with_eol = _split_keep(text)
+    budget.spend(len(lines) + len(hunks))  # the file is split and joined once per file patch
     original_len = len(lines)
     search_from = 0
     for n, hunk in enumerate(hunks, 1):
@@ -172,7 +203,7 @@ def _apply_hunks(name: str, text: str, hunks: list[Hunk]) -> str:
         # old_start is 1-based; for a pure insertion (count 0) it names the line before.
         expected = hunk.old_start - 1 if hunk.old_count else hunk.old_start
         expected = max(expected + len(lines) - original_len, 0)  # shift by earlier hunks
-        pos = _find_block(lines, old, expected, search_from)
+        pos = _find_block(lines, old, expected, search_from, budget)
         if pos is None:
             raise PatchError(_mismatch_message(name, n, hunk, lines, old, expected))
         lines[pos : pos + len(old)] = new
@@ -187,16 +218,26 @@ def _apply_hunks(name: str, text: str, hunks: list[Hunk]) -> str:
     return "\n".join(lines) + ("\n" if ends_with_eol else "")
 
 
-def _find_block(lines: list[str], block: list[str], expected: int, lo: int) -> int | None:
-    """Nearest position >= lo where `block` matches (trailing whitespace/CR ignored)."""
-
-    def matches(pos: int) -> bool:
-        if pos < lo or pos + len(block) > len(lines):
-            return False
-        return all(lines[pos + k].rstrip() == block[k].rstrip() for k in range(len(block)))
-
+def _find_block(
+    lines: list[str], block: list[str], expected: int, lo: int, budget: _Budget
+) -> int | None:
+    """Nearest position >= lo where `block` matches (trailing whitespace/CR ignored); every
+    line compared is spent from `budget`, a PatchError once it runs out."""
     if not block:
         return min(max(expected, lo), len(lines))
+    budget.spend(len(lines) + len(block))  # each line stripped once
+    stripped, want = [line.rstrip() for line in lines], [line.rstrip() for line in block]
+
+    def matches(pos: int) -> bool:
+        if pos < lo or pos + len(want) > len(stripped):
+            return False
+        for k, line in enumerate(want):
+            if stripped[pos + k] != line:
+                budget.spend(k + 1)
+                return False
+        budget.spend(len(want))
+        return True
+
     for delta in range(len(lines) + 1):
         for pos in (expected - delta, expected + delta) if delta else (expected,):
             if matches(pos):
@@ -218,17 +259,34 @@ def _mismatch_message(
     return f"{head}: context not found"
 
 
-def apply_unified_diff(repo_dir: str | Path, patch_text: str) -> list[str]:
+def _within_size(rel: str, text: str, max_file_bytes: int) -> str:
+    """`text`, or a PatchError when its file would be over the file limit."""
+    if len(text) > max_file_bytes or len(text.encode("utf-8", "surrogatepass")) > max_file_bytes:
+        raise PatchError(f"{rel}: the patched file would be over the {max_file_bytes}-byte file "
+                         "limit; nothing was written")  # fmt: skip
+    return text
+
+
+def apply_unified_diff(
+    repo_dir: str | Path,
+    patch_text: str,
+    *,
+    max_comparisons: int = MAX_COMPARISONS,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> list[str]:
     """Apply a unified diff to the files under repo_dir; return the changed relative paths.
 
     Paths are relative to repo_dir (git's `a/`/`b/` prefixes are stripped, like -p1).
     Handles several files and hunks, new files (`--- /dev/null`) and deletions
     (`+++ /dev/null`). Raises PatchError without touching any file when the patch is
-    malformed, a hunk does not apply, or a path is absolute, contains '..', or resolves
-    outside repo_dir (e.g. through a symlink).
+    malformed, a hunk does not apply, a path is absolute, contains '..', or resolves
+    outside repo_dir (e.g. through a symlink), the hunk search would compare more than
+    `max_comparisons` lines (all files together, the ones the patch itself made included),
+    or a file would be left larger than `max_file_bytes`.
     """
     root = Path(repo_dir).resolve()
     files = parse_unified_diff(patch_text)
+    budget = _Budget(max_comparisons)
     # path -> new text (None = delete). Later file patches see earlier results.
     staged: dict[str, str | None] = {}
 
@@ -252,12 +310,15 @@ def apply_unified_diff(repo_dir: str | Path, patch_text: str) -> list[str]:
             assert rel is not None
             if current_text(rel) is not None:
                 raise PatchError(f"{rel}: patch creates this file but it already exists")
-            staged[rel] = _apply_hunks(rel, "", fp.hunks)
+            staged[rel] = _within_size(rel, _apply_hunks(rel, "", fp.hunks, budget), max_file_bytes)
             continue
         text = current_text(fp.old_path)
         if text is None:
             raise PatchError(f"{fp.old_path}: no such file to patch")
-        result = _apply_hunks(fp.old_path, text, fp.hunks)
+        result = _within_size(
+            fp.new_path or fp.old_path, _apply_hunks(fp.old_path, text, fp.hunks, budget),
+            max_file_bytes,
+        )  # fmt: skip
         if fp.new_path is None:  # deletion; the hunks must have removed everything
             if result.strip():
                 raise PatchError(f"{fp.old_path}: deletion patch leaves content behind")
