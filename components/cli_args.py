@@ -32,6 +32,15 @@ class UsageError(CommandError):
     code = 2
 
 
+class PreflightError(UsageError):
+    """What a run needs and this machine lacks, found before its first stage: the boundary
+    prints one line per problem (exit 2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with errors raised as UsageError (one line: the argument and what is
     allowed), not a multi-line usage block and SystemExit."""
@@ -47,6 +56,8 @@ def _number(kind, text: str, lo=None, hi=None, lo_open=False):
         raise argparse.ArgumentTypeError(
             f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
         ) from None
+    if isinstance(value, int) and abs(value) > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"{text[:40]} is beyond what this machine can count")
     if isinstance(value, float) and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     if lo is not None and (value <= lo if lo_open else value < lo):

@@ -94,9 +94,75 @@ STAGE_ARGUMENTS = {
 DEFAULT_PRESET = "configs/cpu-demo.yaml"
 
 
+# What a preset may be: a few KB of a few levels. Bounds checked on the YAML events, before
+# PyYAML builds anything: it builds nesting recursively (10000 levels: RecursionError) and an
+# alias is the same object wherever it is used, so a 480-byte "billion laughs" document
+# loads at once and then hangs whatever walks it (hashing, validation).
+MAX_PRESET_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+
+
+def _read_text(path: Path) -> str:
+    if path.exists() and not path.is_file():
+        raise PresetError(f"{path}: not a regular file (a preset is a YAML file)")
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_PRESET_BYTES + 1)
+        if len(raw) > MAX_PRESET_BYTES:
+            raise PresetError(f"{path}: larger than {MAX_PRESET_BYTES >> 20} MiB (a preset is "
+                              "a few KB of settings)")  # fmt: skip
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PresetError(f"{path}: not a text file (a preset is YAML)") from None
+    except OSError as e:
+        raise PresetError(f"{path}: cannot read preset ({e.strerror or e})") from None
+
+
+def _check_shape(text: str, path: Path) -> None:
+    """Refuse a document nested deeper than MAX_DEPTH or holding more than MAX_NODES values
+    once its aliases are expanded (each alias counts as the whole value it names), reading
+    PyYAML's events (an iterative parser) with one running count per open collection."""
+    import yaml
+
+    expanded: dict[str, tuple[int, int]] = {}  # anchor -> (values, depth) of what it names
+    stack: list[list] = [[None, 0, 0]]  # per open collection: [anchor, values, depth]
+    # libyaml's parser where PyYAML has it: the pure-Python scanner looks ahead a whole
+    # flow collection (10000 "[": half a second) before its first event
+    loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+    for event in yaml.parse(text, Loader=loader):
+        at = f"{path}:{event.start_mark.line + 1}"
+        if isinstance(event, yaml.CollectionStartEvent):
+            stack.append([event.anchor, 0, 0])
+            if len(stack) - 1 > MAX_DEPTH:
+                raise PresetError(f"{at}: nested deeper than {MAX_DEPTH} levels (a preset is "
+                                  "a few levels of sections and keys)")  # fmt: skip
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, values, depth = stack.pop()
+            values, depth = values + 1, depth + 1
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, values, depth = event.anchor, 1, 0
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor not in expanded:  # inside its own anchor, or never defined
+                raise PresetError(f"{at}: alias *{event.anchor} names no complete value "
+                                  "before it (a recursive or undefined alias)")  # fmt: skip
+            anchor, (values, depth) = None, expanded[event.anchor]
+        else:
+            continue
+        if anchor:
+            expanded[anchor] = (values, depth)
+        parent = stack[-1]
+        parent[1], parent[2] = parent[1] + values, max(parent[2], depth)
+        if parent[1] > MAX_NODES or len(stack) - 1 + depth > MAX_DEPTH:
+            raise PresetError(f"{at}: aliases expand this preset beyond {MAX_NODES} values or "
+                              f"{MAX_DEPTH} levels (an alias bomb?); write the values out")  # fmt: skip
+
+
 def _read_yaml(path: Path):
     """The YAML document at `path`; a duplicate key at any level is an error (PyYAML keeps
-    the last one silently), and so is an empty file (it would mean: every default)."""
+    the last one silently), and so is an empty file (it would mean: every default), a file
+    over MAX_PRESET_BYTES and a document too deep or too large once aliases expand."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
@@ -110,22 +176,22 @@ def _read_yaml(path: Path):
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise PresetError(f"{path}: not a text file (a preset is YAML)") from None
-    except OSError as e:
-        raise PresetError(f"{path}: cannot read preset ({e.strerror or e})") from None
+    text = _read_text(path)
     if not text.strip():
         raise PresetError(f"{path}: empty preset (give at least its name and sections)")
     try:
+        _check_shape(text, path)
         return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader subclass
+    except PresetError:  # a ValueError too: raised as it is
+        raise
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise PresetError(f"{at}: YAML syntax error: {e.problem or e.context}") from None
     except yaml.YAMLError as e:
         raise PresetError(f"{path}: YAML error: {' '.join(str(e).split())}") from None
+    except ValueError:  # PyYAML's int() of more than 4300 digits (Python's limit)
+        raise PresetError(f"{path}: a number longer than Python reads (4300 digits)") from None
 
 
 def load_preset(path: str | Path) -> Preset:
@@ -175,9 +241,41 @@ def validate_preset(preset: Preset) -> None:
     except ValueError as e:
         raise PresetError(f"{preset.path}: {e}") from e
     _check_sampling_server(preset, pipeline)
+    _check_task_count(preset, pipeline.workdir)
     if pipeline.mined_tasks and not Path(pipeline.mined_tasks).is_dir():
         raise PresetError(f"{preset.path}:pipeline.mined_tasks: no such folder "
                           f"{pipeline.mined_tasks!r} (a folder of task folders)")  # fmt: skip
+
+
+# A generated task folder takes ~48 KiB of disk (20 tasks: 976 KiB); a suite this machine
+# cannot even store is refused before a generator runs for ever.
+MIN_TASK_BYTES = 16 * 1024
+
+
+def _check_task_count(preset: Preset, workdir: str) -> None:
+    """`tasks.n_tasks` must fit on the disk of the workdir: at least MIN_TASK_BYTES each."""
+    import shutil
+
+    n_tasks = preset._build("tasks").n_tasks
+    where = Path(workdir).resolve()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    if n_tasks * MIN_TASK_BYTES > free:
+        raise PresetError(f"{preset.path}:tasks.n_tasks: {n_tasks} tasks need at least "
+                          f"{_size(n_tasks * MIN_TASK_BYTES)} ({MIN_TASK_BYTES >> 10} KiB "
+                          f"each); {where} has {_size(free)} free")  # fmt: skip
+
+
+def _size(n_bytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n_bytes < 1024 or unit == "PiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return f"{n_bytes} B"
 
 
 def _check_sampling_server(preset: Preset, pipeline) -> None:

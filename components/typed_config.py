@@ -47,6 +47,32 @@ def _strict(cls, seen: set) -> None:
 
 _ADAPTERS: dict = {}
 
+# The largest integer a config may hold: every count, size, step and seed ends up in a
+# machine integer (torch, numpy, file offsets); pydantic alone accepts any Python int.
+MAX_INT = 2**63 - 1
+
+
+def _check_int_range(values, where: str) -> None:
+    """Raise ConfigError naming a key (dotted, from `where`) whose integer is beyond
+    MAX_INT; `values` is a YAML/JSON mapping, nested mappings and lists included (each
+    container once: a YAML alias may name one twice, or inside itself)."""
+    pending, seen = [(where, values)], set()
+    while pending:
+        at, value = pending.pop()
+        if isinstance(value, dict | list | tuple):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+        if isinstance(value, dict):
+            pending += [(f"{at}.{k}", v) for k, v in value.items()]
+        elif isinstance(value, list | tuple):
+            pending += [(at, v) for v in value]
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            digits = len(str(abs(value)))  # YAML and JSON readers cap ints at 4300 digits
+            shown = str(value) if digits <= 40 else f"a {digits}-digit number"
+            raise ConfigError(f"{at}: {shown} is beyond what this machine can count "
+                              f"(at most {MAX_INT}, 2**63-1)")  # fmt: skip
+
 
 def _adapter(cls):
     if cls not in _ADAPTERS:
@@ -110,6 +136,7 @@ def config_from_dict(cls, values: dict | None, where: str = ""):
     where = where or cls.__name__
     if values is not None and not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {values!r}")
+    _check_int_range(values, where)
     try:
         # JSON mode: the shape YAML and JSON give (lists for tuples, mappings for nested
         # configs) is what strict validation accepts there.
