@@ -75,10 +75,21 @@ def cpu_accelerator_default() -> None:
     # Prefect's server phones home (telemetry) from its own database session: offline that
     # is a traceback in the run's log, and on a busy machine a "database is locked" one.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    mlflow_telemetry_default()
     # OpenMP threads that wait by sleeping, not spinning (read when torch loads): on a
     # loaded machine, or with more threads than free cores, spinning made a training step
     # ~3x slower than one thread (bench/results/threads-*.md); the work is split the same.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def mlflow_telemetry_default() -> None:
+    """MLflow's telemetry off unless the user opts in (MLFLOW_DISABLE_TELEMETRY=false): at
+    `import mlflow` MLflow 3.x starts a client that writes an installation id to
+    ~/.config/mlflow/telemetry.json and sends usage events. DO_NOT_TRACK, set to any true
+    value, wins (MLflow itself honours only the exact "true")."""
+    if os.environ.get("DO_NOT_TRACK", "").strip().lower() in ("1", "true", "yes", "on"):
+        os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def usage(group: str = "") -> str:
@@ -190,6 +201,15 @@ def one_line(error: BaseException) -> str:
     return text if len(text) <= 600 else text[:600] + " ..."
 
 
+def _error_lines(error: BaseException) -> list[str]:
+    """An expected error as printed: one line, or one per problem of a preflight."""
+    from components.cli_args import PreflightError
+
+    if isinstance(error, PreflightError):
+        return [one_line(ValueError(problem)) for problem in error.problems]
+    return [one_line(error)]
+
+
 def _save_traceback(error: BaseException) -> str:
     import tempfile
     import time
@@ -255,9 +275,9 @@ def _boundary(call, prog: str, debug: bool) -> int:
         if debug or (code is None and os.environ.get("AGENTRL_DEBUG")):
             raise
         if code is not None:
-            message = one_line(e)
-            print(message if message.startswith(prog.split()[0]) else f"{prog}: {message}",
-                  file=sys.stderr)  # fmt: skip
+            for message in _error_lines(e):
+                print(message if message.startswith(prog.split()[0]) else f"{prog}: {message}",
+                      file=sys.stderr)  # fmt: skip
             return code
         print(f"{prog}: internal error {type(e).__name__}: {one_line(e)} (traceback: "
               f"{_save_traceback(e)}; --debug shows it)", file=sys.stderr)  # fmt: skip

@@ -41,6 +41,9 @@ def tracking_uri() -> str:
 
 
 def _mlflow():
+    from components.cli import mlflow_telemetry_default
+
+    mlflow_telemetry_default()  # before MLflow's import starts its telemetry client
     import mlflow
 
     uri = tracking_uri()
@@ -327,6 +330,9 @@ def start_trainer_run(uri: str, experiment: str, run_name: str, params: dict):
     trainer logs its metrics on the module and ends the run."""
     if not uri:
         return None
+    from components.cli import mlflow_telemetry_default
+
+    mlflow_telemetry_default()  # before MLflow's import starts its telemetry client
     import mlflow
 
     mlflow.set_tracking_uri(uri)
