@@ -50,6 +50,7 @@ def preconditions(tags: dict) -> list[str]:
     """Why this checkout cannot reproduce the version ([] when it can)."""
     from components.preset import load_preset
     from components.promote.registry import current_git_commit
+    from flows.retrain_main import preflight
 
     problems = []
     head = current_git_commit()
@@ -57,13 +58,16 @@ def preconditions(tags: dict) -> list[str]:
         problems.append(f"code: registered at commit {tags['git_commit'][:12]}, this checkout "
                         f"is {head[:12]} (check that commit out first)")  # fmt: skip
     try:
-        found = load_preset(tags["preset"]).config_hash()
+        run_preset = load_preset(tags["preset"])
+        found = run_preset.config_hash()
     except Exception as e:  # noqa: BLE001 - any unreadable preset is a reason to stop
         problems.append(f"preset: {e}")
     else:
         if found != tags["config_hash"]:
             problems.append(f"preset: {tags['preset']} has config hash {found}, the version "
                             f"was trained with {tags['config_hash']}")  # fmt: skip
+        # what the preset names outside itself, before the data checkout writes anything
+        problems += [f"preflight: {p}" for p in preflight(run_preset)]
     return problems
 
 
@@ -103,17 +107,35 @@ def reproduce(version: str, preset: str | None = None) -> dict:
     own preset, in its own work folder: paths are part of what stages record (a dataset
     keeps the name of the file it was ingested from), so the rerun writes where the original
     did, with the original's folder moved aside and put back afterwards; the rerun's
-    artefacts end in runs/reproduce-vN."""
-    from components.preset import load_preset
-    from flows.retrain import retrain
-
+    artefacts end in runs/reproduce-vN. From the data checkout to the folder's return it
+    holds the workdir's and data repository's locks: a pipeline running there refuses it
+    (WorkdirInUse), and it refuses a pipeline started meanwhile."""
     tags = lineage_of(version, preset)
     problems = preconditions(tags)
-    if not problems:
-        problems = [p for p in [checkout_data(tags["data_version"], tags["preset"])] if p]
     if problems:
         return {"verdict": "cannot reproduce", "version": str(version), "problems": problems}
-    original = Path(load_preset(tags["preset"]).section("pipeline").workdir)
+    return reproduce_locked(version, tags)
+
+
+def reproduce_locked(version: str, tags: dict) -> dict:
+    """Under the locks of the version's workdir and data repository (WorkdirInUse, naming
+    the run that holds one, before anything is touched): its data checked out, the rerun."""
+    from components.preset import load_preset
+    from components.workdir_lock import pipeline_locks
+
+    run_preset = load_preset(tags["preset"])
+    with pipeline_locks(run_preset, f"agentrl reproduce {version}"):
+        problem = checkout_data(tags["data_version"], tags["preset"])
+        if problem:
+            return {"verdict": "cannot reproduce", "version": str(version), "problems": [problem]}
+        return rerun(version, tags, Path(run_preset.section("pipeline").workdir))
+
+
+def rerun(version: str, tags: dict, original: Path) -> dict:
+    """The retrain flow on the version's preset in `original` (its workdir; the folder
+    there moved aside and put back), compared with the version's fingerprints."""
+    from flows.retrain import retrain
+
     aside = original.with_name(f"{original.name}.before-reproduce-v{version}")
     done = Path(f"runs/reproduce-v{version}")
     for folder in (aside, done):

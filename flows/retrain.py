@@ -220,11 +220,22 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
     """`launcher_mode` ('' = the preset's `launcher.mode`, else in-process) overrides where
     the stages run; the rest of the preset's `launcher` section applies in every mode.
     `request_promotion=False` with `reproduction_of` {version, run_id} is how flows/reproduce.py
-    reruns a version: every stage reruns (no cache), nothing is registered."""
+    reruns a version: every stage reruns (no cache), nothing is registered. The run holds
+    its workdir's and data repository's locks (components/workdir_lock.py; free when its
+    command line already holds them)."""
     from components.preset import load_preset, validate_preset
+    from components.workdir_lock import pipeline_locks
 
     p = load_preset(preset)
     validate_preset(p)
+    with pipeline_locks(p, f"retrain flow {p.path}"):
+        return run_pipeline(p, wait_for_approval, launcher_mode, request_promotion,
+                            reproduction_of)  # fmt: skip
+
+
+def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
+                 request_promotion: bool, reproduction_of: dict | None) -> dict:  # fmt: skip
+    """The retrain flow's body (its arguments, the preset loaded and checked)."""
     pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
     tags = {"preset": p.name, "config_hash": p.config_hash(),

@@ -3,6 +3,10 @@ then run the flow (flows/retrain.py).
 
 1. The arguments and the whole preset are validated before anything else (Prefect takes
    seconds to import): a bad preset is one line, exit 2, and nothing is started or written.
+   So is what the preset names outside itself (`preflight` here: its
+   checkpoints, the vLLM virtualenv, a GPU, cluster access): one line per missing thing.
+   Then the run takes its workdir's and data repository's locks
+   (components/workdir_lock.py): a run already using either is named, exit 2.
 2. Prefect's API server is started here, as a local subprocess on a free port (the same
    server Prefect would start as its temporary one), waited for with the preset's
    `runtime.startup_timeout_s`, retried once, its URL printed and its output in
@@ -60,6 +64,98 @@ def check(argv: list[str] | None):
     except ConfigError as e:
         raise PresetError(f"{preset.path}:{e}") from None
     return args, preset
+
+
+def preflight(preset, launcher_mode: str = "", gpu: bool | None = None) -> list[str]:
+    """What the preset names outside itself that this machine lacks, one line each ([] when
+    all is there), for a run to check before its first stage (before Prefect starts and
+    anything is written): with stages on this machine, the checkpoints and the vLLM
+    virtualenv it names and a GPU for a GPU dtype (`gpu`: None = look for an NVIDIA device);
+    with stages on Kubernetes (their paths are on the cluster's volume), the kube config and
+    the namespace."""
+    from components.launch.config import launcher_config_from_dict
+    from components.preset import DEFAULT_PRESET
+
+    settings = {**preset.raw("launcher"), **({"mode": launcher_mode} if launcher_mode else {})}
+    launcher = launcher_config_from_dict(settings)
+    if launcher.mode == "kubernetes":
+        return _cluster_problems(preset.path, launcher)
+    problems = _missing_paths(preset)
+    policy = preset.section("policy")
+    has_gpu = Path("/dev/nvidiactl").exists() if gpu is None else gpu
+    if policy.dtype != "float32" and not has_gpu:
+        problems.append(f"{preset.path}:policy.dtype: {policy.dtype} is for a GPU and this "
+                        "machine has none (no NVIDIA device); a CPU preset such as "
+                        f"{DEFAULT_PRESET} runs here")  # fmt: skip
+    return problems
+
+
+def _missing_paths(preset) -> list[str]:
+    """The checkpoints, tokenizer and vLLM virtualenv the run would read, where missing."""
+    policy, pipeline = preset.section("policy"), preset.section("pipeline")
+    checkpoints = [("policy.pretrained_path", policy.pretrained_path,
+                    " (`agentrl policy fetch NAME --out PATH` gets one)")]  # fmt: skip
+    if "dpo" in pipeline.algorithms:
+        checkpoints.append(("dpo.reference_path", preset.section("dpo").reference_path, ""))
+    problems = []
+    for key, value, hint in checkpoints:
+        if value and not (Path(value) / "config.json").is_file():
+            what = "not a checkpoint (no config.json)" if Path(value).is_dir() else "no such folder"
+            problems.append(f"{preset.path}:{key}: {value}: {what}{hint}")
+    if policy.tokenizer_path and not Path(policy.tokenizer_path).exists():
+        problems.append(f"{preset.path}:policy.tokenizer_path: no such file or folder "
+                        f"{policy.tokenizer_path}")  # fmt: skip
+    if preset.section("rollout").server == "vllm" and "grpo" in pipeline.algorithms:
+        from components.serve.vllm_launcher import vllm_available
+
+        if reason := vllm_available():
+            problems.append(f"{preset.path}:rollout.server: {reason}")
+    return problems
+
+
+def _cluster_problems(at: str, launcher) -> list[str]:
+    """The kube config the launcher would use, and its namespace, as a Job's start needs
+    them (components/launch/launcher.py `kube_api_client`): [] when both answer."""
+    if not launcher.api_url and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configs = os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)
+        if not any(Path(c).expanduser().is_file() for c in configs if c):
+            return [f"{at}:launcher: mode kubernetes needs cluster access: no kube config "
+                    f"({os.pathsep.join(configs)}), no launcher.api_url, not in a pod"]  # fmt: skip
+    from components.launch.launcher import kube_api_client
+
+    try:
+        api = kube_api_client(launcher)
+    except Exception as e:  # any unusable config (ConfigException, a bad file) is one line
+        return [f"{at}:launcher: mode kubernetes: the kube config is unusable: "
+                f"{' '.join(str(e).split())[:300]}"]  # fmt: skip
+    return _namespace_problems(at, api, launcher.namespace)
+
+
+def _namespace_problems(at: str, api, namespace: str) -> list[str]:
+    from kubernetes import client
+
+    try:
+        client.CoreV1Api(api).read_namespace(namespace, _request_timeout=(5, 10))
+    except client.ApiException as e:
+        if e.status == 404:
+            return [f"{at}:launcher.namespace: no namespace {namespace!r} on the cluster at "
+                    f"{api.configuration.host}"]  # fmt: skip
+        if e.status == 401:
+            return [f"{at}:launcher: the cluster at {api.configuration.host} refused the kube "
+                    "config's credentials (401)"]  # fmt: skip
+        return []  # 403: allowed to run Jobs but not to read namespaces; the Job will tell
+    except Exception as e:  # unreachable, refused, TLS: one line
+        return [f"{at}:launcher: cannot reach the cluster at {api.configuration.host}: "
+                f"{type(e).__name__}"]  # fmt: skip
+    return []
+
+
+def check_preflight(preset, launcher_mode: str = "") -> None:
+    """Raise PreflightError (one line per missing thing, exit 2) unless `preflight` is []."""
+    from components.cli_args import PreflightError
+
+    if problems := preflight(preset, launcher_mode):
+        raise PreflightError(problems)
 
 
 def _free_port() -> int:
@@ -125,10 +221,12 @@ class RunScope:
 
     def _on_signal(self, signum, frame) -> None:
         from components.runtime import begin_stopping
+        from components.workdir_lock import release_all
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up
         begin_stopping()
+        release_all()  # os._exit skips the locks' release: the next run finds them free
         gone = self.close(stopping=True)
         name = "interrupted" if signum == signal.SIGINT else "terminated"
         removed = f"removed {self.tmp}" if gone else f"could not remove {self.tmp}"
@@ -162,11 +260,21 @@ class RunScope:
 
 def run(argv: list[str] | None) -> int:
     from components.cli import cpu_accelerator_default
+    from components.workdir_lock import pipeline_locks
 
     cpu_accelerator_default()
     args, preset = check(argv)
+    check_preflight(preset, args.launcher)  # what the preset names outside itself
     budget = preset.section("runtime").startup_timeout_s
     wait_for_external_services(budget)
+    # the workdir and data/ are this run's until it ends: another run is refused at once
+    with pipeline_locks(preset, " ".join([PROG, *(argv or [])])):
+        return run_flow(args, preset, budget)
+
+
+def run_flow(args: argparse.Namespace, preset, budget: float) -> int:
+    """Prefect's server (unless one is named), the flow, its summary; the run's scope
+    undone whatever happens."""
     scope = RunScope()
     try:
         if not os.environ.get("PREFECT_API_URL"):

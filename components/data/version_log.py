@@ -74,7 +74,17 @@ def _journal(cfg: VersioningConfig) -> Path:
 @contextlib.contextmanager
 def writing(cfg: VersioningConfig):
     """Hold data/ exclusively (and every dataset inside it that has a lock file: a writer
-    that started before data/'s lock file existed), after finishing an interrupted write."""
+    that started before data/'s lock file existed), after finishing an interrupted write.
+    First the data repository's lock (components/workdir_lock.py): a run that holds it
+    (a pipeline, a reproduction) refuses this at once instead of being waited for."""
+    from components.workdir_lock import data_repository_lock
+
+    with data_repository_lock(cfg), _data_locks(cfg) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def _data_locks(cfg: VersioningConfig):
     data = data_paths(cfg)[1]
     suffix = f"{MARK}lock"
     inner = sorted(data.rglob(f".*{suffix}")) if data.is_dir() else []
