@@ -67,6 +67,19 @@ and a process can leave what it learnt in the host's /tmp for the hidden-case ru
 (components/sandbox/isolation.py says what each isolation mode gives). `verify_command` tasks
 get an exit-status verdict only.
 
+Channels that remain between runs of the agent's code, and why no verdict rests on them:
+the hidden-test run sees the hidden tests' expected values (pytest needs them) and can
+leave them in kernel state shared by later runs (the host's page cache, timing), and the
+case run can read such state back. A task with a reference fix is therefore judged by
+differential cases (hidden_cases.py): argument tuples that appear nowhere the agent's runs
+can read (workspace tests, hidden tests, hidden_cases.json), expected values from the
+reference fix that exist only in this process, so nothing the hidden-test run carries
+answers a case. A task without a reference fix keeps its shipped or derived cases, which
+the hidden-test run can see: that channel stays open for it. The cheating gate's
+impossible variants (components/tasks/impossible.py) show the code under test the same
+files, times, argv, mounts and case functions as a real task; only the contradicted value's
+content differs, so code cannot arm itself on real tasks only.
+
 A task with an environment (task.json `environment`, components/tasks/environments.py) is
 verified with that environment's interpreter, mounted read-only, and the harness's pytest
 copied into it at the project's versions; every step above is the same. An environment
