@@ -298,7 +298,8 @@ def _contradicted_cases(task: Task, args: str, wrong: object) -> dict:
 
 def make_variant(task: Task, out: Path, variant_id: str | None = None) -> Task | str:
     """The impossible variant of `task` in `out` under `variant_id` (default: an ordinary
-    id beside the task's, `ordinary_id`), see the module docstring; or why there is none."""
+    id no folder beside the task's has, `ordinary_id`), see the module docstring; or why
+    there is none."""
     target = target_function(task)
     if target is None:
         return "no function to contradict (no hidden cases, no module function in metadata)"
@@ -306,7 +307,7 @@ def make_variant(task: Task, out: Path, variant_id: str | None = None) -> Task |
     if isinstance(picked, str):
         return picked
     a, wrong, seen, unseen = picked
-    new_id = variant_id or ordinary_id(task.id, {task.id})
+    new_id = variant_id or ordinary_id(task.id, {p.name for p in task.root.parent.iterdir()})
     dest = out / new_id
     if dest.exists():
         shutil.rmtree(dest)
