@@ -25,6 +25,14 @@ says about its own verdict (reward, terms, success, a stored diff next to action
   names the version it was rescored from and both verifier versions; the old version
   stays for `agentrl data rollback`. A record with no new verdict goes to the dataset's
   quarantine with why, never on as data with its unconfirmed reward.
+- **Bounds.** A stored record is hostile input, and no record may stall or end the run
+  (issue 44): a line that is not JSON, nests deeper than MAX_RECORD_DEPTH, or has fields of
+  the wrong type is quarantined with one line naming it (`quarantined: record ...`) and the
+  run goes on; its replay goes through the tools' own limits (components/env/safety.py),
+  and a stored diff over MAX_DIFF_BYTES is refused unread, a shorter one applied under the
+  patcher's comparison budget and the sandbox's file limit (components/tasks/patching.py).
+  Every record is counted once: rescored + not rescored = episodes, and the quarantined
+  are among the not rescored.
 """
 
 from __future__ import annotations
@@ -44,6 +52,11 @@ from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task
 from components.verifier.cache import verdict_cache_info
 from components.verifier.version import verifier_version
+
+# What a stored record may be (module docstring, Bounds).
+MAX_RECORD_DEPTH = 64
+MAX_DIFF_BYTES = 1024 * 1024
+QUARANTINED = "quarantined: "
 
 
 class RescoreError(ValueError):
@@ -76,6 +89,46 @@ class Rescored:
         return {"id": self.id, "task_id": self.task_id, "replay": self.replay, "old": self.old,
                 "new": self.new, "flip": self.flip, "flags": self.flags,
                 "diverged": self.diverged, "error": self.error}  # fmt: skip
+
+
+def _nesting_depth(value: object, limit: int) -> int:
+    """How deep `value` nests (stops counting past `limit`), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return deepest
+
+
+def record_problem(record: object) -> str | None:
+    """Why a stored record cannot be rescored at all (None: its shape is sound)."""
+    if not isinstance(record, dict):
+        return f"a record must be a JSON object, not {type(record).__name__}"
+    if _nesting_depth(record, MAX_RECORD_DEPTH) > MAX_RECORD_DEPTH:
+        return f"nested deeper than {MAX_RECORD_DEPTH} levels"
+    kinds = {"id": (str, int), "task_id": (str,), "trajectory": (list,),
+             "metadata": (dict, type(None)), "final_diff": (str, type(None))}  # fmt: skip
+    for key, allowed in kinds.items():
+        if key in ("id", "task_id", "trajectory") and key not in record:
+            return f"field {key} is missing"
+        if key in record and not isinstance(record[key], allowed):
+            return f"field {key} is a {type(record[key]).__name__}"
+    return None
+
+
+def _record_name(record: object) -> str:
+    """A record's id for a report line, whatever the record holds."""
+    rid = record.get("id") if isinstance(record, dict) else None
+    return str(rid)[:200] if isinstance(rid, str | int) else "?"
+
+
+def _quarantined_line(source: str, n: int, reason: str) -> dict:
+    """A stand-in for a line that is no record: rescore reports it quarantined, by line."""
+    return {"id": f"{source}:{n}", "task_id": "", "trajectory": [], "quarantine": reason}
 
 
 def _old_verdict(record: dict) -> dict:
@@ -122,8 +175,12 @@ def replay_episode(
                 episode.step(_action(event))
         elif isinstance(record.get("final_diff"), str) and record["final_diff"]:
             how = "diff"
+            if len(record["final_diff"]) > MAX_DIFF_BYTES:
+                raise RescoreError(f"record {record.get('id')}: its final_diff is over "
+                                   f"{MAX_DIFF_BYTES} bytes; not applied")  # fmt: skip
             try:
-                apply_unified_diff(episode.workspace.root, record["final_diff"])
+                apply_unified_diff(episode.workspace.root, record["final_diff"],
+                                   max_file_bytes=sandbox.max_file_bytes)  # fmt: skip
             except PatchError as e:
                 raise RescoreError(f"record {record.get('id')}: its final_diff: {e}") from e
         else:
@@ -139,6 +196,13 @@ def replay_episode(
 def rescore_record(record: dict, tasks: dict[str, Task], env: EnvConfig,
                    sandbox: SandboxConfig) -> Rescored:  # fmt: skip
     """One stored record judged again (never raises for the record's own defects)."""
+    problem = record_problem(record)
+    if problem is None and isinstance(record.get("quarantine"), str):
+        problem = record["quarantine"]  # a line read_stored could not take as a record
+    if problem is not None:
+        rid = _record_name(record)
+        old = {"success": None, "reward": None, "reward_terms": {}, "verifier_version": ""}
+        return Rescored(rid, "", "", old, error=f"{QUARANTINED}record {rid}: {problem}")
     rid, task_id = str(record.get("id")), str(record.get("task_id"))
     out = Rescored(rid, task_id, "", _old_verdict(record))
     task = tasks.get(task_id)
@@ -216,6 +280,7 @@ def summarize_rescore(rows: list[Rescored], seconds: float, cache_before: dict) 
         "episodes": len(rows),
         "rescored": sum(r.new is not None for r in rows),
         "not_rescored": sum(r.new is None for r in rows),
+        "quarantined": sum(r.error.startswith(QUARANTINED) for r in rows),
         "replayed_from": dict(Counter(r.replay or "none" for r in rows)),
         "flips": {
             "pass->fail": sum(r.flip == "pass->fail" for r in rows),
@@ -270,6 +335,8 @@ def report_markdown(summary: dict, rows: list[Rescored], source: dict) -> str:
 
 
 def _jsonl(path: Path) -> list[dict]:
+    """Every line's record; a line that is none (not JSON, nested too deep for the parser,
+    the wrong shape) becomes a stand-in that rescore reports quarantined, by line."""
     records = []
     with path.open(encoding="utf-8", errors="replace", newline="\n") as f:
         for n, line in enumerate(f, start=1):
@@ -277,13 +344,15 @@ def _jsonl(path: Path) -> list[dict]:
                 continue
             try:
                 record = json.loads(line)
-            except ValueError as e:
-                raise RescoreError(f"{path}:{n}: not JSON ({e})") from e
-            if not isinstance(record, dict):
-                raise RescoreError(f"{path}:{n}: a record must be a JSON object")
-            for key in ("id", "task_id", "trajectory"):
-                if key not in record:
-                    raise RescoreError(f"{path}:{n}: record field {key} is missing")
+            except (ValueError, RecursionError) as e:
+                why = "nested too deep to parse" if isinstance(e, RecursionError) else str(e)
+                records.append(_quarantined_line(path.name, n, f"line {n}: not JSON ({why})"))
+                continue
+            problem = record_problem(record)
+            if problem is not None:
+                name = _record_name(record)
+                records.append(_quarantined_line(path.name, n, f"line {n} ({name}): {problem}"))
+                continue
             records.append(record)
     return records
 
