@@ -236,6 +236,8 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
 def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
                  request_promotion: bool, reproduction_of: dict | None) -> dict:  # fmt: skip
     """The retrain flow's body (its arguments, the preset loaded and checked)."""
+    from components.workdir_lock import TOKEN_ENV, run_token
+
     pipe = p.section("pipeline")
     launcher = launcher_settings(p, launcher_mode)
     tags = {"preset": p.name, "config_hash": p.config_hash(),
@@ -250,8 +252,11 @@ def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
     # Stage command lines use paths relative to this folder: a stage runs in it (a Job's
     # workingDir, which must then be on the volume shared with this flow's pod), and its
     # Job is labelled with this run (agentrl/run-id), unless the preset says otherwise.
+    # Stages carry the run's token: a Job writes into the workdir and data/ this run holds
+    # (components/workdir_lock.py; a subprocess inherits it, a Job's pod gets it here).
+    env = {**launcher.get("env", {}), TOKEN_ENV: run_token()}
     run = Run(p, Path(pipe.workdir), parent,
-              {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher},
+              {"run_id": parent, "cwd": str(Path.cwd().resolve()), **launcher, "env": env},
               refresh=reproduction_of is not None)  # fmt: skip
     status, data_version, candidate, fingerprints = "FAILED", "", "", {}
     evaluation = safety = promotion = StageOutput({})
