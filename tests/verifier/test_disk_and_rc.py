@@ -69,11 +69,13 @@ def small_host_tmp(tmp_path, monkeypatch):
     host = tmp_path / "host-tmp"
     host.mkdir()
     assert load_libc().mount(b"tmpfs", os.fsencode(host), b"tmpfs", 0, b"size=24m") == 0
-    monkeypatch.setattr(tempfile, "tempdir", str(host))
-    monkeypatch.setattr(snapshot, "WORK_AREA_BYTES", 40 << 20, raising=False)
-    yield host
-    monkeypatch.undo()
-    load_libc().umount2(os.fsencode(host), MNT_DETACH)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(host))
+        monkeypatch.setattr(snapshot, "WORK_AREA_BYTES", 40 << 20, raising=False)
+        yield host
+    finally:
+        monkeypatch.undo()
+        load_libc().umount2(os.fsencode(host), MNT_DETACH)  # never left behind
 
 
 def free_bytes(path: Path) -> int:
