@@ -68,6 +68,15 @@ class RolloutConfig:
         default=600.0,
         metadata=doc("wall-clock budget of one episode; exceeding it ends it as 'time_limit'"),
     )
+    step_timeout_s: float = field(
+        default=300.0,
+        metadata=doc(
+            "wall-clock bound of one episode step (its tool call), longer than any tool's own "
+            "limit (a command's sandbox wall time is 60 s by default); a step still running "
+            "after it ends that episode as the agent's 'time_limit' with a resource_limit "
+            "flag, verified as it stands; the batch goes on"
+        ),
+    )
     batch_size: int = field(
         default=8, metadata=doc("episodes advanced together (one generate call per turn)")
     )
@@ -131,8 +140,10 @@ class RolloutConfig:
                      "samples_per_task", "workers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"RolloutConfig.{name} must be >= 1")
-        if self.max_wall_s <= 0 or self.request_timeout_s <= 0:
-            raise ValueError("RolloutConfig: max_wall_s and request_timeout_s must be positive")
+        if self.max_wall_s <= 0 or self.request_timeout_s <= 0 or self.step_timeout_s <= 0:
+            raise ValueError(
+                "RolloutConfig: max_wall_s, request_timeout_s and step_timeout_s must be positive"
+            )
         if self.constrain_fix_ids and self.backend != "transformers":
             raise ValueError(
                 "RolloutConfig.constrain_fix_ids needs the transformers backend (a vLLM server "

@@ -34,14 +34,27 @@ harness error aborts the episode (`EpisodeEnv.abort`): an infra failure (status
 "infra_failure", reward None), kept in the output and flagged so group statistics can
 leave it out.
 
+A step is bounded in time (`RolloutConfig.step_timeout_s`, issue 44): a tool call still
+running when its turn's deadline passes ends that episode only, as the agent's doing: a
+`resource_limit` flag saying so (penalized like a command the sandbox killed), end reason
+"time_limit", and the tree verified as it stands, as for any episode out of time; never an
+infra failure, and the batch goes on. A thread cannot be killed, so the stuck call is left
+to finish in the background: the tool pool is replaced, and verification runs in a pool of
+its own, so neither waits on it. The deadline needs the stuck call to release the GIL
+(waiting on a sandboxed process, I/O); the monitor's and tools' own bounds (RE2 patterns,
+argument and patch limits) are what keep a call from holding it.
+
 torch / transformers are imported inside functions: the CLI imports this module.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from components.env.config import EnvConfig
@@ -311,6 +324,7 @@ class _Live:
     mask: list[int]
     logprobs: list[float]
     policy_versions: list[str] = field(default_factory=list)
+    stuck: bool = False  # a step outlived step_timeout_s: the episode ended as the agent's
 
 
 def _encode_context(tokenizer, pieces: Sequence[str]) -> list[int]:
@@ -357,8 +371,20 @@ def _step(live: _Live, action: Action, completion: Completion, text: str, prompt
         return live.env.step(action, token_ids=completion.token_ids, logprobs=completion.logprobs,
                              completion=text, prompt_tokens=prompt_tokens)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a tool crash is a harness fault, not the policy's
-        live.env.abort(f"tool execution failed: {exc!r}")
+        if not live.stuck:  # a call that outlived its deadline was already judged the agent's
+            live.env.abort(f"tool execution failed: {exc!r}")
         return None
+
+
+def _end_stuck(live: _Live, timeout_s: float) -> None:
+    """A step outlived its deadline: the episode ends as the agent's, recorded (module doc)."""
+    live.stuck = True
+    live.env.safety_flags.append({
+        "step": live.env.steps, "category": "resource_limit",
+        "reason": f"a tool call ran past the rollout's step limit of {timeout_s:g} s; the "
+                  "episode was ended",
+    })  # fmt: skip
+    live.env.stop("time_limit")
 
 
 def _generate_turn(
@@ -379,11 +405,13 @@ def _generate_turn(
 
 def _advance(
     live: list[_Live], completions: list[Completion], tokenizer, pool: ThreadPoolExecutor,
-    limit: int,
-) -> None:  # fmt: skip
+    limit: int, config: RolloutConfig,
+) -> bool:  # fmt: skip
     """Append each sampled turn (mask 1), step the episodes in the pool (tool execution),
     then append each environment turn as context (mask 0), or stop the episode when the
-    next turn would not fit: it needs room for the context and one sampled token."""
+    next turn would not fit: it needs room for the context and one sampled token. A step
+    past the turn's deadline (step_timeout_s per round of the pool's workers) ends its
+    episode (`_end_stuck`); returns whether one did (the pool then holds a stuck thread)."""
     eos = end_of_turn_id(tokenizer)
     stepping = []
     for ep, c in zip(live, completions, strict=True):
@@ -398,8 +426,15 @@ def _advance(
         text = tokenizer.decode(c.token_ids, skip_special_tokens=False)
         action = parse_tool_call(text, chat_format(tokenizer))
         stepping.append((ep, c, pool.submit(_step, ep, action, c, text, prompt_tokens)))
+    rounds = math.ceil(len(stepping) / config.workers) if stepping else 0
+    deadline, stuck = time.monotonic() + rounds * config.step_timeout_s, False
     for ep, c, fut in stepping:
-        event = fut.result()
+        try:
+            event = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            _end_stuck(ep, config.step_timeout_s)
+            stuck = True
+            continue
         if ep.env.done:
             continue
         closed = bool(c.token_ids) and c.token_ids[-1] == eos
@@ -410,6 +445,7 @@ def _advance(
         ep.ids += context_ids
         ep.mask += [0] * len(context_ids)
         ep.logprobs += [0.0] * len(context_ids)
+    return stuck
 
 
 def sample_episodes(
@@ -440,25 +476,34 @@ def sample_episodes(
     queue = deque((task, k) for task in tasks for k in range(config.samples_per_task))
     live: list[_Live] = []
     finishing: list[Future] = []
-    with ThreadPoolExecutor(max_workers=config.workers) as pool:
-        while queue or live:
-            while queue and len(live) < config.batch_size:
-                task, k = queue.popleft()
-                # No try: a workspace that cannot be created is a broken harness, not data.
-                ep = _start(task, k, tokenizer, config, env_config, sandbox_config, policy_name)
-                if len(ep.ids) >= limit:  # the task alone fills the budget
-                    ep.env.stop("token_limit")
-                    finishing.append(pool.submit(_finish, ep))
-                else:
-                    live.append(ep)
-            if not live:
-                continue
-            completions = _generate_turn(generate, live, config, limit, config.seed)
-            _advance(live, completions, tokenizer, pool, limit)
-            # Finished episodes are verified in the pool while the others keep sampling.
-            finishing += [pool.submit(_finish, ep) for ep in live if ep.env.done]
-            live = [ep for ep in live if not ep.env.done]
-        rollouts = [f.result() for f in finishing]
+    # Tool steps and verification in pools of their own: a stuck step (module docstring)
+    # leaves its tool pool behind, never the verification of any episode.
+    tools = ThreadPoolExecutor(max_workers=config.workers)
+    with ThreadPoolExecutor(max_workers=config.workers) as verifying:
+        try:
+            while queue or live:
+                while queue and len(live) < config.batch_size:
+                    task, k = queue.popleft()
+                    # No try: a workspace that cannot be created is a broken harness, not data.
+                    ep = _start(task, k, tokenizer, config, env_config, sandbox_config,
+                                policy_name)  # fmt: skip
+                    if len(ep.ids) >= limit:  # the task alone fills the budget
+                        ep.env.stop("token_limit")
+                        finishing.append(verifying.submit(_finish, ep))
+                    else:
+                        live.append(ep)
+                if not live:
+                    continue
+                completions = _generate_turn(generate, live, config, limit, config.seed)
+                if _advance(live, completions, tokenizer, tools, limit, config):
+                    tools.shutdown(wait=False)  # its stuck thread finishes on its own
+                    tools = ThreadPoolExecutor(max_workers=config.workers)
+                # Finished episodes are verified while the others keep sampling.
+                finishing += [verifying.submit(_finish, ep) for ep in live if ep.env.done]
+                live = [ep for ep in live if not ep.env.done]
+            rollouts = [f.result() for f in finishing]
+        finally:
+            tools.shutdown(wait=False)
     order = {task.id: i for i, task in enumerate(tasks)}
     return sorted(rollouts, key=lambda r: (order[r.group_id], r.sample_index))
 
