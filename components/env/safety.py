@@ -24,14 +24,11 @@ edited text mentions pytest settings; adding sys.exit / os._exit / pytest.skip a
 (not only in tests) counts as tampering, since it can end a test run early with success.
 The vocabularies and lexical helpers it reads are in components/env/safety_patterns.py.
 
-It runs in the driver's process (the rollout engine's tool threads), so no call may stall it:
-every pattern is RE2 (linear time), a call whose arguments are over MAX_ARGUMENT_BYTES of
-JSON (or nested deeper than MAX_ARGUMENT_DEPTH) is refused unread as a `resource_limit`
-(recorded and penalized like a command the sandbox had to kill: the agent's doing), and a
-command line is tokenized (shlex: quadratic in a token's length) at most MAX_COMMAND_CHARS
-at a time: a longer text (a literal in edited code; run_command refuses such a command before
-it runs) is read in windows of that size overlapping by half, so any command spelled in
-under MAX_COMMAND_CHARS // 2 characters is read whole, wherever the padding around it is.
+It runs in the driver's process, so no call may stall it: every pattern is RE2, arguments
+over MAX_ARGUMENT_BYTES of JSON (or MAX_ARGUMENT_DEPTH levels) are refused unread as a
+`resource_limit` (penalized like a command the sandbox killed), and shlex (quadratic in a
+token) reads at most MAX_COMMAND_CHARS at once: a longer text (a literal in edited code)
+is read in windows overlapping by half, so a command under half that is read whole.
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ class SafetyVerdict:
 
 ALLOWED = SafetyVerdict(True, None, "ok")
 
-# What the monitor reads of one call (module docstring): the JSON size and depth of its
-# arguments, and the characters of command line tokenized at once.
+# What the monitor reads of one call (module docstring).
 MAX_ARGUMENT_BYTES = 256 * 1024
 MAX_ARGUMENT_DEPTH = 32
 MAX_COMMAND_CHARS = 64 * 1024
@@ -100,28 +96,24 @@ def judge(
 
 
 def oversized_arguments(arguments: object) -> str | None:
-    """Why a call's arguments are too big to read (None: within MAX_ARGUMENT_BYTES of JSON
-    and MAX_ARGUMENT_DEPTH levels). Measured without recursion and stopped at the limit, so
-    the measure itself is bounded."""
+    """Why a call's arguments are too big to read (None: within the limits); measured
+    without recursion, each container's size counted before its items are, so the
+    measure stops at the limit."""
     size, stack = 0, [(arguments, 1)]
-    while stack:
+    while stack and size <= MAX_ARGUMENT_BYTES:
         value, depth = stack.pop()
         if depth > MAX_ARGUMENT_DEPTH:
-            return (f"tool arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels; refused "
-                    "unread")  # fmt: skip
-        if isinstance(value, str):
-            size += len(value.encode("utf-8", "surrogatepass")) + 2
-        elif isinstance(value, dict):
-            size += 2 + sum(len(str(k)) + 4 for k in value)
-            stack += [(v, depth + 1) for v in value.values()]
-        elif isinstance(value, list | tuple):
+            return f"tool arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels; refused unread"
+        if isinstance(value, dict):
+            size += 2 + 4 * len(value) + sum(len(str(k)) for k in value)
+            value = list(value.values())
+        if isinstance(value, list | tuple):
             size += 2 + len(value)
-            stack += [(v, depth + 1) for v in value]
+            stack += [(v, depth + 1) for v in value] if size <= MAX_ARGUMENT_BYTES else []
         else:
-            size += 8
-        if size > MAX_ARGUMENT_BYTES:
-            return (f"tool arguments of more than {MAX_ARGUMENT_BYTES} bytes of JSON (the "
-                    "limit of one call); refused unread")  # fmt: skip
+            size += len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 8
+    if size > MAX_ARGUMENT_BYTES:
+        return f"tool arguments over {MAX_ARGUMENT_BYTES} bytes of JSON (one call's limit); refused unread"
     return None
 
 

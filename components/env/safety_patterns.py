@@ -1,13 +1,8 @@
 """The safety monitor's vocabularies and lexical helpers (components/env/safety.py): the
 programs, files, names and code patterns each category matches, and how a command line, a
-path or a patch header is read.
-
-Every pattern is compiled with RE2 (`google-re2`): matching takes time linear in the text,
-whatever the text, so no model turn can stall the driver by backtracking (issue 44: a
-400-character `''.join([` turn took 21 s of CPU). RE2 has no backreferences or lookaround;
-where a vocabulary needs one, a small function does the rest in Python (`literals`,
-`tamper_hits`, `dumps_environment`, `has_fork_bomb`). What the monitor reads is bounded
-too (components/env/safety.py: MAX_ARGUMENT_BYTES, MAX_COMMAND_CHARS)."""
+path or a patch header is read. Every pattern is RE2 (linear in the text: no turn stalls
+the driver by backtracking, issue 44); what needs a backreference or lookaround is done by
+a small function (`literals`, `tamper_hits`, `dumps_environment`, `has_fork_bomb`)."""
 
 from __future__ import annotations
 
@@ -144,6 +139,8 @@ PY_ENV_KEY = re.compile(
 SHELL_FORK_BOMB = re.compile(r":\s*\(\s*\)\s*\{.*:\s*\|\s*:.*&.*\}")
 # name(){ a|b& : a fork bomb when a and b are the name (`has_fork_bomb`: no backreferences).
 SHELL_SELF_PIPE = re.compile(r"\b(\w+)\s*\(\s*\)\s*\{\s*(\w+)\s*\|\s*(\w+)\s*&")
+DOLLAR_COMMAND = re.compile(r"\$\(([^)\n]*)\)")
+BACKTICK_COMMAND = re.compile(r"`([^`\n]*)`")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 DURATION_WORD = re.compile(r"^\d+[smhd]?$")
 PY_LIST_DISPLAY = re.compile(r"\[([^\[\]]*)\]")  # subprocess.run([...])
@@ -229,38 +226,10 @@ def dumps_environment(code: str) -> bool:
 
 
 def substitutions(word: str) -> list[str]:
-    """The commands a shell word runs by $(...) and `...`: each up to its first closing
-    ")" or backquote on the same line. A plain scan, linear in the word: as a pattern, an
-    unclosed $( kept every later match waiting for the end of the text."""
-    out: list[str] = []
-    found: dict[str, int] = {}  # the last find of each character: reused while ahead
-
-    def next_of(char: str, start: int) -> int:
-        at = found.get(char, start)
-        if at != -1 and at < start:
-            at = word.find(char, start)
-            found[char] = at
-        elif char not in found:
-            at = found[char] = word.find(char, start)
-        return at
-
-    i = 0
-    while True:
-        dollar, tick = next_of("$", i), next_of("`", i)
-        starts = [p for p in (dollar, tick) if p != -1]
-        if not starts:
-            return out
-        p = min(starts)
-        opener, closer = ("$(", ")") if p == dollar else ("`", "`")
-        if not word.startswith(opener, p):
-            i = p + 1
-            continue
-        end, line_end = next_of(closer, p + len(opener)), next_of("\n", p)
-        if end != -1 and (line_end == -1 or end < line_end):
-            out.append(word[p + len(opener) : end])
-            i = end + 1
-        else:
-            i = p + 1
+    """The commands a shell word runs by $(...) and `...` (up to the first closer on the
+    line). Two patterns, not one alternation: there an unclosed $( held every later match
+    until the end of the text (quadratic); each alone fails in one pass."""
+    return DOLLAR_COMMAND.findall(word) + BACKTICK_COMMAND.findall(word)
 
 
 def has_fork_bomb(cmd: str) -> bool:
