@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import hashlib
 import json
 import random
@@ -220,6 +221,10 @@ def _judge_cases(cmd: CommandResult, token: str, cases: list[dict], comparison: 
     )
     check.passed = check.failed == 0 and not check.forged
     check.detail += f"{len(cases) - check.failed}/{len(cases)} hidden cases match"
+    if comparison == "differential":  # a failed case answered as the bug does, or otherwise
+        as_bug = sum(c["bug_shows"] and r.get("repr") == c["unfixed"]
+                     for c, r in zip(cases, results, strict=True))  # fmt: skip
+        check.detail += f" ({as_bug} answered as the unfixed code does)"
     return check
 
 
@@ -229,7 +234,6 @@ DIFFERENTIAL_SALT = "agentrl-differential/1"  # a new salt draws new cases for e
 MAX_CANDIDATES = 48  # argument tuples the reference fix and the buggy code answer
 MAX_DIFFERENTIAL = 12  # cases a verification runs: those the bug shows on first
 _REFERENCE: dict[tuple[str, ...], list[dict]] = {}  # (task, draw, interpreter) -> cases
-_DRAWS: dict[tuple[str, ...], list[dict]] = {}  # (task, state of its files) -> drawn cases
 _REFERENCE_LOCK = threading.Lock()
 
 
@@ -245,8 +249,16 @@ def _test_sources(task: Task) -> list[tuple[Path, Path]]:
     """(file, repository root its imports resolve in) of every Python file that can show
     the agent or the hidden-test run an argument: the hidden tests and the workspace's."""
     files = [(task.hidden_tests_dir / rel, task.repo_dir) for rel in task.hidden_test_files()]
-    files += [(p, task.repo_dir) for p in sorted(task.repo_dir.rglob("*.py")) if p.is_file()]
+    files += [(p, task.repo_dir) for p in sorted(task.repo_dir.rglob("*.py"))
+              if p.is_file() and _is_test_file(p.relative_to(task.repo_dir))]  # fmt: skip
     return [(f, repo) for f, repo in files if f.suffix == ".py"]
+
+
+def _is_test_file(rel: Path) -> bool:
+    """Where a repository keeps expected values: test modules, conftest, test folders."""
+    name = rel.name
+    return (name.startswith("test") or name.endswith("_test.py") or name == "conftest.py"
+            or any(part in ("test", "tests", "testing") for part in rel.parts[:-1]))  # fmt: skip
 
 
 def _seen_calls(task: Task) -> dict[tuple[str, str], set[str]]:
@@ -402,24 +414,7 @@ def _family_draws(task: Task, seed: str) -> list[tuple]:
 def differential_arguments(task: Task) -> list[dict]:
     """Argument tuples for each function the task's cases or tests call, none of them
     anywhere an agent's run can read (see the module docstring); expected values are the
-    reference fix's (`reference_cases`). Kept per task and the state of its files: a
-    verification reads none of them again."""
-    files = [f for f, _ in _test_sources(task)] + [task.root / "task.json",
-                                                   task.reference_patch_path]  # fmt: skip
-    if task.hidden_cases_path is not None:
-        files.append(task.hidden_cases_path)
-    stats = [(str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file()]
-    key = (str(task.root), task.id, hashlib.sha256(repr(stats).encode()).hexdigest())
-    with _REFERENCE_LOCK:
-        kept = _DRAWS.get(key)
-    if kept is None:
-        kept = _draw(task)
-        with _REFERENCE_LOCK:
-            _DRAWS[key] = kept
-    return [dict(c) for c in kept]
-
-
-def _draw(task: Task) -> list[dict]:
+    reference fix's (`reference_cases`)."""
     seen = _seen_calls(task)
     seed = _draw_seed(task)
     rng = random.Random(seed)
@@ -470,7 +465,8 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
                     cfg: SandboxConfig) -> list[dict] | str:  # fmt: skip
     """The drawn cases with the reference fix's answers as expected values (those it
     answers twice alike; those the task's buggy code answers otherwise first), or why there
-    are none. Cached per task, draw and interpreter: a verification pays for it once."""
+    are none. Two sandboxed runs, cached per task, draw and interpreter: a task's first
+    verification in a process pays for them, every later one only for its own case run."""
     calls = [[c["module"], c["function"], c["args"]] for c in drawn]
     patch = task.reference_patch() or ""
     key = (str(task.root), hashlib.sha256(f"{patch}\0{calls!r}".encode()).hexdigest(),
@@ -480,25 +476,32 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
     if kept is not None:
         return [dict(c) for c in kept]
     with tempfile.TemporaryDirectory(prefix="agentrl-reference-") as tmp:
-        fixed, buggy, again = Path(tmp) / "fixed", Path(tmp) / "buggy", Path(tmp) / "again"
+        fixed, buggy = Path(tmp) / "fixed", Path(tmp) / "buggy"
         for tree in (fixed, buggy):
             shutil.copytree(task.repo_dir, tree, symlinks=True)
         try:
             apply_unified_diff(fixed, patch)
         except PatchError as e:
             return f"the reference fix does not apply: {e}"
-        shutil.copytree(fixed, again, symlinks=True)
-        runs = [_answers(tree, calls, env, cfg) for tree in (fixed, again, buggy)]
-    lost = next((r for r in runs if isinstance(r, str)), "")
+        # The reference answers every call twice, in one process: an answer that changes
+        # (time, randomness, state kept between calls) is no expected value.
+        # Trusted code: room for every call to use its limit, so load costs no expected value.
+        wall = max(cfg.wall_time_s, 30 + 2 * len(calls) * env.per_test_timeout_s)
+        ref = dataclasses.replace(cfg, wall_time_s=wall, cpu_time_s=max(cfg.cpu_time_s, int(wall)))
+        twice, once = _answers(fixed, calls + calls, env, ref), _answers(buggy, calls, env, ref)
+    lost = next((r for r in (twice, once) if isinstance(r, str)), "")
     if lost:
         return lost
-    fixed_out, again_out, buggy_out = runs
+    fixed_out, again_out, buggy_out = twice[: len(calls)], twice[len(calls) :], once
+    unfixed = {id(c): b for c, b in zip(drawn, buggy_out, strict=True)}
     answered = [(c, f, f != b) for c, f, g, b in zip(drawn, fixed_out, again_out, buggy_out,
                                                       strict=True) if f is not None and f == g]  # fmt: skip
     # Every case the bug shows on (up to the bound), then the others, in draw order.
     telling = [c for c, _, shows in answered if shows]
     chosen = (telling + [c for c, _, shows in answered if not shows])[:MAX_DIFFERENTIAL]
-    cases = [{**c, "expected": f, "bug_shows": shows} for c, f, shows in answered if c in chosen]
+    # "unfixed": what the task's buggy code answers (None: it raised), for the detail.
+    cases = [{**c, "expected": f, "bug_shows": shows, "unfixed": unfixed[id(c)]}
+             for c, f, shows in answered if c in chosen]  # fmt: skip
     with _REFERENCE_LOCK:
         _REFERENCE[key] = [dict(c) for c in cases]
     return cases
