@@ -91,7 +91,7 @@ def judge(
     if rule is None:
         return ALLOWED
     monitor = Monitor(protected_paths, allowed_programs)
-    rule(monitor, arguments)
+    rule(monitor, _encodable(arguments))
     return monitor.verdict()
 
 
@@ -115,6 +115,20 @@ def oversized_arguments(arguments: object) -> str | None:
     if size > MAX_ARGUMENT_BYTES:
         return f"tool arguments over {MAX_ARGUMENT_BYTES} bytes of JSON (one call's limit); refused unread"
     return None
+
+
+def _encodable(value):
+    """`value` with each lone surrogate (JSON can escape one; no UTF-8 holds it) read as
+    U+FFFD: RE2 matches UTF-8. Nesting is bounded by oversized_arguments."""
+    if isinstance(value, str) and not value.isascii():
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict | list):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        copy = dict(value) if isinstance(value, dict) else list(value)
+        for key, item in items:
+            copy[key] = _encodable(item)
+        return copy
+    return value
 
 
 class Monitor:

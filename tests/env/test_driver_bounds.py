@@ -138,6 +138,9 @@ def test_the_rewritten_patterns_keep_their_verdicts():
     assert patterns.tamper_hits("exit(0)") and patterns.tamper_hits("x = 1\nquit ()")
     assert not patterns.tamper_hits("self.exit(0); sys_exit_code(1); on_exit()")
     assert patterns.tamper_hits("sys.exit(1)") == ["sys.exit("]
+    # RE2 reads UTF-8: a lone surrogate (a JSON escape) is read as U+FFFD, never a crash.
+    verdict = judge(command_rule, {"cmd": "cat \ud800 /etc/shadow"})
+    assert not verdict.allowed and verdict.category == "secret_access"
 
 
 def test_a_padded_violation_in_an_edited_literal_is_still_read():
