@@ -264,6 +264,7 @@ def _reward_files(logs: Path, mode: int) -> tuple[dict[str, str], list[str]]:
     if stat.S_IMODE(logs.lstat().st_mode) != mode:
         forged.append("the permissions of /logs/verifier were changed (test.sh could not "
                       "have written its reward)")  # fmt: skip
+        os.chmod(logs, mode)  # the host's own folder: read what is there all the same
     forged += [f"test.sh found /logs/verifier/{name.removeprefix(SET_ASIDE)} there before it "
                "wrote its reward (set aside)" for name in sorted(os.listdir(logs))
                if name.startswith(SET_ASIDE)]  # fmt: skip
