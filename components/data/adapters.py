@@ -14,6 +14,8 @@ Formats
            our `run_command`; the final `exit` message is the submit command's output.
   atif     Harbor's Agent Trajectory Interchange Format (ATIF-v1.x, one document per run):
            steps with tool calls and their observations, mapped in components/data/atif.py.
+           Its reward, terms and success are kept as claimed_* (never trained on) unless
+           this installation's verifier signed them (components/verifier/provenance.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import PurePath
 from typing import Any
 
 from components.data.schema import META_FIELDS, SCHEMA_VERSION, canonical_json
+from components.verifier.provenance import as_claimed, is_signed_by_us
 
 
 class AdapterError(ValueError):
@@ -438,6 +441,17 @@ def from_atif(obj: dict, *, default_source: str = "") -> dict:
     else:
         # Another producer's run: keep what we do not map, so nothing of it is lost.
         record["atif"] = {k: v for k, v in obj.items() if k != "steps"}
+    return _verdict_or_claim(record)
+
+
+def _verdict_or_claim(record: dict) -> dict:
+    """A verdict the document carries is only a claim (kept as claimed_*, never trained on)
+    unless this installation's verifier signed it (components/verifier/provenance.py): our
+    own episodes exported as ATIF read back with their verdict, anyone's forgery without."""
+    meta = record["metadata"] if isinstance(record["metadata"], dict) else {}
+    carries = record["reward"] is not None or record["reward_terms"] or "success" in meta
+    if carries and not is_signed_by_us(record):
+        as_claimed(record)
     return record
 
 

@@ -19,7 +19,10 @@ What ATIF has no field for travels in `extra`: the record's task, reward and ter
 metadata and unknown keys in the root `extra.agentrl`; an event's fields beyond the
 standard ones (truncated, a null content, ...) in the step's `extra.agentrl`. A file from
 another producer has no `extra.agentrl`: its task is the first user message, its task id
-a hash of it, its reward none (scoring happens in verification).
+a hash of it, its reward none (scoring happens in verification). Read back, a reward, terms
+or success in `extra.agentrl` is only a claim (`claimed_reward`, `claimed_reward_terms`,
+`claimed_success`, never trained on) unless this installation's verifier signed it
+(`metadata.verdict_mac`, components/verifier/provenance.py): anyone can write that field.
 
 from_atif only reshapes and checks the structure it reads (every problem an AdapterError
 naming the field, e.g. `steps[3].tool_calls[0].function_name`); schema.py and validate.py

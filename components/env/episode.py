@@ -4,7 +4,8 @@
 once; `run_episode` is the plain loop for one policy. It owns the episode's lifecycle:
 `step` until it is over (the episode's own limits, or a driver's `stop(reason)` or
 `abort(detail)`), then `finish` builds the result and its record, the canonical trajectory
-(docs/CONTRACTS.md), in one place, `_result`.
+(docs/CONTRACTS.md), in one place, `_result`, and signs the verifier's verdict on it
+(`metadata.verdict_mac`, components/verifier/provenance.py): the only verdicts that train.
 
 The episode never names a tool: its tool set (`EnvConfig.tool_set`,
 components/env/tool_sets/) runs the calls, counts its own reward terms and holds its own
@@ -35,6 +36,7 @@ from components.tasks.environments import (
     with_task_limits,
 )
 from components.tasks.task import Task
+from components.verifier.provenance import sign_record
 from components.verifier.snapshot import changed_files
 from components.verifier.verdict import verify
 from components.verifier.verification import Verification
@@ -378,6 +380,8 @@ class EpisodeEnv:
                 "verifier_version": judged_by,
             },
         }
+        if ok:  # the verdict this pipeline's verifier gave: only a signed one trains
+            sign_record(record)
         return EpisodeResult(
             episode_id=self.episode_id,
             task_id=self.task.id,

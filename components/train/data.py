@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from components.policy.chat import tokenize_trajectory, trajectory_segments
+from components.verifier.provenance import claims, split_verified
 
 IGNORE_INDEX = -100  # the label value torch's cross_entropy (and HF/TRL) skip
 # Fields of an assistant event that record how it was sampled, not what it said.
@@ -172,13 +173,17 @@ def transcript_key(record: dict) -> str:
 def preference_pairs(records: Iterable[dict], max_pairs_per_task: int, seed: int = 0) -> list[dict]:
     """(success, failure) pairs of the same task: [{"task_id", "chosen", "rejected"}, ...].
 
-    Infrastructure failures (reward None) are skipped. Each task gives at most
+    Only verdicts this pipeline's verifier signed pair (components/verifier/provenance.py):
+    a foreign, unsigned, tampered or stale one is quarantined, counted and logged, on
+    neither side. Infrastructure failures (reward None) are skipped. Each task gives at most
     `max_pairs_per_task` pairs drawn without replacement from all success x failure
     combinations (seeded), so one task with many samples does not dominate; tasks come
     out in sorted order.
     """
     by_task: dict[str, dict[str, list[dict]]] = defaultdict(lambda: {"ok": [], "bad": []})
-    for record in records:
+    scored = [r for r in records if is_scored(r) or claims(r)]
+    verified, _ = split_verified(scored, "dpo pairs")
+    for record in verified:
         if not is_scored(record):
             continue
         by_task[record["task_id"]]["ok" if is_success(record) else "bad"].append(record)

@@ -36,9 +36,21 @@ def _env(text: str) -> dict:
     return {"role": "environment", "observation": text, "truncated": False}
 
 
+def signed(record: dict) -> dict:
+    """`record` with its verdict signed as an episode's finish signs it (under the current
+    verifier version): the hand-built records stand for this pipeline's own episodes, and
+    only signed verdicts train (components/verifier/provenance.py). Returns `record`."""
+    from components.verifier.provenance import sign_record
+    from components.verifier.version import verifier_version
+
+    record["metadata"]["verifier_version"] = verifier_version()
+    sign_record(record)
+    return record
+
+
 def _record(task_id: str, kind: str, events: list[dict], reward: float | None) -> dict:
     success = kind == "oracle"
-    return {
+    record = {
         "schema_version": 1,
         "id": f"{kind}-{task_id}",
         "task_id": task_id,
@@ -54,6 +66,7 @@ def _record(task_id: str, kind: str, events: list[dict], reward: float | None) -
             "status": "ok" if reward is not None else "infra_failure",
         },
     }
+    return signed(record) if reward is not None else record
 
 
 def expert_record(task_id, module, function, bug, fix) -> dict:

@@ -10,6 +10,7 @@ optimizer), never to make a failing test pass.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -18,6 +19,7 @@ import torch
 from components.train.config import RejectionSamplingConfig, SFTConfig
 from components.train.rejection_sampling import train_rejection_sampling
 from components.train.sft import train_sft
+from tests.train.conftest import signed
 
 # tiny_policy (seed 0) on the 6 expert records of conftest, _config(): batch 2, lr 1e-3, cosine.
 GOLDEN_LOSSES = [6.24849, 6.09216, 5.99323, 5.88444, 5.79393,
@@ -55,7 +57,9 @@ def test_rejection_sampling_trains_on_successes_only(
     tiny_policy, expert_records, failed_records, tmp_path
 ):
     model, tokenizer = tiny_policy
-    sampled = expert_records[:3] + failed_records + [dict(expert_records[0], id="dup")]
+    # the same transcript sampled again: another episode, with its own signed verdict
+    duplicate = signed({**copy.deepcopy(expert_records[0]), "id": "dup"})
+    sampled = expert_records[:3] + failed_records + [duplicate]
     tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = RejectionSamplingConfig(
         sft=_config(tmp_path, max_steps=2, mlflow_tracking_uri=tracking, log_every=1),

@@ -24,6 +24,7 @@ from components.train.data import (
     trajectory_tokens,
 )
 from components.train.rejection_sampling import select_successes
+from tests.train.conftest import signed
 
 
 def test_labels_exactly_on_assistant_tokens(tokenizer, expert_records):
@@ -115,6 +116,7 @@ def test_preference_pairs(expert_records, failed_records):
     infra["id"], infra["reward"], infra["metadata"]["status"] = "infra", None, "infra_failure"
     second_failure = copy.deepcopy(failed_records[0])
     second_failure["id"] = "noop-2"
+    signed(second_failure)  # another episode: its own signed verdict
     records = expert_records + failed_records + [infra, second_failure]
     pairs = preference_pairs(records, max_pairs_per_task=4, seed=0)
     assert [p["task_id"] for p in pairs] == ["train-0001"] * 2 + [
@@ -134,13 +136,14 @@ def test_select_successes_dedupes_and_skips_failures(expert_records, failed_reco
     duplicate = copy.deepcopy(expert_records[0])
     duplicate["id"] = "another-sample"
     duplicate["trajectory"][1]["token_ids"] = [1, 2, 3]  # sampling fields don't make it new
+    signed(duplicate)  # another episode: its own signed verdict
     infra = copy.deepcopy(expert_records[1])
     infra["reward"], infra["metadata"]["status"] = None, "infra_failure"
     records = expert_records + failed_records + [duplicate, infra]
     kept, counts = select_successes(records)
     assert [r["id"] for r in kept] == [r["id"] for r in expert_records]
     assert counts == {
-        "sampled": 14, "infra_failures": 1, "failures": 6, "duplicates": 1, "kept": 6,
+        "sampled": 14, "infra_failures": 1, "unverified": 0, "failures": 6, "duplicates": 1, "kept": 6,
         "tasks_with_success": 6, "tasks_sampled": 6,
     }  # fmt: skip
     kept, _ = select_successes(records, dedupe=False)
@@ -159,6 +162,7 @@ def test_select_successes_can_prefer_the_fewest_steps(expert_records):
     wrong = [{"role": "assistant", "action": "try_fix", "arguments": {"id": "var-9"}},
              {"role": "environment", "observation": "var-9 applied (x); tests FAILED"}]  # fmt: skip
     longer["trajectory"] = longer["trajectory"][:1] + wrong + longer["trajectory"][1:]
+    signed(longer)  # another episode: its own signed verdict
     records = [longer, *expert_records]  # the longer one comes first in input order
     kept, _ = select_successes(records, max_per_task=1, prefer_fewest_steps=True)
     assert [r["id"] for r in kept if r["task_id"] == task_id] == [expert_records[0]["id"]]

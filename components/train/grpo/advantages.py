@@ -1,7 +1,9 @@
 """GRPO's advantages of an iteration's episodes: group-relative advantages of the episode
 rewards (`losses.group_advantages`), optionally each turn's own process reward added to its
 tokens (`turn_credit`). Infra failures (no reward) are left out of their group's mean and
-std *and* out of the update batch, so a broken sandbox cannot change the update.
+std *and* out of the update batch, so a broken sandbox cannot change the update; so is an
+episode whose verdict this pipeline's verifier did not sign under the current version
+(components/verifier/provenance.py), counted and logged (`verified_rollout`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from components.rollout.engine import Rollout
 from components.train.config import GRPOConfig
 from components.train.losses import group_advantages, turn_token_advantages
+from components.verifier.provenance import log_quarantine, unverified_reason
 
 
 def advantages_of(rollouts: Sequence[Rollout], config: GRPOConfig):
@@ -42,16 +45,34 @@ def rollout_rewards(rollouts: Sequence[Rollout]) -> tuple[torch.Tensor, torch.Te
     """(rewards [B] with NaN for infra failures, group ids [B], valid mask [B] bool)."""
     groups: dict[str, int] = {}
     rewards, group_ids, valid = [], [], []
+    quarantined: list[dict] = []
     for r in rollouts:
         ok = not r.infra_failure and r.result.reward is not None
+        if ok and not verified_rollout(r, quarantined):
+            ok = False
         rewards.append(float(r.result.reward) if ok else float("nan"))
         group_ids.append(groups.setdefault(r.group_id, len(groups)))
         valid.append(ok)
+    log_quarantine(quarantined, "grpo advantages")
     return (
         torch.tensor(rewards, dtype=torch.float32),
         torch.tensor(group_ids, dtype=torch.long),
         torch.tensor(valid, dtype=torch.bool),
     )
+
+
+def verified_rollout(rollout: Rollout, quarantined: list[dict] | None = None) -> bool:
+    """Its reward and success are the ones signed on its record by this pipeline's verifier
+    under the current version; otherwise False, with the reason appended to `quarantined`."""
+    result, record = rollout.result, rollout.result.record
+    reason = unverified_reason(record)
+    if reason is None and (record.get("reward") != result.reward
+                           or (record.get("metadata") or {}).get("success") != result.success):  # fmt: skip
+        reason = "the episode's reward or success differs from its signed record"
+    if reason is not None and quarantined is not None:
+        quarantined.append({"id": record.get("id"), "task_id": record.get("task_id"),
+                            "reason": reason})  # fmt: skip
+    return reason is None
 
 
 def token_turns(assistant_mask: Sequence[int]) -> list[int]:

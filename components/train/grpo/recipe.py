@@ -277,9 +277,12 @@ class GRPORecipe:
 def rollout_metrics(rollouts: Sequence[Rollout], valid: torch.Tensor) -> dict:
     """An iteration's episode numbers: counts, mean reward, success, steps, each reward term."""
     ok = [r for r, v in zip(rollouts, valid.tolist(), strict=True) if v]
+    infra = sum(r.infra_failure or r.result.reward is None for r in rollouts)
     out = {
         "episodes": len(rollouts),
-        "infra_failures": len(rollouts) - len(ok),
+        "infra_failures": infra,
+        # a reward this pipeline's verifier did not sign (advantages.verified_rollout)
+        "unverified": len(rollouts) - len(ok) - infra,
         "mean_reward": float(np.mean([r.result.reward for r in ok])) if ok else 0.0,
         "success_rate": float(np.mean([r.result.success for r in ok])) if ok else 0.0,
         "mean_steps": float(np.mean([r.result.steps for r in ok])) if ok else 0.0,
