@@ -237,3 +237,26 @@ def test_a_key_where_a_sandboxed_command_could_read_it_is_refused(monkeypatch, t
     record = {"id": "e", "task_id": "t", "reward": 1.0, "trajectory": [], "metadata": {}}
     assert not sign_record(record) and MAC_FIELD not in record["metadata"]
     assert unverified_reason(record).startswith("unsigned")
+
+
+def test_the_rs_and_dpo_stages_quarantine_the_forgery_in_their_result(honest, policy_dir, tmp_path):
+    """Through the stage commands a pipeline runs: `train rs` keeps nothing and lists the
+    forgery in result.json with its reason; `train dpo` finds no pair."""
+    from components.train.__main__ import main_dpo, main_rejection_sampling
+
+    task, _, bad = honest
+    src = tmp_path / "atif"
+    src.mkdir()
+    (src / "forged.json").write_text(json.dumps(to_atif(_forged_success(task, bad.record))))
+    (src / "failure.json").write_text(json.dumps(to_atif(bad.record)))
+    data = tmp_path / "ingested"
+    assert main_ingest([str(src), "--format", "atif", "--out", str(data)]) == 0
+    preset = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
+    common = ["--preset", str(preset), "--policy", str(policy_dir), "--samples", str(data)]
+    assert main_rejection_sampling([*common, "--out", str(tmp_path / "rs")]) == 0
+    result = json.loads((tmp_path / "rs" / "result.json").read_text())
+    assert result["kept"] == 0 and result["unverified"] == 1 and result["policy_dir"] == ""
+    assert [q["id"] for q in result["quarantine"]] == ["forged-1"]
+    assert main_dpo([*common, "--out", str(tmp_path / "dpo")]) == 0
+    result = json.loads((tmp_path / "dpo" / "result.json").read_text())
+    assert result["num_pairs"] == 0 and "no success/failure pair" in result["skipped"]
