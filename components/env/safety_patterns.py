@@ -74,8 +74,7 @@ TAMPER_CODE = re.compile(
     r"\bsys\s*\.\s*exit\s*\(|\bos\s*\.\s*_exit\s*\(|\bos\s*\.\s*kill\s*\(|"
     r"\braise\s+SystemExit\b|\bdef\s+pytest_\w+|\b_pytest\b"
 )
-# A bare exit()/quit() call; one after a "." (sys.exit is TAMPER_CODE's) is filtered in
-# `tamper_hits` (RE2 has no lookbehind).
+# A bare exit()/quit() call; one after a "." is left out in `tamper_hits` (no lookbehind).
 EXIT_CALL = re.compile(r"\b(?:exit|quit)\s*\(")
 
 SECRET_NAMES = {
@@ -99,8 +98,7 @@ NETWORK_MODULES = re.compile(
 )
 PY_IMPORT = re.compile(r"\b(?:import|from)\s+([\w.]+(?:\s*,\s*[\w.]+)*)")
 PY_DYNAMIC_IMPORT = re.compile(r"(?:__import__|import_module)\s*\(\s*['\"]([\w.]+)['\"]")
-# A string literal: one alternative per quote (RE2 has no backreference to the opening
-# quote); the first alternative that closes wins, as with one backreferenced pattern.
+# A string literal: one alternative per quote (RE2 has no backreference to the opener).
 PY_LITERAL = re.compile(r"(?s)'''(.*?)'''|\"\"\"(.*?)\"\"\"|'(.*?)'|\"(.*?)\"")
 PY_RUNS_PROGRAMS = re.compile(
     r"\bos\s*\.\s*(system|popen|exec\w*|spawn\w*|posix_spawn\w*)\b|\bsubprocess\b|\bPopen\b|"
@@ -149,14 +147,12 @@ HARMLESS_ABSOLUTE = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/zero", "/d
 
 # ----------------------------------------------------------------------------- spellings
 
-# One quoted piece of a name: RE2 has no backreference to the opening quote, so each quote
-# is its own alternative (the text between excludes both, as before).
+# One quoted piece of a name, one alternative per quote (no backreference to the opener).
 _PIECE = r"""(?:'([^'"\\\n]*)'|"([^'"\\\n]*)")"""
 _ITEM = r"""(?:'[^'"\\\n]*'|"[^'"\\\n]*")"""
 CONCAT = re.compile(_PIECE + r"\s*\+\s*" + _PIECE)
-# RE2 matches in time linear in the text: the unclosed `''.join([` whose item splits a
-# backtracking engine tried one by one (issue 44: 21 s of CPU for 400 characters) is one
-# pass here, with the same matches.
+# In RE2 the unclosed `''.join([` whose item splits a backtracking engine tried one by one
+# (issue 44: 21 s of CPU for 400 characters) is one linear pass, with the same matches.
 JOIN = re.compile(
     r"""(?:''|"")\s*\.\s*join\s*\(\s*[\[(]((?:\s*""" + _ITEM + r"""\s*,?)*)[\])]\s*\)"""
 )
@@ -219,8 +215,7 @@ def dumps_environment(code: str) -> bool:
     key, os.environb or os.getenv()."""
     if PY_ENV_DUMP.search(code):
         return True
-    # The accessor is read from a short slice: the RE2 module encodes the whole text again
-    # for every call given a position, and a slice keeps each call's cost bounded.
+    # A short slice: given a position, the RE2 module would encode the whole text per call.
     return any(PY_ONE_KEY.match(code[m.end() : m.end() + 64]) is None
                for m in PY_ENVIRON.finditer(code))  # fmt: skip
 
