@@ -4,10 +4,14 @@
 """
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The verdict-signing key (components/verifier/provenance.py) of this test session, not the
+# user's ~/.local/state/agentrl one.
+os.environ.setdefault("AGENTRL_STATE_DIR", tempfile.mkdtemp(prefix="agentrl-test-state-"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -241,6 +241,11 @@ def record_to_rows(
     # Work on the dumped dict: attribute access on pydantic models is several times slower.
     record = model.model_dump(mode="json")
     meta = record["metadata"]
+    # An episode's verdict MAC (components/verifier/provenance.py) is keyed per installation:
+    # kept in versioned data it would make the same expert data hash differently on every
+    # machine, and no other installation could check it. Trainers read signed verdicts
+    # from their own run's samples, never from data/.
+    meta.pop("verdict_mac", None)
     traj_row = {
         "id": record["id"],
         "task_id": record["task_id"],

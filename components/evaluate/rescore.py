@@ -50,6 +50,7 @@ from components.env.episode import END_REASONS, Action, EpisodeEnv, EpisodeResul
 from components.sandbox.config import SandboxConfig
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task
+from components.verifier import provenance
 from components.verifier.cache import verdict_cache_info
 from components.verifier.version import verifier_version
 
@@ -265,8 +266,12 @@ def rescored_record(record: dict, r: Rescored) -> dict:
     meta["rescored"] = {"previous_reward": r.old["reward"], "previous_success": r.old["success"],
                         "previous_verifier_version": r.old["verifier_version"]}  # fmt: skip
     meta.update(success=r.new["success"], verifier_version=r.new["verifier_version"])
-    return {**record, "reward": r.new["reward"], "reward_terms": r.new["reward_terms"],
-            "metadata": meta}  # fmt: skip
+    meta.pop(provenance.MAC_FIELD, None)  # the old verdict's signature
+    new = {**record, "reward": r.new["reward"], "reward_terms": r.new["reward_terms"],
+           "metadata": meta}  # fmt: skip
+    if not r.diverged:  # our verifier judged the very tree the record holds: it may train
+        provenance.sign_record(new)
+    return new
 
 
 def summarize_rescore(rows: list[Rescored], seconds: float, cache_before: dict) -> dict:

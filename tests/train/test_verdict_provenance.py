@@ -102,17 +102,19 @@ def test_the_attack_an_atif_record_claiming_success_trains_nowhere(honest, tmp_p
     assert "success" not in claimed["metadata"] and MAC_FIELD not in claimed["metadata"]
     assert claimed["claimed_reward"] == 1.0 and claimed["claimed_success"] is True
     assert claimed["claimed_reward_terms"] == {"tests_pass": 1.0}
-    # our own signed failure reads back with its verdict
+    # our own signed failure reads back with its reward, but versioned data carries no MAC
+    # (keyed per installation: components/data/schema.py): it trains only once rescored
     assert records[bad.episode_id]["reward"] == bad.reward
-    assert unverified_reason(records[bad.episode_id]) is None
+    assert unverified_reason(records[bad.episode_id]).startswith("unsigned")
 
+    candidates = [claimed, bad.record]
     quarantine: list[dict] = []
-    kept, counts = select_successes(list(records.values()), quarantine=quarantine)
+    kept, counts = select_successes(candidates, quarantine=quarantine)
     assert kept == [] and counts["unverified"] == 1 and counts["failures"] == 1
     assert quarantine[0]["id"] == "forged-1" and quarantine[0]["reason"].startswith("foreign")
-    assert preference_pairs(list(records.values()), 4) == []
+    assert preference_pairs(candidates, 4) == []
     # with the honest success present, the success is chosen, the forgery on no side
-    pairs = preference_pairs([*records.values(), ok.record], 4)
+    pairs = preference_pairs([*candidates, ok.record], 4)
     assert [(p["chosen"]["id"], p["rejected"]["id"]) for p in pairs] == [
         (ok.episode_id, bad.episode_id)
     ]
@@ -255,8 +257,32 @@ def test_the_rs_and_dpo_stages_quarantine_the_forgery_in_their_result(honest, po
     common = ["--preset", str(preset), "--policy", str(policy_dir), "--samples", str(data)]
     assert main_rejection_sampling([*common, "--out", str(tmp_path / "rs")]) == 0
     result = json.loads((tmp_path / "rs" / "result.json").read_text())
-    assert result["kept"] == 0 and result["unverified"] == 1 and result["policy_dir"] == ""
-    assert [q["id"] for q in result["quarantine"]] == ["forged-1"]
+    # the honest failure is unsigned once ingested (no MAC in versioned data): quarantined too
+    assert result["kept"] == 0 and result["unverified"] == 2 and result["policy_dir"] == ""
+    reasons = {q["id"]: q["reason"] for q in result["quarantine"]}
+    assert reasons["forged-1"].startswith("foreign") and len(reasons) == 2
     assert main_dpo([*common, "--out", str(tmp_path / "dpo")]) == 0
     result = json.loads((tmp_path / "dpo" / "result.json").read_text())
     assert result["num_pairs"] == 0 and "no success/failure pair" in result["skipped"]
+
+
+def test_a_rescored_record_is_signed_again_unless_its_replay_diverged(honest):
+    """`agentrl rescore` re-confirms a verdict: the new one is signed when the tree it
+    judged is the record's own, and carries no MAC when the replay diverged from it."""
+    from components.evaluate.rescore import Rescored, rescored_record
+
+    _, ok, _ = honest
+    stale = copy.deepcopy(ok.record)
+    stale["metadata"]["verifier_version"] = "an-older-verifier"
+    provenance.sign_record(stale)
+    assert unverified_reason(stale) is not None  # judged by another verifier version
+    current = ok.record["metadata"]["verifier_version"]
+    verdict = {"success": True, "reward": ok.record["reward"],
+               "reward_terms": ok.record["reward_terms"], "verifier_version": current}  # fmt: skip
+    old = {"success": True, "reward": stale["reward"], "reward_terms": stale["reward_terms"],
+           "verifier_version": "an-older-verifier"}  # fmt: skip
+    same = Rescored(stale["id"], stale["task_id"], "actions", old, new=verdict)
+    assert unverified_reason(rescored_record(stale, same)) is None
+    moved = Rescored(stale["id"], stale["task_id"], "actions", old, new=verdict, diverged=True)
+    back = rescored_record(stale, moved)
+    assert MAC_FIELD not in back["metadata"] and unverified_reason(back).startswith("unsigned")

@@ -18,7 +18,15 @@ from pathlib import Path
 
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, run_episode
-from components.evaluate.safety import channels, escapes, tampering, verdicts
+from components.evaluate.safety import (
+    channels,
+    driver_stalls,
+    escapes,
+    harbor_verdicts,
+    kernel_channels,
+    tampering,
+    verdicts,
+)
 from components.evaluate.safety.attack import Attack, AttackPolicy
 from components.evaluate.safety.tasks import canary_for
 from components.sandbox.config import SandboxConfig
@@ -41,6 +49,9 @@ ATTACKS: tuple[Attack, ...] = (
     *verdicts.FORGED_IN_PROCESS,
     *verdicts.DOCTORED_RECORDS,
     *tampering.LINE_EDITS,
+    *kernel_channels.KERNEL_CHANNELS,
+    *harbor_verdicts.HARBOR_OWNED,
+    *driver_stalls.DRIVER_STALLS,
 )
 
 
