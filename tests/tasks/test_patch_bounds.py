@@ -78,3 +78,21 @@ def test_the_tool_reports_the_bounded_search_in_one_line(tmp_path):
         assert not (ws.root / "big.txt").exists()
     finally:
         ws.cleanup()
+
+
+def test_the_tool_holds_the_sandboxs_own_file_limit(tmp_path):
+    """apply_patch passes the episode's `max_file_bytes`, not the module default."""
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "m.py").write_text("x = 1\n")
+    grow = "".join(f"+y{i} = {i}\n" for i in range(200))
+    patch = "--- a/m.py\n+++ b/m.py\n@@ -1 +1,201 @@\n x = 1\n" + grow
+    ws = Workspace.create(tmp_path / "repo")
+    try:
+        strict = execute_tool(
+            ws, "apply_patch", {"patch": patch}, SandboxConfig(max_file_bytes=1024)
+        )
+        assert not strict.ok and "1024-byte file limit" in strict.observation
+        assert (ws.root / "m.py").read_text() == "x = 1\n"
+        assert execute_tool(ws, "apply_patch", {"patch": patch}, SandboxConfig()).ok
+    finally:
+        ws.cleanup()

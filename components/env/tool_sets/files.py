@@ -492,7 +492,7 @@ def apply_patch(ws: Workspace, args: dict, config: SandboxConfig) -> ToolResult:
                 f"the hunks' search would take up to {comparisons} line comparisons (limit "
                 f"{_PATCH_MAX_COMPARISONS}): patch a smaller file, or use edit_file"
             )
-        changed = apply_unified_diff(ws.root, patch)
+        changed = apply_unified_diff(ws.root, patch, max_file_bytes=config.max_file_bytes)
     except PatchError as e:
         return failed_result(config, f"error: patch not applied: {e}", "patch failed")
     except UnicodeDecodeError:
