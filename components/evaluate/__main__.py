@@ -362,6 +362,9 @@ def main_rescore(argv: list[str]) -> int:
     rows = rescore_records(records, {t.id: t for t in tasks}, settings.env, settings.sandbox,
                            workers=settings.evaluation.workers)  # fmt: skip
     summary = summarize_rescore(rows, time.monotonic() - t0, before)
+    if summary["quarantined"] == summary["episodes"]:  # bad input, not a rescore: exit 7
+        raise CommandError(f"no episode of {args.source} could be rescored: "
+                           f"{summary['quarantined']} quarantined ({rows[0].error})")  # fmt: skip
     paths = write_outputs(args.out, rows, records, summary, source)
     if args.write:
         try:
