@@ -192,3 +192,25 @@ def test_reproduce_during_a_running_pipeline_is_refused_before_it_touches_anythi
     assert (tmp_path / "runs" / "pipeline" / "live.txt").read_text() == "the running flow's"
     assert not [p for p in (tmp_path / "runs").iterdir() if "reproduce" in p.name]
     assert not (tmp_path / "data.dvc").exists()
+
+
+def test_tasks_generate_and_data_ingest_into_a_held_folder_are_refused(tmp_path):
+    """The command-line writers of a task folder and a dataset take its lock too."""
+    from components.data.__main__ import main_ingest
+    from components.tasks.__main__ import main_generate
+
+    suite, dataset = tmp_path / "suite", tmp_path / "ingested"
+    src = tmp_path / "records.jsonl"
+    src.write_text("")
+    for folder, run in (
+        (suite, lambda: main_generate(["--out", str(suite), "--n", "2"])),
+        (dataset, lambda: main_ingest([str(src), "--out", str(dataset)])),
+    ):
+        proc = _holder(folder, seconds=3)
+        try:
+            with pytest.raises(WorkdirInUse, match=f"is in use by PID {proc.pid}"):
+                run()
+            assert not folder.exists() or not any(folder.iterdir())  # nothing written
+        finally:
+            assert proc.stdout.readline().strip() == "released"
+            proc.wait(timeout=30)

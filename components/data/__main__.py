@@ -106,8 +106,11 @@ def main_ingest(argv: list[str] | None = None) -> int:
 
     cfg = _with(_load(args).ingest, format=args.format, out_dir=args.out,
                 rows_per_shard=args.rows_per_shard)  # fmt: skip
-    try:
-        result = ingest(args.sources, cfg, overwrite=args.overwrite)
+    from components.workdir_lock import workdir_lock
+
+    try:  # one writer per dataset folder (a second is refused, not interleaved)
+        with workdir_lock(cfg.out_dir, "agentrl data ingest"):
+            result = ingest(args.sources, cfg, overwrite=args.overwrite)
     except _expected_errors() as e:
         return _error(e)
     for entry in result.quarantine:
@@ -173,8 +176,11 @@ def main_validate(argv: list[str] | None = None) -> int:
         eval_task_root=args.eval_tasks,
         eval_task_ids=(*cfg.eval_task_ids, *args.eval_task_id) if args.eval_task_id else None,
     )
+    from components.workdir_lock import workdir_lock
+
     try:
-        report = validate_dataset(cfg)
+        with workdir_lock(cfg.out_dir, "agentrl data validate"):
+            report = validate_dataset(cfg)
     except _expected_errors() as e:
         return _error(e)
     summary = {

@@ -57,9 +57,12 @@ def main_generate(argv: list[str]) -> int:
     else:
         defaults = {"n_tasks": args.n, "seed": args.seed}
         config = GenerateConfig(**{k: v for k, v in defaults.items() if v is not None})
-    claim_output_dir(args.out, args.overwrite, "generated suite", _suite_entries(args.out))
-    report = generate_suite(args.out, config=config)
-    record_outputs(args.out)
+    from components.workdir_lock import workdir_lock
+
+    with workdir_lock(args.out, "agentrl tasks generate"):
+        claim_output_dir(args.out, args.overwrite, "generated suite", _suite_entries(args.out))
+        report = generate_suite(args.out, config=config)
+        record_outputs(args.out)
     print(f"wrote {report.n_tasks} tasks to {report.out_dir} in {report.seconds:.1f}s")
     print("splits:    " + ", ".join(f"{k}={v}" for k, v in report.by_split.items()))
     print("operators: " + ", ".join(f"{k}={v}" for k, v in report.by_operator.items()))
@@ -178,10 +181,13 @@ def main_import(
             if not folders:
                 return 1
         tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs, replay)
-        if args.overwrite:
-            claim_output_dir(args.out, overwrite=True, what="import")
-        copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
-        record_outputs(args.out)
+        from components.workdir_lock import workdir_lock
+
+        with workdir_lock(args.out, "agentrl tasks import"):
+            if args.overwrite:
+                claim_output_dir(args.out, overwrite=True, what="import")
+            copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
+            record_outputs(args.out)
     if args.report is not None:
         data = {"conversion_errors": converted, "load_errors": errors, **gate.to_dict()}
         write_atomic(args.report, json.dumps(data, indent=2) + "\n")
