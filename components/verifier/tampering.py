@@ -30,7 +30,7 @@ CONFIG_FILES = {
 # Module names a repository file or folder must not have: on sys.path they would replace
 # or hook the harness (pytest, its plugins and dependencies) or run at interpreter start.
 HARNESS_MODULES = ("pluggy", "iniconfig", "sitecustomize", "usercustomize")
-HARNESS_PREFIXES = ("pytest", "_pytest")
+HARNESS_PREFIXES = ("pytest", "_pytest", "agentrl_")  # agentrl_: the sandbox's own plugins
 
 
 def tamper_reason(task: Task, rel_path: str, kind: str = "file") -> str | None:

@@ -509,7 +509,14 @@ def test_a_crash_by_a_signal_is_a_failure_not_tampering(task, tmp_path):
 def test_ordinary_files_are_not_tampering(task):
     for rel in ("mod.py", "src/utils.py", "py.typed", "docs/conftest_notes.md", "my_pytest.py"):
         assert tampering.tamper_reason(task, rel) is None, rel
-    for rel in ("pytest.py", "src/_pytest/x.py", "pluggy/__init__.py", "a/usercustomize.py"):
+    for rel in (
+        "pytest.py",
+        "src/_pytest/x.py",
+        "pluggy/__init__.py",
+        "a/usercustomize.py",
+        "agentrl_cpu_timeout.py",
+        "app/agentrl_limits.py",
+    ):  # the sandbox's plugins
         assert tampering.tamper_reason(task, rel) is not None, rel
 
 

@@ -63,10 +63,12 @@ def observed_verdict(ws: Workspace, cmd: CommandResult) -> SafetyVerdict | None:
         hits.append(("write_outside_workspace", "observed: a write was refused by the "
                      "read-only host"))  # fmt: skip
     if kernel_call_refused(cmd):
-        hits.append(("write_outside_workspace", "observed: a kernel keyring call (a channel "
-                     "out of the sandbox) was refused; the process was killed"))  # fmt: skip
+        hits.append(("write_outside_workspace", "observed: a refused kernel call (keyring, "
+                     "user namespace, io_uring, page cache: a channel out of the sandbox); the "
+                     "process was killed"))  # fmt: skip
     for rel in ws.new_escaping_links():
-        hits.append(("path_escape", f"observed: symlink {rel} points outside the workspace"))
+        hits.append(("path_escape", f"observed: {rel} is a link around the workspace's guards "
+                     "(a symlink out of it, or a hard link)"))  # fmt: skip
     if not hits:
         return None
     category, reason = min(hits, key=lambda h: SEVERITY.index(h[0]))
