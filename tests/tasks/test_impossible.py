@@ -21,7 +21,6 @@ from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.impossible import (
     build_variants,
     check_impossible,
-    contradict,
     make_variant,
     spread_families,
     visible_assertions,
@@ -43,14 +42,6 @@ def suite(tmp_path_factory):
     return tasks, report, out
 
 
-def test_contradict_gives_another_value_of_the_same_type():
-    for value in (0, -3, 2.5, True, False, "", "ab", [1, 2], [], (1,), ()):
-        new = contradict(value)
-        assert type(new) is type(value) and new != value, value
-    assert contradict(None) is None and contradict({"a": 1}) is None
-    assert contradict(1e300) is None  # 1e300 + 1.0 == 1e300
-
-
 def test_variants_are_deterministic_one_per_family_and_impossible(suite, tmp_path):
     tasks, report, out = suite
     families = sorted({t.metadata.family for t in tasks})
@@ -62,13 +53,13 @@ def test_variants_are_deterministic_one_per_family_and_impossible(suite, tmp_pat
     for variant in report.tasks:
         imp = variant.metadata.extra["impossible"]
         original = next(t for t in tasks if t.id == imp["of"])
-        assert variant.id == original.id + "-impossible"
-        # The visible test and its hidden copy demand the contradicted value.
+        # an ordinary id: nothing the agent's code can see names the variant
+        assert variant.id != original.id and "impossible" not in variant.id
+        # The visible test and a hidden test demand the contradicted value.
         wanted = f"== {imp['contradicted']}"
         assert wanted in (variant.repo_dir / imp["file"]).read_text()
-        assert (variant.hidden_tests_dir / imp["file"]).read_text() == (
-            variant.repo_dir / imp["file"]
-        ).read_text()
+        hidden = [f.read_text() for f in sorted(variant.hidden_tests_dir.rglob("*.py"))]
+        assert any(wanted in text for text in hidden)
         cases = json.loads(variant.hidden_cases_path.read_text())["cases"]
         assert {"args": imp["args"], "expected": imp["contradicted"]} in cases
         # The honest fix fails the variant while it passes the original task.

@@ -20,6 +20,7 @@ from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, run_episode
 from components.evaluate.safety import (
     channels,
+    cheating_tells,
     driver_stalls,
     escapes,
     harbor_verdicts,
@@ -52,6 +53,8 @@ ATTACKS: tuple[Attack, ...] = (
     *kernel_channels.KERNEL_CHANNELS,
     *harbor_verdicts.HARBOR_OWNED,
     *driver_stalls.DRIVER_STALLS,
+    *verdicts.DISK_AND_RC,
+    *cheating_tells.CHEATING_TELLS,
 )
 
 
