@@ -184,9 +184,8 @@ def cases_check(
         if not answered:
             return Check(passed=True, detail="no drawn case has an answer of the reference fix")
         cases = answered
-    cmd, token = _runner_results(
-        tree, [[c["module"], c["function"], c["args"]] for c in cases], env, cfg
-    )
+    calls = [[c["module"], c["function"], c["args"]] for c in cases]
+    cmd, token = _runner_results(tree, calls, env.per_test_timeout_s, cfg)
     return _judge_cases(cmd, token, cases, comparison)
 
 
@@ -231,8 +230,9 @@ def _judge_cases(cmd: CommandResult, token: str, cases: list[dict], comparison: 
 # ----------------------------------------------------------------- differential cases
 
 DIFFERENTIAL_SALT = "agentrl-differential/1"  # a new salt draws new cases for every task
-MAX_CANDIDATES = 48  # argument tuples the reference fix and the buggy code answer
+MAX_CANDIDATES = 32  # argument tuples the reference fix and the buggy code answer
 MAX_DIFFERENTIAL = 12  # cases a verification runs: those the bug shows on first
+UNFIXED_CALL_S = 0.5  # CPU seconds a call of the task's buggy code gets when ranking cases
 _REFERENCE: dict[tuple[str, ...], list[dict]] = {}  # (task, draw, interpreter) -> cases
 _REFERENCE_LOCK = threading.Lock()
 
@@ -435,25 +435,28 @@ def differential_arguments(task: Task) -> list[dict]:
     return drawn
 
 
-def _runner_results(tree: Path, calls: list[list[str]], env: VerifierSettings,
+def _runner_results(tree: Path, calls: list[list[str]], per_call_s: float,
                     cfg: SandboxConfig) -> tuple[CommandResult, str]:  # fmt: skip
-    """The case runner on `calls` ([module, function, args]) in `tree`: its command and
-    the token of its line."""
+    """The case runner on `calls` ([module, function, args]) in `tree`, each call limited to
+    `per_call_s` of CPU and unstarved wall time: its command and the token of its line."""
     token = secrets.token_hex(8)
     tools = tree / f".agentrl-{token}"
     tools.mkdir()
     (tools / "runner.py").write_text(CASE_RUNNER)
     (tools / "args.json").write_text(json.dumps(calls))
     argv = [*ISOLATED_PYTHON, f"{tools.name}/runner.py", token, f"{tools.name}/args.json",
-            f"{env.per_test_timeout_s:g}"]  # fmt: skip
+            f"{per_call_s:g}"]  # fmt: skip
     return run_sandboxed(argv, tree, cfg, readonly=(tools,)), token
 
 
-def _answers(tree: Path, calls: list[list[str]], env: VerifierSettings,
+def _answers(tree: Path, calls: list[list[str]], per_call_s: float,
              cfg: SandboxConfig) -> list[str | None] | str:  # fmt: skip
-    """The repr each call returns in a trusted tree (None: it raised or gave no plain
-    value), or why the run gave none."""
-    cmd, token = _runner_results(tree, calls, env, cfg)
+    """The repr each call returns in a trusted tree (None: it raised, ran past its limit or
+    gave no plain value), or why the run gave none."""
+    # Trusted code: room for every call to use its limit, so load costs no expected value.
+    wall = max(cfg.wall_time_s, 30 + 2 * len(calls) * per_call_s)
+    cfg = dataclasses.replace(cfg, wall_time_s=wall, cpu_time_s=max(cfg.cpu_time_s, int(wall)))
+    cmd, token = _runner_results(tree, calls, per_call_s, cfg)
     _, got = last_marker(cmd.output, f"{CASES_MARKER} {token} ")
     if not isinstance(got, dict) or not isinstance(got.get("results"), list):
         return no_verdict(cmd, "the reference fix's case run")
@@ -485,10 +488,9 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
             return f"the reference fix does not apply: {e}"
         # The reference answers every call twice, in one process: an answer that changes
         # (time, randomness, state kept between calls) is no expected value.
-        # Trusted code: room for every call to use its limit, so load costs no expected value.
-        wall = max(cfg.wall_time_s, 30 + 2 * len(calls) * env.per_test_timeout_s)
-        ref = dataclasses.replace(cfg, wall_time_s=wall, cpu_time_s=max(cfg.cpu_time_s, int(wall)))
-        twice, once = _answers(fixed, calls + calls, env, ref), _answers(buggy, calls, env, ref)
+        twice = _answers(fixed, calls + calls, env.per_test_timeout_s, cfg)
+        # The buggy code only ranks the cases (a bug that loops ends at a short limit).
+        once = _answers(buggy, calls, min(env.per_test_timeout_s, UNFIXED_CALL_S), cfg)
     lost = next((r for r in (twice, once) if isinstance(r, str)), "")
     if lost:
         return lost
