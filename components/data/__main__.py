@@ -126,6 +126,15 @@ def main_ingest(argv: list[str] | None = None) -> int:
 
 
 @stage("data")
+def _validate_locked(cfg) -> dict:
+    """validate_dataset under the lock of its output folder (one writer at a time)."""
+    from components.data.validate import validate_dataset
+    from components.workdir_lock import workdir_lock
+
+    with workdir_lock(cfg.out_dir, "agentrl data validate"):
+        return validate_dataset(cfg)
+
+
 def main_validate(argv: list[str] | None = None) -> int:
     p = _parser("validate", "Validate an ingested dataset with Great Expectations.")
     p.add_argument(
@@ -163,7 +172,6 @@ def main_validate(argv: list[str] | None = None) -> int:
         "--eval-task-id", action="append", default=None, help="an evaluation task id (repeatable)"
     )
     args = p.parse_args(argv)
-    from components.data.validate import validate_dataset
 
     cfg = _load(args).validate
     cfg = _with(
@@ -176,11 +184,8 @@ def main_validate(argv: list[str] | None = None) -> int:
         eval_task_root=args.eval_tasks,
         eval_task_ids=(*cfg.eval_task_ids, *args.eval_task_id) if args.eval_task_id else None,
     )
-    from components.workdir_lock import workdir_lock
-
     try:
-        with workdir_lock(cfg.out_dir, "agentrl data validate"):
-            report = validate_dataset(cfg)
+        report = _validate_locked(cfg)
     except _expected_errors() as e:
         return _error(e)
     summary = {

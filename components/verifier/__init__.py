@@ -10,7 +10,7 @@ Modules, each one concern (import names from the module that defines them):
   checks run in, `changed_files`.
 - tampering.py: which changes never enter verification (`tamper_reason`).
 - hidden_tests.py: the hidden tests under the harness, and their judgement.
-- hidden_cases.py: the hidden cases (shipped or derived) under the case runner, and theirs.
+- hidden_cases.py: the hidden cases (differential where the task has a reference fix, else shipped or derived) under the case runner, and theirs.
 - checks.py: what every sandboxed check shares (settings read, sandbox, verdict lines).
 - lint.py: lint and security findings the changes introduce (ruff).
 - cache.py: the process-global verdict cache (`verdict_cache_info`, `clear_verdict_cache`).

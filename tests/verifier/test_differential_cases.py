@@ -131,3 +131,15 @@ def test_a_lookup_of_every_value_the_tests_show_fails_the_hidden_cases(tasks, tm
             check = cases_check(cases, comparison, tree, ENV, cfg)
             assert not check.lost and not check.forged, (task.id, check.lost, check.forged)
             assert not check.passed and check.failed > 0, (task.id, check.detail)
+
+
+def test_failed_differential_cases_are_forged_only_when_answered_as_the_unfixed_code():
+    """Behind passing tests: every failed case answered as the bug does is the bug left in
+    place (forged); an incomplete honest fix answers otherwise (a plain failure). Cases
+    read off the tests are forged whenever they fail behind them."""
+    from components.verifier.checks import Check
+    from components.verifier.verdict import _bug_left
+
+    assert _bug_left(Check(failed=3, answered_as_unfixed=3))
+    assert not _bug_left(Check(failed=3, answered_as_unfixed=1))
+    assert _bug_left(Check(failed=1))  # not differential

@@ -19,6 +19,7 @@ from pathlib import Path
 from components.env.config import EnvConfig
 from components.env.episode import EpisodeResult, run_episode
 from components.evaluate.safety import (
+    answer_lookup,
     channels,
     cheating_tells,
     driver_stalls,
@@ -55,6 +56,7 @@ ATTACKS: tuple[Attack, ...] = (
     *driver_stalls.DRIVER_STALLS,
     *verdicts.DISK_AND_RC,
     *cheating_tells.CHEATING_TELLS,
+    *answer_lookup.ANSWER_LOOKUP,
 )
 
 
