@@ -10,7 +10,7 @@ sit at a pass@8 of 10-70%, where groups disagree often enough to learn from).
 
 Ours is the project's own code, not a copy: sampling with the rollout engine's
 `generate_transformers` (token ids and sampling log-probs kept), advantages with
-`train.grpo.advantages.advantages_of` (`losses.group_advantages`), and the update with
+`losses.group_advantages` (as `train.grpo.advantages.advantages_of` uses it), and the update with
 `train.grpo.update.update_with` (`losses.grpo_loss`, collation, micro-batches and the
 plain-torch `Stepper`: clip, AdamW), each step's completions given to it as `Rollout`s.
 TRL's is `trl.GRPOTrainer` as shipped (trl 1.16), one generation batch per optimizer step.
@@ -332,14 +332,30 @@ def our_settings(args):
     return config, rollout_config
 
 
+def own_reward_advantages(rollouts: list, config) -> tuple:
+    """(advantages [B], keep): `advantages_of`'s group advantages of this bench's own
+    rewards. They come from its answer check, not from an episode verdict of the pipeline's
+    verifier, so they carry no signed record and the trainers' provenance check
+    (advantages_of -> rollout_rewards) would rightly refuse them all."""
+    import torch
+
+    from components.train.losses import group_advantages
+
+    ids: dict[str, int] = {}
+    group_ids = torch.tensor([ids.setdefault(r.group_id, len(ids)) for r in rollouts])
+    rewards = torch.tensor([float(r.result.reward) for r in rollouts])
+    advantages = group_advantages(rewards, group_ids, scale_by_std=config.scale_by_std,
+                                  leave_one_out=config.leave_one_out)  # fmt: skip
+    return advantages, [i for i, r in enumerate(rollouts) if any(r.assistant_mask)]
+
+
 def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], args) -> Run:
     """Our GRPO: per step, sample G completions of each of the step's prompts, reward them,
-    group advantages, one update (advantages_of + update_with)."""
+    group advantages, one update (group_advantages + update_with)."""
     import torch
 
     from components.seeding import derive_seed
     from components.train.devices import frozen_copy
-    from components.train.grpo.advantages import advantages_of
     from components.train.grpo.update import update_with
     from components.train.parallel import make_stepper
 
@@ -359,7 +375,7 @@ def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], ar
                              derive_seed(args.seed, "bench-sample", step))  # fmt: skip
         step_rewards = rewards_of(tokenizer, batch, args.group_size, completions)
         rollouts = as_rollouts(tokenizer, batch, args.group_size, completions, step_rewards, step)
-        advantages, _, _, keep = advantages_of(rollouts, config)
+        advantages, keep = own_reward_advantages(rollouts, config)
         model.train()
         update_with(stepper, reference, [rollouts[i] for i in keep], advantages[keep], config,
                     rollout_config, tokenizer.pad_token_id, device, step)  # fmt: skip
@@ -443,7 +459,7 @@ def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], arg
 def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) -> dict | None:
     """One batch, one update, both ways: G completions of each problem sampled once (ours),
     rewards alternating 0/1 within each group (so every group has signal), advantages
-    from our advantages_of for both (tests/train/test_losses.py checks them against TRL's);
+    from our group_advantages for both (tests/train/test_losses.py checks them against TRL's);
     then our update_with's gradient (read before its optimizer step) against the gradient
     of TRL's own GRPOTrainer.compute_loss on the same tokens, from the same start. Returns
     their cosine, relative L2 difference and norms; None with beta > 0 (TRL's loss would
@@ -453,7 +469,6 @@ def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) ->
     from trl import GRPOTrainer
     from trl.trainer.utils import pad
 
-    from components.train.grpo.advantages import advantages_of
     from components.train.grpo.update import update_with
     from components.train.parallel import Stepper, make_stepper
 
@@ -474,7 +489,7 @@ def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) ->
     rewards = [float(i % 2) for i in range(len(completions))]
     rollouts = as_rollouts(tokenizer, batch, k, completions, rewards, 0)
     config, rollout_config = our_settings(args)
-    advantages, _, _, _ = advantages_of(rollouts, config)
+    advantages, _ = own_reward_advantages(rollouts, config)
     plain = make_stepper(ours, None, learning_rate=args.lr, max_grad_norm=1.0)
     stepper = GradientRecorder(**{f: getattr(plain, f) for f in Stepper.__dataclass_fields__})
     ours.train()

@@ -162,11 +162,8 @@ def _take(folder: Path, command: str) -> tuple[int | None, str]:
     started this process holds it; a line saying a dead holder's lock was taken over)."""
     path = lock_file(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = _lock_current(path)
+    if fd is None:
         record = read_record(path)
         if record.get("token") == run_token():
             return None, ""
@@ -183,6 +180,26 @@ def _take(folder: Path, command: str) -> tuple[int | None, str]:
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(record).encode("utf-8", "replace"), 0)
     return fd, taken_over
+
+
+def _lock_current(path: Path) -> int | None:
+    """A descriptor of the lock file at `path`, flocked; None while another holds it. A
+    release unlinks the file before it unlocks, so a lock won on a file no longer at
+    `path` is stale: try again on the one there now."""
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise OSError(f"could not lock {path}: it keeps being replaced")
 
 
 def read_record_fd(fd: int) -> dict:
@@ -210,7 +227,7 @@ def acquire(folder: str | Path, command: str = "") -> str:
 
 
 def release(folder: str | Path) -> None:
-    """Give one `acquire` of `folder` back; the last one empties the record and unlocks."""
+    """Give one `acquire` of `folder` back; the last one removes the lock file and unlocks."""
     key = Path(folder).resolve()
     with _GUARD:
         held = _HELD.get(key)
@@ -221,6 +238,8 @@ def release(folder: str | Path) -> None:
             return
         del _HELD[key]
     if held.fd is not None:
+        with contextlib.suppress(OSError):  # gone before unlocked: nothing left beside
+            os.unlink(lock_file(key))  # the folder (a waiter re-checks the inode)
         with contextlib.suppress(OSError):
             os.ftruncate(held.fd, 0)
         os.close(held.fd)  # closing the last descriptor releases the flock

@@ -125,7 +125,6 @@ def main_ingest(argv: list[str] | None = None) -> int:
     return 0
 
 
-@stage("data")
 def _validate_locked(cfg) -> dict:
     """validate_dataset under the lock of its output folder (one writer at a time)."""
     from components.data.validate import validate_dataset
@@ -135,6 +134,7 @@ def _validate_locked(cfg) -> dict:
         return validate_dataset(cfg)
 
 
+@stage("data")
 def main_validate(argv: list[str] | None = None) -> int:
     p = _parser("validate", "Validate an ingested dataset with Great Expectations.")
     p.add_argument(

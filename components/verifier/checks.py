@@ -50,9 +50,9 @@ class Check:
     limit: str | None = None
     command: CommandResult | None = None
     detail: str = ""
-    # Differential cases only: how many failed cases were answered exactly as the unfixed
-    # code answers them (None: the cases are not differential).
-    answered_as_unfixed: int | None = None
+    # Differential cases only: how many failed cases were answered with a plain value that
+    # is neither the expected one nor the unfixed code's (None: not differential).
+    answered_otherwise: int | None = None
 
 
 def no_verdict(cmd: CommandResult, what: str) -> str:

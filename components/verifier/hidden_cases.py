@@ -224,7 +224,10 @@ def _judge_cases(cmd: CommandResult, token: str, cases: list[dict], comparison: 
         as_bug = sum(c["bug_shows"] and r.get("repr") == c["unfixed"]
                      for c, r in zip(cases, results, strict=True))  # fmt: skip
         check.detail += f" ({as_bug} answered as the unfixed code does)"
-        check.answered_as_unfixed = as_bug
+        check.answered_otherwise = sum(
+            "repr" in r and r["repr"] != c["unfixed"] and not _case_matches(r, c["expected"], comparison)
+            for c, r in zip(cases, results, strict=True)
+        )  # fmt: skip
     return check
 
 

@@ -207,12 +207,22 @@ def test_rollout_logprobs_match_a_fresh_forward(tiny_config, device, dtype):
 
 
 def _result(task_id: str, k: int, reward: float) -> EpisodeResult:
+    """A finished episode whose verdict is signed as an episode's finish signs it: only
+    signed verdicts train (components/verifier/provenance.py)."""
+    from components.verifier.provenance import sign_record
+    from components.verifier.version import verifier_version
+
+    episode_id = f"gpu-{task_id}-k{k}"
+    record = {"id": episode_id, "task_id": task_id, "reward": reward, "reward_terms": {},
+              "final_diff": None, "trajectory": [],
+              "metadata": {"success": reward > 0, "verifier_version": verifier_version()}}  # fmt: skip
+    sign_record(record)
     return EpisodeResult(
-        episode_id=f"gpu-{task_id}-k{k}", task_id=task_id, split="train", policy="grpo",
+        episode_id=episode_id, task_id=task_id, split="train", policy="grpo",
         status="ok", end_reason="finished", success=reward > 0, reward=reward,
         reward_terms={}, steps=2, tool_calls=2, invalid_calls=0, safety_flags=[],
         ran_tests=False, tests_total=0, tests_failed=0, changed_files=[], tampered_files=[],
-        wall_s=0.0, step_rewards=[0.0, -0.1 * (k % 2)],
+        wall_s=0.0, step_rewards=[0.0, -0.1 * (k % 2)], record=record,
     )  # fmt: skip
 
 

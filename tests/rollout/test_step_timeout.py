@@ -6,6 +6,7 @@ waiting for it."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
 from components.sandbox.config import SandboxConfig
 
-SLEEP_S = 30.0
+SLEEP_S = 8.0
 
 
 def _call(name: str, arguments: dict) -> str:
@@ -64,3 +65,17 @@ def test_a_stuck_step_ends_its_episode_as_the_agents_failure(model, tokenizer, t
     assert flags and "step limit of 1 s" in flags[0]["reason"]
     assert r.reward_terms["resource_limit"] < 0
     assert other.result.status == "ok" and other.result.end_reason == "finished"
+    _wait_for_the_abandoned_step()
+
+
+def _wait_for_the_abandoned_step() -> None:
+    """The stuck command runs on in its abandoned thread until it ends (its sandbox's own
+    limits bound it); wait for its sandbox to go, so no later test of this process sees
+    its cgroup (tests/sandbox/test_sandbox.py checks the host is left clean)."""
+    from pathlib import Path
+
+    prefix = f"agentrl-sbx-{os.getpid()}-"
+    roots = [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")]
+    deadline = time.monotonic() + SLEEP_S + 60
+    while time.monotonic() < deadline and any(any(r.glob(prefix + "*")) for r in roots):
+        time.sleep(0.2)

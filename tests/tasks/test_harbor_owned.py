@@ -200,8 +200,9 @@ def test_a_module_named_after_the_harness_is_tampering(harbor_tasks, tmp_path, n
 
     v = _verify(task, tmp_path, edit)
     assert v.status == "ok", v
-    if name.startswith("pytest"):
-        assert v.tampered_files == [f"{name}/__init__.py"], v
+    if name.startswith(("pytest", "agentrl_")):  # refused for every task (tampering.py)
+        target = name if name.endswith(".py") else f"{name}/__init__.py"
+        assert v.tampered_files == [target], v
         return
     assert not v.tests_passed and v.forged_pass, v
     assert "shadow the harness" in " ".join(f["reason"] for f in v.flags)

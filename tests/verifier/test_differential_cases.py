@@ -133,13 +133,14 @@ def test_a_lookup_of_every_value_the_tests_show_fails_the_hidden_cases(tasks, tm
             assert not check.passed and check.failed > 0, (task.id, check.detail)
 
 
-def test_failed_differential_cases_are_forged_only_when_answered_as_the_unfixed_code():
-    """Behind passing tests: every failed case answered as the bug does is the bug left in
-    place (forged); an incomplete honest fix answers otherwise (a plain failure). Cases
-    read off the tests are forged whenever they fail behind them."""
+def test_failed_differential_cases_are_forged_unless_the_code_answered_them_its_own_way():
+    """Behind passing tests: failed cases answered as the bug does, with errors or with
+    objects that are not plain values are the bug left in place (forged); an incomplete
+    honest fix gives some plain answer of its own (a plain failure). Cases read off the
+    tests are forged whenever they fail behind them."""
     from components.verifier.checks import Check
     from components.verifier.verdict import _bug_left
 
-    assert _bug_left(Check(failed=3, answered_as_unfixed=3))
-    assert not _bug_left(Check(failed=3, answered_as_unfixed=1))
+    assert _bug_left(Check(failed=3, answered_otherwise=0))
+    assert not _bug_left(Check(failed=3, answered_otherwise=1))
     assert _bug_left(Check(failed=1))  # not differential
