@@ -67,12 +67,29 @@ def main_merge(argv: list[str]) -> int:
 
     if not is_adapter_dir(args.policy):
         raise CommandError(f"{args.policy} is not an adapter policy (no adapter metadata)")
+    _check_base(args.policy)
     claim_stage_dir(args.out)
     start_stage_dir(args.out)
     model, tokenizer = load_policy(args.policy)
     merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
     return write_stage_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
                                          "base": str(base_directory(args.policy))})  # fmt: skip
+
+
+def _check_base(policy) -> None:
+    """Refuse to fold `policy`'s adapters onto a base other than the one they were trained
+    against (its recorded weights_sha256): that merge is a silently wrong model."""
+    from components.lineage import weights_sha256
+    from components.policy.lora import ADAPTER_META, base_directory
+
+    recorded = json.loads((policy / ADAPTER_META).read_text()).get("base_sha256") or ""
+    base = base_directory(policy)
+    if not base.is_dir():
+        raise CommandError(f"{policy}: its base checkpoint {base} is missing")
+    actual = weights_sha256(base)
+    if recorded and actual != recorded:
+        raise CommandError(f"{policy}: its base {base} is not the one it was trained on "
+                           f"(weights sha256 {actual[:16]}..., recorded {recorded[:16]}...)")  # fmt: skip
 
 
 def main_fetch(argv: list[str]) -> int:

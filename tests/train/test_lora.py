@@ -211,3 +211,17 @@ def test_merge_command(tiny_policy, expert_records, tmp_path, capsys):
     with pytest.raises(CommandError, match="not an adapter policy"):
         agentrl(["policy", "merge", "--policy", str(tmp_path / "m" / "policy"), "--out",
                  str(tmp_path / "x")])  # fmt: skip
+    # a base whose weights are not the ones the adapters were trained on: refused, unwritten
+    from safetensors.torch import load_file, save_file
+
+    from components.policy.lora import base_directory
+
+    base = base_directory(adapters)
+    (weights,) = sorted(base.glob("*.safetensors"))
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    with pytest.raises(CommandError, match="is not the one it was trained on"):
+        agentrl(["policy", "merge", "--policy", adapters, "--out", str(tmp_path / "wrong")])
+    assert not (tmp_path / "wrong").exists()
