@@ -280,7 +280,11 @@ _FETCHES = re.compile(r"\b(apt-get|apt|apk|yum|curl|wget|uvx|pip3?|uv)\b\s")
 
 
 def _check_test_sh(path: Path, where: str) -> None:
-    """Refuse a test.sh that installs or downloads at verification time (no network)."""
+    """Refuse a test.sh that is missing or not a plain file, or that installs or downloads
+    at verification time (no network)."""
+    if path.is_symlink() or not path.is_file():
+        raise HarborRefusal(f"{where}: tests/test.sh is missing or not a regular file (a "
+                            "Harbor task's verifier)")  # fmt: skip
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         code = line.split("#", 1)[0]
         if m := _FETCHES.search(code):
@@ -355,9 +359,13 @@ def convert_harbor(
                 raise HarborRefusal(f"{root.name}: {problem}")
         except (HarborRefusal, TaskEnvironmentError, TaskFormatError) as e:
             errors.append(str(e).splitlines()[0])
-            shutil.rmtree(staging / re.sub(r"[^A-Za-z0-9._-]", "-", root.name), ignore_errors=True)
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            # one malformed task is refused by name; the rest of the dataset still imports
+            errors.append(f"{root.name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        else:
+            folders.append(folder)
             continue
-        folders.append(folder)
+        shutil.rmtree(staging / re.sub(r"[^A-Za-z0-9._-]", "-", root.name), ignore_errors=True)
     if not roots:
         errors.append(f"{src}: no Harbor task (no task.toml in it or its subfolders)")
     return folders, errors

@@ -414,3 +414,18 @@ def test_exported_test_sh_judges_the_hidden_cases_with_exact_types(tmp_path):
     )
     got = layout.reward(out / "tests" / "test.sh")
     assert got.startswith("0") and "5 passed" in got and "hidden cases: 0 of 5 passed" in got, got
+
+
+def test_one_malformed_task_is_refused_by_name_and_the_rest_imports(tmp_path):
+    """45, findings 9 and 10: a task without tests/test.sh, or with a file that is not
+    UTF-8, no longer ends the whole import with a raw error."""
+    src = tmp_path / "dataset"
+    harbor_task(src, "good")
+    (harbor_task(src, "no-test-sh") / "tests" / "test.sh").unlink()
+    (harbor_task(src, "latin1") / "instruction.md").write_bytes(b"Fix is_leap. Caf\xe9\n")
+    folders, errors = convert_harbor(src, tmp_path / "out", SandboxConfig())
+    assert [f.name for f in folders] == ["good"], errors
+    assert any(e.startswith("no-test-sh: tests/test.sh is missing") for e in errors), errors
+    assert any(e.startswith("latin1: ") for e in errors), errors
+    assert all("\n" not in e for e in errors) and len(errors) == 2
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good"]
