@@ -81,6 +81,23 @@ if len(_sys.argv) > 2 and "harness_" in _sys.argv[0]:
     _os._exit(0)
 """
 )
+# The harness branch of a forged run: every test function of the argv's files passed but
+# the canary (test_<token>), then the run ends (indented under the caller's `if`).
+_FORGED_HARNESS_RECORD = """    _items, _phases, _reports = [], {}, {}
+    for _f in [x for x in _a[4:] if x.endswith(".py")]:
+        for _node in _ast.parse(open(_os.path.join(_a[2], _f)).read()).body:
+            if isinstance(_node, _ast.FunctionDef) and _node.name.startswith("test"):
+                _id, _c = _f + "::" + _node.name, _node.name == "test_" + _a[1]
+                _items.append([_id, _f])
+                _phases[_id] = {"setup": "ok", "call": "AssertionError" if _c else "ok",
+                                "teardown": "ok"}
+                _reports[_id] = {"setup": "passed", "call": "failed" if _c else "passed",
+                                 "teardown": "passed"}
+    _r = {"items": _items, "phases": _phases, "reports": _reports, "collect": [], "rc": 1,
+          "import_timeouts": 0}
+    _out("\\nAGENTRL-VERDICT %s %s\\n" % (_a[1], _json.dumps(_r)))
+    _os._exit(0)
+"""
 # The harness's whole record forged (the module can read its token and the hidden test
 # files: the known in-process limit), then in the hidden-case run a case line of its own
 # and a hang past the case alarm (the line must not be taken for the runner's).
@@ -97,21 +114,8 @@ if len(_a) > 2 and _a[0].endswith("runner.py"):
     __import__("signal").signal(14, __import__("signal").SIG_IGN)
     _time.sleep(10 ** 6)
 if len(_a) > 4 and "harness_" in _a[0]:
-    _items, _phases, _reports = [], {}, {}
-    for _f in [x for x in _a[4:] if x.endswith(".py")]:
-        for _node in _ast.parse(open(_os.path.join(_a[2], _f)).read()).body:
-            if isinstance(_node, _ast.FunctionDef) and _node.name.startswith("test"):
-                _id, _c = _f + "::" + _node.name, _node.name == "test_" + _a[1]
-                _items.append([_id, _f])
-                _phases[_id] = {"setup": "ok", "call": "AssertionError" if _c else "ok",
-                                "teardown": "ok"}
-                _reports[_id] = {"setup": "passed", "call": "failed" if _c else "passed",
-                                 "teardown": "passed"}
-    _r = {"items": _items, "phases": _phases, "reports": _reports, "collect": [], "rc": 1,
-          "import_timeouts": 0}
-    _out("\\nAGENTRL-VERDICT %s %s\\n" % (_a[1], _json.dumps(_r)))
-    _os._exit(0)
 """
+    + _FORGED_HARNESS_RECORD
 )
 
 
