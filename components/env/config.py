@@ -116,8 +116,17 @@ class EnvConfig:
         ),
     )
     weights: RewardWeights = field(default_factory=RewardWeights, metadata=doc("reward weights"))
+    remote: str = field(
+        default="",
+        metadata=doc(
+            "URL of an environment server (`agentrl env serve`, components/env_service/) that "
+            "runs every episode's tools and verdict; empty: episodes run in this process"
+        ),
+    )
 
     def __post_init__(self) -> None:
+        if self.remote and not self.remote.startswith(("http://", "https://")):
+            raise ValueError(f"EnvConfig.remote: expected an http(s):// URL, got {self.remote!r}")
         if self.tool_set not in TOOL_SETS:
             raise ValueError(
                 f"EnvConfig.tool_set: unknown {self.tool_set!r} (known: {', '.join(TOOL_SETS)})"

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from components.env.config import EnvConfig
 from components.env.episode import Action, EpisodeEnv, EpisodeResult
 from components.env.tool_sets import DecodingConstraint, tool_set
+from components.env_service.client import open_episode
 from components.policy.chat import (
     chat_format,
     end_of_turn_id,
@@ -354,7 +355,8 @@ def _finish(live: _Live) -> Rollout:
 
 def _start(task: Task, k: int, tokenizer, config, env_config, sandbox_config, policy_name):
     episode_id = f"{policy_name}-{task.id}-s{config.seed}-k{k}"
-    env = EpisodeEnv(
+    # In this process, or on the environment server the preset names (env.remote).
+    env = open_episode(
         task, env_config, sandbox_config,
         policy_name=policy_name, episode_id=episode_id, max_wall_s=config.max_wall_s,
     )  # fmt: skip

@@ -1,0 +1,82 @@
+"""CLI: `agentrl env serve --tasks DIR [--preset P] [--host 127.0.0.1] [--port 8100]
+[--workers N] [--max-queue Q] [--request-timeout-s S]` (also `python -m
+components.env_service ...`)."""
+
+from __future__ import annotations
+
+import sys
+
+from components.cli_args import (
+    ArgumentParser,
+    CommandError,
+    existing_dir,
+    port,
+    positive_float,
+    positive_int,
+    preset_file,
+)
+
+
+def main_serve(argv: list[str]) -> int:
+    p = ArgumentParser(
+        prog="agentrl env serve",
+        description="Serve the coding environment over HTTP: sessions per episode, run by "
+        "worker processes; the verdict and reward are computed here (components/env_service/).",
+    )
+    p.add_argument(
+        "--tasks",
+        required=True,
+        type=existing_dir,
+        help="the task suite clients name tasks from, by id",
+    )
+    p.add_argument("--preset", type=preset_file, help="preset whose `sandbox` section to use")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    p.add_argument("--port", type=port, default=8100)
+    p.add_argument("--workers", type=positive_int, default=2, help="worker processes")
+    p.add_argument(
+        "--max-queue",
+        type=positive_int,
+        default=64,
+        help="requests that may wait for a worker (more: 503)",
+    )
+    p.add_argument(
+        "--request-timeout-s",
+        type=positive_float,
+        default=300.0,
+        help="longest one request may take (past it: 504, the worker replaced)",
+    )
+    args = p.parse_args(argv)
+    from components.env_service.server import EnvServiceConfig, serve
+    from components.sandbox.config import SandboxConfig
+    from components.tasks.task import load_tasks
+    from components.typed_config import ConfigError, config_from_dict
+
+    tasks, errors = load_tasks(args.tasks)
+    if errors:
+        raise CommandError(f"invalid task: {errors[0]}")
+    if not tasks:
+        raise CommandError(f"no tasks found in {args.tasks}")
+    sandbox = {}
+    if args.preset:
+        from components.preset import load_preset
+
+        sandbox = load_preset(args.preset).raw("sandbox")
+    try:
+        config_from_dict(SandboxConfig, sandbox, f"{args.preset or 'defaults'}:sandbox")
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+    config = EnvServiceConfig(args.workers, args.max_queue, args.request_timeout_s)
+    print(
+        f"agentrl env serve: {len(tasks)} tasks, {args.workers} workers on "
+        f"http://{args.host}:{args.port}",
+        flush=True,
+    )
+    serve(args.tasks, sandbox, config, host=args.host, port=args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    from components.cli import boundary
+
+    argv = [a for a in sys.argv[1:] if a != "--debug"]
+    sys.exit(boundary(lambda: main_serve(argv), "agentrl env serve", "--debug" in sys.argv))

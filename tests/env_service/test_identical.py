@@ -1,0 +1,90 @@
+"""Episodes through the environment server are the in-process episodes (issue 47): the same
+events, verdicts, rewards and signed records at a fixed seed, for the evaluator's scripted
+path and for the rollout engine's (GRPO's and `evaluate run`'s) path; and with a server
+configured, nothing in this process runs an agent's tool or a verifier."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.env.config import EnvConfig
+from components.evaluate.episodes import run_policy
+from components.rollout.config import RolloutConfig
+from components.sandbox.config import SandboxConfig
+
+SANDBOX = SandboxConfig()
+
+
+def comparable(result) -> dict:
+    """A result without what differs run to run: wall-clock times."""
+    out = result.summary()
+    out.pop("wall_s")
+    out.pop("timing")
+    return {**out, "record": result.record}
+
+
+def oracle(tasks, env: EnvConfig):
+    return run_policy(
+        tasks, "oracle", rollout=RolloutConfig(), env=env, sandbox=SANDBOX, workers=2, seed=3
+    )
+
+
+def test_the_oracle_scores_the_same_through_the_server(suite, server):
+    _, tasks = suite
+    local = oracle(tasks, EnvConfig())
+    remote = oracle(tasks, EnvConfig(remote=server))
+    assert [r.status for r in remote] == ["ok"] * len(tasks)
+    assert all(r.success and r.reward > 0 for r in remote)
+    assert [comparable(r) for r in remote] == [comparable(r) for r in local]
+    # the signature is the server's, over the same verdict: the same key on this machine
+    assert all(r.record["metadata"]["verdict_mac"] for r in remote)
+
+
+def _refuse(*_args, **_kwargs):
+    raise AssertionError("an agent tool or verifier ran in the trainer's process")
+
+
+@pytest.fixture
+def no_local_tools(monkeypatch):
+    """Every in-process entry point to an agent's tool or a verdict raises in this process
+    (the server's workers are other processes)."""
+    import components.env.episode as episode
+    import components.env.tool_sets as tool_sets
+    import components.verifier.verdict as verdict
+
+    for module, name in (
+        (episode, "run_tool"),
+        (tool_sets, "run_tool"),
+        (episode, "verify"),
+        (verdict, "verify"),
+    ):
+        monkeypatch.setattr(module, name, _refuse)
+
+
+def test_no_agent_tool_runs_in_the_client_process(suite, server, no_local_tools):
+    _, tasks = suite
+    remote = oracle(tasks[:1], EnvConfig(remote=server))
+    assert remote[0].status == "ok" and remote[0].success
+
+
+def test_the_guard_would_catch_an_in_process_tool(suite, no_local_tools):
+    """The check can fail: in-process, the same episode hits the refusing entry point."""
+    _, tasks = suite
+    with pytest.raises(AssertionError, match="trainer's process"):
+        oracle(tasks[:1], EnvConfig())
+
+
+def test_rollout_engine_episodes_are_the_same_through_the_server(suite, server, tiny_policy):
+    from tests.env_service.scripted_engine import sample_scripted
+
+    _, tasks = suite
+    local = sample_scripted(tasks, tiny_policy, EnvConfig(max_steps=6))
+    remote = sample_scripted(tasks, tiny_policy, EnvConfig(max_steps=6, remote=server))
+    for a, b in zip(local, remote, strict=True):
+        assert (b.input_ids, b.assistant_mask, b.sampling_logprobs) == (
+            a.input_ids,
+            a.assistant_mask,
+            a.sampling_logprobs,
+        )
+        assert comparable(b.result) == comparable(a.result)
+    assert {r.result.reward for r in remote} != {None}
