@@ -14,8 +14,10 @@ Formats
            our `run_command`; the final `exit` message is the submit command's output.
   atif     Harbor's Agent Trajectory Interchange Format (ATIF-v1.x, one document per run):
            steps with tool calls and their observations, mapped in components/data/atif.py.
-           Its reward, terms and success are kept as claimed_* (never trained on) unless
-           this installation's verifier signed them (components/verifier/provenance.py).
+In every format a record's reward, terms and success are only a claim, kept as claimed_*
+and never trained on, unless this installation's verifier signed them
+(components/verifier/provenance.py; `claim_unless_signed`, applied by ingest.py after the
+schema checked the values as given, so a bad reward is still named as the input's field).
 """
 
 from __future__ import annotations
@@ -441,15 +443,15 @@ def from_atif(obj: dict, *, default_source: str = "") -> dict:
     else:
         # Another producer's run: keep what we do not map, so nothing of it is lost.
         record["atif"] = {k: v for k, v in obj.items() if k != "steps"}
-    return _verdict_or_claim(record)
+    return claim_unless_signed(record)
 
 
-def _verdict_or_claim(record: dict) -> dict:
-    """A verdict the document carries is only a claim (kept as claimed_*, never trained on)
-    unless this installation's verifier signed it (components/verifier/provenance.py): our
-    own episodes exported as ATIF read back with their verdict, anyone's forgery without."""
-    meta = record["metadata"] if isinstance(record["metadata"], dict) else {}
-    carries = record["reward"] is not None or record["reward_terms"] or "success" in meta
+def claim_unless_signed(record: dict) -> dict:
+    """A verdict a record carries is only a claim (kept as claimed_*, never trained on)
+    unless this installation's verifier signed it: our own episodes read back with their
+    verdict, anyone's forgery without. `record` is changed in place and returned."""
+    meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    carries = record.get("reward") is not None or record.get("reward_terms") or "success" in meta
     if carries and not is_signed_by_us(record):
         as_claimed(record)
     return record

@@ -17,6 +17,11 @@ ingest see the old dataset or the new one, never a mix. It refuses to replace an
 dataset unless asked (`overwrite`), refuses a folder holding anything else, and refuses to
 publish a dataset of zero records.
 
+A record's reward, terms and success are only claims unless this installation's verifier
+signed them (adapters.claim_unless_signed): whatever the format, a foreign verdict is kept
+as claimed_reward / claimed_reward_terms / claimed_success, never as the fields a trainer
+reads, and the schema checks it first as the input gave it.
+
 Quarantine lines: {"record", "source_file", "source_index", ["source_item"], "stage",
 "format", "reasons", "raw" | "raw_text"}; each reason reads "record <id> field <path>:
 <problem>". `raw` is the record as read; `raw_text` the line as escaped text when it could
@@ -37,7 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.data.adapters import AdapterError, detect_format, to_canonical
+from components.data.adapters import (
+    AdapterError,
+    claim_unless_signed,
+    detect_format,
+    to_canonical,
+)
 from components.data.config import DEFAULT_SECRET_PATTERNS, IngestConfig
 from components.data.reading import (
     InputFile,
@@ -129,8 +139,19 @@ def adapt_record(raw: RawRecord, fmt: str, default_source: str = ""):
     model, reasons = parse_record(record, name)
     if reasons:
         return None, None, {**entry, "reasons": reasons}
+    # Checked as given (a bad reward is named as the input's field), then kept only as a
+    # claim unless this installation's verifier signed it: a foreign verdict never trains.
+    claimed = claim_unless_signed({**record, "metadata": _copied(record.get("metadata"))})
+    if claimed != record:
+        model, reasons = parse_record(claimed, name)
+        if reasons:
+            return None, None, {**entry, "reasons": reasons}
     traj_row, step_rows = record_to_rows(model, raw.source_file, raw.source_index)
     return traj_row, step_rows, None
+
+
+def _copied(metadata: Any) -> Any:
+    return dict(metadata) if isinstance(metadata, dict) else metadata
 
 
 def adapt_or_quarantine(raw: RawRecord, fmt: str, default_source: str = ""):

@@ -13,6 +13,11 @@ The reference is frozen: its log-probs are computed once, up front, and reused e
 With `config.lora` the policy trains adapters and the reference is the same model with its
 adapters off (policy/lora.py): no second copy of the weights.
 Note: the IPO variant gets summed (not length-normalised) log-probs here; see dpo_loss.
+
+Only verdicts this pipeline's verifier signed pair (`verified_pairs`, components/verifier/
+provenance.py): a record with a claimed, unsigned, tampered or stale verdict is on neither
+side; the result counts them (`unverified`, `unverified_reasons`, a metric each in MLflow)
+and lists each with its reason (`quarantine`).
 """
 
 from __future__ import annotations
@@ -20,12 +25,19 @@ from __future__ import annotations
 import copy
 import random
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.tracking import start_trainer_run
 from components.train.config import DPOConfig
-from components.train.data import collate, trajectory_tokens
+from components.train.data import (
+    collate,
+    is_scored,
+    preference_pairs,
+    trajectory_tokens,
+)
 from components.train.devices import trainable_parameters, training_device, warmup_then_constant
 from components.train.parallel import (
     OptimizerSettings,
@@ -36,6 +48,7 @@ from components.train.parallel import (
     save_gathered,
     score_shares,
 )
+from components.verifier.provenance import claims, split_verified
 
 
 @dataclass
@@ -51,6 +64,30 @@ class DPOResult:
     train_seconds: float
     checkpoint_dir: str
     metrics: dict = field(default_factory=dict)
+    unverified: int = 0  # records dropped: their verdict is not this verifier's (module doc)
+    unverified_reasons: dict[str, int] = field(default_factory=dict)  # {"foreign": 1, ...}
+    quarantine: list[dict] = field(default_factory=list)  # {"id", "task_id", "reason"}
+
+
+def verified_pairs(
+    records: Iterable[dict], pairs_per_task: int, seed: int = 0
+) -> tuple[list[dict], list[dict]]:
+    """(DPO's pairs: data.preference_pairs of the verified records, the records dropped as
+    unverified: [{"id", "task_id", "reason"}] in input order). Infrastructure failures
+    (no reward, no claim) are neither: they say nothing about the policy."""
+    scored = [r for r in records if is_scored(r) or claims(r)]
+    verified, quarantine = split_verified(scored, "dpo pairs")
+    return preference_pairs(verified, pairs_per_task, seed), quarantine
+
+
+def unverified_fields(quarantine: list[dict]) -> dict:
+    """What a DPO result.json says of the records it dropped (also when it trained none)."""
+    reasons = Counter(q["reason"].split(":")[0] for q in quarantine)
+    return {
+        "unverified": len(quarantine),
+        "unverified_reasons": dict(sorted(reasons.items())),
+        "quarantine": list(quarantine),
+    }
 
 
 def _pair_tokens(pair: dict, tokenizer, max_seq_len: int) -> dict | None:
@@ -78,10 +115,18 @@ def _sequence_logps(model, examples: list[dict], pad_id: int, config: DPOConfig,
     return sequence_logprobs(logits, batch["input_ids"], batch["assistant_mask"])  # [N]
 
 
-def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig) -> DPOResult:
+def train_dpo(
+    policy,
+    reference,
+    tokenizer,
+    pairs: list[dict],
+    config: DPOConfig,
+    quarantine: list[dict] | None = None,
+) -> DPOResult:
     """Train `policy` in place on (chosen, rejected) trajectory pairs; save it to output_dir.
 
-    `pairs` come from `data.preference_pairs`. `reference`: a frozen model, or None for a
+    `pairs` and `quarantine` come from `verified_pairs` (the quarantine is only reported,
+    in the result). `reference`: a frozen model, or None for a
     frozen copy of `policy` as it is now (config.reference_path, if set, is loaded instead;
     with `config.lora`, the base itself with its adapters off). Under torchrun every rank
     holds the pairs and trains on its share of each batch (parallel.py).
@@ -149,6 +194,7 @@ def train_dpo(policy, reference, tokenizer, pairs: list[dict], config: DPOConfig
         train_seconds=seconds,
         checkpoint_dir=str(checkpoint),
         metrics={"world_size": stepper.world, **trainable_parameters(policy)},
+        **unverified_fields(quarantine or []),
     )
 
 

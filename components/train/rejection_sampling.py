@@ -4,7 +4,8 @@ drop duplicate transcripts, and fine-tune on them through the SFT code path (`tr
 Verified means judged by this pipeline's verifier: a record whose verdict is not signed by
 it under the current verifier version (components/verifier/provenance.py: a foreign claim,
 no MAC, a tampered field, a stale version) is never kept, whatever it claims; it is
-counted (`unverified`), logged, and listed with its reason in the result's `quarantine`.
+counted (`unverified`, and per reason in `unverified_reasons`: a metric each in MLflow),
+logged, and listed with its reason in the result's `quarantine`.
 
 Sampled records keep their sampled `token_ids` (or episode `input_ids`/`assistant_mask`),
 so the policy is trained on exactly the tokens it produced (see data.py).
@@ -13,7 +14,7 @@ so the policy is trained on exactly the tokens it produced (see data.py).
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from components.train.config import RejectionSamplingConfig
@@ -36,6 +37,7 @@ class RejectionSamplingResult:
     tasks_sampled: int
     sft: SFTResult | None  # None when nothing was kept
     quarantine: list[dict] = field(default_factory=list)  # {"id", "task_id", "reason"}
+    unverified_reasons: dict[str, int] = field(default_factory=dict)  # {"foreign": 1, ...}
 
 
 def select_successes(
@@ -125,4 +127,7 @@ def train_rejection_sampling(
         tasks_sampled=counts["tasks_sampled"],
         sft=result,
         quarantine=quarantine,
+        unverified_reasons=dict(
+            sorted(Counter(q["reason"].split(":")[0] for q in quarantine).items())
+        ),
     )

@@ -12,6 +12,7 @@ from components.data.adapters import detect_format, from_miniswe, from_openai, t
 from components.data.config import IngestConfig
 from components.data.ingest import ingest, load_records, read_quarantine
 from components.data.schema import parse_record
+from components.verifier.provenance import as_claimed
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "data"
 
@@ -42,7 +43,9 @@ def test_mission_records_get_stable_ids_and_task_ids(tmp_path):
     records = {r["task_id"]: r for r in load_records(tmp_path / "a")}
     assert "train-0003" in records  # given task_id kept
     assert any(t.startswith("task-") for t in records)  # hashed from the task text
-    assert records["train-0003"]["reward_terms"]["tests_pass"] == 1.0
+    # a MISSION file's reward is no verdict of ours: kept as a claim, never as the reward
+    assert records["train-0003"]["claimed_reward_terms"]["tests_pass"] == 1.0
+    assert records["train-0003"]["reward"] is None and records["train-0003"]["reward_terms"] == {}
 
 
 def test_openai_parallel_tool_calls_become_action_observation_pairs():
@@ -143,8 +146,10 @@ def test_rollout_extra_fields_survive_ingest(tmp_path):
     assert policy["group_id"] == "grpo-step-17-g4"
     assert policy["metadata"]["sampler"] == "vllm"
     original = json.loads((FIXTURES / "rollouts.jsonl").read_text().splitlines()[0])
-    # Canonical in, canonical out: only optional fields left out are filled (content: null).
-    assert by_id["oracle-train-0001-ab12"] == _checked(original).model_dump(mode="json")
+    # Canonical in, canonical out: only optional fields left out are filled (content: null),
+    # and its verdict, signed by no installation here, is kept as claimed_* (issue 44).
+    assert by_id["oracle-train-0001-ab12"] == _checked(as_claimed(original)).model_dump(mode="json")
+    assert by_id["oracle-train-0001-ab12"]["claimed_reward"] == 1.0
     assert by_id["oracle-train-0001-ab12"]["trajectory"][3] == {
         **original["trajectory"][3],
         "content": None,

@@ -72,7 +72,8 @@ def test_the_export_validates_against_harbors_trajectory_model(episodes, tmp_pat
     src = tmp_path / "samples.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in episodes))
     assert main_export([str(src), "--format", "atif", "--out", str(tmp_path / "atif")]) == 0
-    files = sorted((tmp_path / "atif").glob("*.json"))
+    # (a dotfile beside them is the command's own bookkeeping, components/outputs.py)
+    files = sorted((tmp_path / "atif").glob("[!.]*.json"))
     assert len(files) == len(episodes)
     for f in files:
         doc = json.loads(f.read_text())

@@ -17,6 +17,7 @@ from components.data.config import IngestConfig, ValidationConfig
 from components.data.ingest import ingest, load_records, read_manifest, read_quarantine
 from components.data.validate import validate_dataset
 from components.tasks.task import TaskMetadata, write_task_folder
+from components.verifier.provenance import sign_record
 
 KEY = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7"
 MAX_OBS = 1000
@@ -48,6 +49,13 @@ def _good(rid: str, **changes) -> dict:
     return rec
 
 
+def _ours(rec: dict) -> dict:
+    """`rec` signed as this installation's episode finish signs a verdict: ingest keeps the
+    reward of such a record (a foreign one's only as claimed_reward, never checked here)."""
+    sign_record(rec)
+    return rec
+
+
 def _with_step(rid: str, index: int, **event_changes) -> dict:
     rec = _good(rid)
     rec["trajectory"] = copy.deepcopy(rec["trajectory"])
@@ -58,10 +66,10 @@ def _with_step(rid: str, index: int, **event_changes) -> dict:
 def _lines() -> list[bytes]:
     no_obs = _good("noobs-1")
     del no_obs["trajectory"][2]  # run_command is now followed by the next action
-    dup = _good("ok-1", reward=0.5)
+    dup = _ours(_good("ok-1", reward=0.5))
     return [
-        json.dumps(_good("ok-1")).encode(),  # line 1
-        json.dumps(_good("ok-2")).encode(),  # line 2
+        json.dumps(_ours(_good("ok-1"))).encode(),  # line 1
+        json.dumps(_ours(_good("ok-2"))).encode(),  # line 2
         json.dumps(_good("trunc-1")).encode()[:90],  # line 3: cut off mid-record
         json.dumps(_good("types-1", reward="high")).encode(),  # line 4
         json.dumps(no_obs).encode(),  # line 5
@@ -76,7 +84,7 @@ def _lines() -> list[bytes]:
         ).encode(),
         json.dumps(_good("eval-1", task_id="val-0001")).encode(),  # line 13
         json.dumps(_good("eval-2", metadata={"split": "test"})).encode(),  # line 14
-        json.dumps(_good("reward-1", reward=5.0)).encode(),  # line 15
+        json.dumps(_ours(_good("reward-1", reward=5.0))).encode(),  # line 15
     ]
 
 

@@ -10,6 +10,7 @@ from components.data.__main__ import main_ingest, main_validate, main_versions
 from components.data.config import DEFAULT_SECRET_PATTERNS
 from components.data.ingest import load_records, read_quarantine
 from components.data.redaction import redact_text, secret_regex
+from components.verifier.provenance import sign_record
 
 KEYS = {
     "openai_key": "sk-proj-" + "Zx9" * 9,
@@ -70,6 +71,7 @@ def test_redact_policy_keeps_the_record_without_the_key(tmp_path, make_record, c
 
 def test_stage_fails_over_the_threshold(tmp_path, make_record, capsys):
     bad = make_record("bad-1", reward=9.0)
+    assert sign_record(bad)  # our own episode's verdict: ingest keeps it, validate checks it
     _write(tmp_path / "in.jsonl", [bad, make_record("good-1"), make_record("good-2")])
     assert main_ingest([str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "ingested")]) == 0
     capsys.readouterr()
