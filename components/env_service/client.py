@@ -67,6 +67,11 @@ class SessionLost(EnvServiceError):
     """The server no longer holds the session: replay it on a new one."""
 
 
+class Unreachable(EnvServiceError):
+    """No answer at all (refused past the budget, or none within the timeout): the episode
+    does not wait for the server again."""
+
+
 @dataclass
 class EnvClient:
     """HTTP to one server: retries what may be retried (module docstring), one line per
@@ -89,14 +94,12 @@ class EnvClient:
                 response = self.http.post(self.url + path, json=body, timeout=timeout_s)
             except (httpx.ConnectError, httpx.ConnectTimeout) as e:
                 if time.monotonic() >= deadline:
-                    raise EnvServiceError(f"{self.url} unreachable: {e}") from None
+                    raise Unreachable(f"{self.url} unreachable: {e}") from None
             except (httpx.RemoteProtocolError, httpx.ReadError) as e:
                 # the request may have been applied: only a replay on a new session is safe
                 raise SessionLost(f"{self.url}{path}: connection broke ({e})") from None
             except httpx.TimeoutException:
-                raise EnvServiceError(
-                    f"{self.url}{path}: no answer within {timeout_s:g} s"
-                ) from None
+                raise Unreachable(f"{self.url}{path}: no answer within {timeout_s:g} s") from None
             else:
                 if response.status_code == 200:
                     return response.json()
@@ -184,6 +187,8 @@ class RemoteEpisode:
         self.stop_reason: str | None = None
         self.constraint = None
         self.session: str | None = None
+        self.unreachable = False  # set once a request got no answer at all
+        self.worker: int | None = None
         self.request_timeout_s = self.client.create_timeout_s
         self.started = time.monotonic()
         try:
@@ -197,6 +202,7 @@ class RemoteEpisode:
     def _open(self) -> None:
         reply = self.client.post("/sessions", self.create_body, self.client.create_timeout_s)
         self.session = reply["session"]
+        self.worker = reply["worker"]  # which worker holds it (the fault tests kill it)
         # the server's own bound, doubled for the wait for a worker, plus a margin
         self.request_timeout_s = 2 * float(reply["request_timeout_s"]) + 10.0
         self.events = []
@@ -233,16 +239,24 @@ class RemoteEpisode:
         self.end_reason = self.end_reason or end_reason
 
     def _request(self, op: str, body: dict) -> dict:
+        """`op` on this episode's session; a lost session is replayed on a new one first
+        (at most `retries` times)."""
         for attempt in range(self.retries + 1):
             try:
+                if self.unreachable:
+                    raise Unreachable("the server did not answer an earlier request")
+                if attempt:
+                    self._replay()
                 return self.client.post(
                     f"/sessions/{self.session}/{op}", body, self.request_timeout_s
                 )
             except SessionLost:
                 if attempt == self.retries:
                     raise
-                self._replay()
-        raise AssertionError("unreachable")
+            except Unreachable:
+                self.unreachable = True
+                raise
+        raise AssertionError("the loop returns or raises")
 
     def stop(self, reason: str) -> None:
         if reason not in END_REASONS:
@@ -299,9 +313,14 @@ class RemoteEpisode:
             abort=self.infra_detail[-500:] or None,
             num_tokens=num_tokens,
         ).model_dump()
-        if self.session is not None:
+        if self.session is not None and not self.unreachable:
             try:
-                return result_from_dict(self._request("finish", body)["result"])
+                if self.infra_detail:  # no replay for an episode that is over already
+                    path = f"/sessions/{self.session}/finish"
+                    reply = self.client.post(path, body, self.request_timeout_s)
+                else:
+                    reply = self._request("finish", body)
+                return result_from_dict(reply["result"])
             except EnvServiceError as e:
                 self.abort(f"environment server: {e}")
                 self.client.delete(f"/sessions/{self.session}")

@@ -126,7 +126,12 @@ class WorkerPool:
             raise
         with self.guard:
             self.metrics.sessions_created += 1
-        return {"session": session_id, "request_timeout_s": self.request_timeout_s, **state}
+        return {
+            "session": session_id,
+            "worker": worker.index,
+            "request_timeout_s": self.request_timeout_s,
+            **state,
+        }
 
     def request(self, session_id: str, op: str, body: dict) -> dict:
         """`op` on a session: its worker's answer, or SessionError (404 unknown, 410 lost

@@ -7,7 +7,7 @@ import pytest
 from tests.env_service.served_env import served
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def suite(tmp_path_factory):
     """Three generated tasks (folder, loaded tasks)."""
     from components.tasks.generate import generate_suite
@@ -20,9 +20,9 @@ def suite(tmp_path_factory):
     return root, loaded
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(suite):
-    """A server with two workers on the suite: its URL."""
+    """A server with two workers on the suite, shared by the session: its URL."""
     with served(suite[0], workers=2) as (url, _proc):
         yield url
 

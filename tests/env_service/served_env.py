@@ -30,6 +30,7 @@ def start_server(
     workers: int = 2,
     request_timeout_s: float = 120.0,
     log: Path | None = None,
+    tmp_dir: Path | None = None,
 ):
     """The server process and its URL, ready (every worker up)."""
     port = port or free_port()
@@ -47,7 +48,11 @@ def start_server(
         str(request_timeout_s),
     ]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - the process owns it
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if tmp_dir is not None:  # where its workers' workspaces go: a test looks for leftovers
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp_dir)
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -93,8 +98,11 @@ def live_children(pid: int) -> list[int]:
     for child in descendants(pid):
         try:
             with open(f"/proc/{child}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    out.append(child)
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                tracker = b"resource_tracker" in f.read()
+            if not zombie and not tracker:
+                out.append(child)
         except OSError:
             pass
     return out

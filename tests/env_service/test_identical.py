@@ -29,6 +29,7 @@ def oracle(tasks, env: EnvConfig):
     )
 
 
+@pytest.mark.integration  # every task twice, verified: minutes on a busy machine
 def test_the_oracle_scores_the_same_through_the_server(suite, server):
     _, tasks = suite
     local = oracle(tasks, EnvConfig())
@@ -74,6 +75,7 @@ def test_the_guard_would_catch_an_in_process_tool(suite, no_local_tools):
         oracle(tasks[:1], EnvConfig())
 
 
+@pytest.mark.integration  # a tokenizer trained and 12 episodes verified
 def test_rollout_engine_episodes_are_the_same_through_the_server(suite, server, tiny_policy):
     from tests.env_service.scripted_engine import sample_scripted
 
