@@ -33,7 +33,7 @@ from components.cli_args import (
 from components.outputs import check_output_dir, claim_output_dir, record_outputs, write_atomic
 from components.stage_contract import stage
 from components.tasks.external import RunPython
-from components.tasks.gate import FindHangs, ReplayOracle, RunTests, check_tasks
+from components.tasks.gate import FindHangs, GateReport, ReplayOracle, RunTests, check_tasks
 from components.tasks.generate import GenerateConfig, generate_suite
 from components.tasks.quixbugs import convert_quixbugs
 from components.tasks.task import load_tasks
@@ -124,8 +124,9 @@ def _import_parser() -> ArgumentParser:
                    help="task folder, or the benchmark checkout")  # fmt: skip
     p.add_argument("--src", dest="src_opt", type=existing_dir, help="same as SRC")
     p.add_argument("--from", "--format", dest="source", choices=("tasks", "quixbugs", "harbor"),
-                   default="tasks", help="tasks: SRC holds task folders; quixbugs: SRC is a "
-                   "QuixBugs checkout; harbor: SRC is a Harbor task or a folder of them")  # fmt: skip
+                   default=None, help="tasks: SRC holds task folders; quixbugs: SRC is a "
+                   "QuixBugs checkout; harbor: SRC is a Harbor task or a folder of them "
+                   "(default: told by SRC's layout)")  # fmt: skip
     p.add_argument("--programs", default=None,
                    help="quixbugs: comma-separated program names (default: all in SRC)")  # fmt: skip
     p.add_argument("--out", required=True, type=output_dir,
@@ -159,6 +160,7 @@ def main_import(
     if (args.src is None) == (args.src_opt is None):
         p.error("give the source once: SRC or --src")
     args.src = args.src or args.src_opt
+    args.source = args.source or detect_source(args.src)
     if args.overwrite:  # refused before the work if the folder holds anything not ours
         check_output_dir(args.out, overwrite=True, what="import")
     with tempfile.TemporaryDirectory(prefix="agentrl-import-") as tmp:
@@ -167,8 +169,9 @@ def main_import(
         if args.source == "quixbugs":
             src = Path(tmp) / "converted"
             converted = _convert(args, run_python, src)
-            if not src.is_dir():
-                return 1  # nothing converted; the errors are printed
+            if not src.is_dir():  # nothing converted; the errors are printed and reported
+                _write_import_report(args.report, converted, [], None)
+                return 1
         elif args.source == "harbor":
             from components.tasks.harbor_import import convert_harbor
 
@@ -178,7 +181,8 @@ def main_import(
             for err in converted:
                 print(f"REFUSED {err}", file=sys.stderr)
             print(f"converted {len(folders)} of {len(folders) + len(converted)} Harbor task(s)")
-            if not folders:
+            if not folders:  # the report says why, task by task
+                _write_import_report(args.report, converted, [], None)
                 return 1
         tasks, errors, gate = _gate(src, args.workers, run_tests, None, find_hangs, replay)
         from components.workdir_lock import workdir_lock
@@ -188,11 +192,38 @@ def main_import(
                 claim_output_dir(args.out, overwrite=True, what="import")
             copied = _copy_passed(tasks, set(gate.passed), args.out, errors)
             record_outputs(args.out)
-    if args.report is not None:
-        data = {"conversion_errors": converted, "load_errors": errors, **gate.to_dict()}
-        write_atomic(args.report, json.dumps(data, indent=2) + "\n")
+    _write_import_report(args.report, converted, errors, gate)
     print(f"imported {copied} of {len(tasks)} loaded task(s) into {args.out}")
     return 0 if gate.ok and not errors and not converted else 1
+
+
+def _write_import_report(path: Path | None, converted: list[str], errors: list[str], gate) -> None:
+    """--report, written whatever came of the import (also when nothing converted)."""
+    if path is not None:
+        data = {"conversion_errors": converted, "load_errors": errors}
+        data.update((gate or GateReport()).to_dict())
+        write_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def detect_source(src: Path) -> str:
+    """What SRC holds, by its layout: our task folders (task.json), a QuixBugs checkout
+    (python_programs/), Harbor tasks (task.toml with instruction.md, tests/test.sh or
+    environment/Dockerfile, in SRC or its subfolders); CommandError naming the --format
+    choices when none."""
+    harbor = ("instruction.md", "tests/test.sh", "environment/Dockerfile")
+    for root in [src, *sorted(p for p in src.iterdir() if p.is_dir())]:
+        # one of Harbor's files besides task.toml: a malformed task is then refused by name
+        if (root / "task.toml").is_file() and any((root / n).is_file() for n in harbor):
+            return "harbor"
+    if (src / "python_programs").is_dir():
+        return "quixbugs"
+    if next(src.rglob("task.json"), None) is not None:
+        return "tasks"
+    raise CommandError(
+        f"no tasks under {src}: no task.json (agentrl task folders), no python_programs/ "
+        "(--format quixbugs), no task.toml with instruction.md and tests/test.sh (--format "
+        "harbor); name the format with --format if SRC is one of them"
+    )
 
 
 def _sandboxed_runner(argv: list[str]):

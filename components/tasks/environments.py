@@ -92,15 +92,26 @@ def _requirement_name(line: str) -> str:
     return _normalize(re.split(r"[\s<>=!~;\[@(]", line, maxsplit=1)[0])
 
 
-def harness_versions() -> dict[str, str]:
+# What pytest needs on Python 3.10 besides (a Harbor task's `FROM python:3.10`): backports
+# that 3.11 has built in, copied from the project's interpreter like the rest of the harness.
+HARNESS_BACKPORTS = ("exceptiongroup", "typing-extensions")
+
+
+def harness_distributions(python: str = "") -> tuple[str, ...]:
+    """The distributions copied into an environment of that Python version."""
+    old = python and tuple(int(p) for p in python.split(".")) < (3, 11)
+    return HARNESS_DISTRIBUTIONS + (HARNESS_BACKPORTS if old else ())
+
+
+def harness_versions(python: str = "") -> dict[str, str]:
     """The project's versions of what the harness needs (part of every environment's key)."""
-    return {d: importlib.metadata.version(d) for d in HARNESS_DISTRIBUTIONS}
+    return {d: importlib.metadata.version(d) for d in harness_distributions(python)}
 
 
 def environment_key(env: TaskEnvironment) -> str:
     """Content address of an environment: everything that decides what is installed."""
     data = {"format": FORMAT, "python": env.python, "requirements": list(env.requirements),
-            "harness": harness_versions(), "only_binary": True}  # fmt: skip
+            "harness": harness_versions(env.python), "only_binary": True}  # fmt: skip
     if env.editable is not None:  # absent before editable installs: their keys are unchanged
         data["editable"] = dataclasses.asdict(env.editable)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
@@ -189,11 +200,18 @@ def _site_packages(prefix: Path) -> Path:
     return found[0]
 
 
-def copy_harness(prefix: Path) -> None:
+def copy_harness(prefix: Path, python: str = "") -> None:
     """The harness's distributions, file by file as their RECORDs list them, plus a
-    `bin/pytest` that runs the environment's interpreter."""
+    `bin/pytest` that runs the environment's interpreter. On 3.10 also pytest's backports
+    and tomli (pytest reads a pyproject.toml with it there), which the project's 3.11
+    lacks as a distribution: pip's own vendored copy, the same pure-Python package."""
     site = _site_packages(prefix)
-    for name in HARNESS_DISTRIBUTIONS:
+    if python and tuple(int(p) for p in python.split(".")) < (3, 11):
+        import pip._vendor.tomli as tomli
+
+        skip = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(Path(tomli.__file__).parent, site / "tomli", ignore=skip)
+    for name in harness_distributions(python):
         dist = importlib.metadata.distribution(name)
         base = Path(dist.locate_file("")).resolve()
         for rel in dist.files or ():
@@ -272,7 +290,7 @@ def _build(path: Path, env: TaskEnvironment, reqs: list[str], ignored: list[str]
     _run([python, "-m", "venv", "--without-pip", str(path)], 120, "venv")
     if reqs:
         _install(path, reqs, config)
-    copy_harness(path)
+    copy_harness(path, env.python)
     if env.editable is not None:
         install_editable(path, env.editable)
     version = subprocess.run([str(path / "bin" / "python"), "-c",
@@ -280,7 +298,7 @@ def _build(path: Path, env: TaskEnvironment, reqs: list[str], ignored: list[str]
                              capture_output=True, text=True, timeout=60).stdout.strip()  # fmt: skip
     manifest = {"format": FORMAT, "key": path.name, "python": env.python,
                 "python_version": version, "requirements": list(env.requirements),
-                "ignored": ignored, "harness": harness_versions(),
+                "ignored": ignored, "harness": harness_versions(env.python),
                 "editable": dataclasses.asdict(env.editable) if env.editable else None}  # fmt: skip
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 

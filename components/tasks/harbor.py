@@ -87,6 +87,25 @@ def is_harbor_task(task: Task) -> bool:
     return (task.hidden_tests_dir / HARBOR_TESTS / "test.sh").is_file()
 
 
+def _harbor_meta(task: Task) -> dict:
+    meta = task.metadata.extra.get("harbor")
+    return meta if isinstance(meta, dict) else {}
+
+
+def task_workdir(task: Task) -> str:
+    """Where the task's Dockerfile puts the tree (its WORKDIR; /app when it said none)."""
+    workdir = _harbor_meta(task).get("workdir")
+    return workdir if isinstance(workdir, str) and workdir.startswith("/") else WORKDIR
+
+
+def task_env(task: Task) -> dict[str, str]:
+    """The Dockerfile's ENV, as test.sh runs with it."""
+    env = _harbor_meta(task).get("env")
+    if not isinstance(env, dict):
+        return {}
+    return {str(k): str(v) for k, v in env.items()}
+
+
 CASES_FILE = "hidden_cases.json"  # tests/<this>: the task's hidden cases, as we keep them
 CASES_RUNNER = "run_cases.py"  # tests/<this>: test.sh runs it (export; a stand-in here)
 
@@ -112,12 +131,16 @@ _CASES_STAND_IN = (
 _WRAPPER = r"""
 import json, os, signal, subprocess, sys, time
 env = dict(os.environ)
+env.update(json.loads(sys.argv[2]))  # the Dockerfile's ENV (harbor_dockerfile.py checked the names)
 if sys.argv[1] == "own-plugins":  # a task environment: its plugins (pytest-json-ctrf) are its own
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None); env.pop("PYTEST_PLUGINS", None)
 # /tests is read-only: pytest's cache there would fail loudly (and read as a refused write)
 env["PYTEST_ADDOPTS"] = (env.get("PYTEST_ADDOPTS", "") + " -p no:cacheprovider").strip()
 env["PYTHONSAFEPATH"] = "1"
-rc = subprocess.call(["bash", "/tests/test.sh"], env=env, cwd="/app")
+def cpu_budget(seconds=int(sys.argv[4])):  # test.sh's processes: a loop is stopped by CPU time
+    import resource
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+rc = subprocess.call(["bash", "/tests/test.sh"], env=env, cwd=sys.argv[3], preexec_fn=cpu_budget)
 def parent(pid):
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
@@ -288,6 +311,19 @@ def _reward_files(logs: Path, mode: int) -> tuple[dict[str, str], list[str]]:
     return texts, forged
 
 
+# Each process test.sh starts gets this share of the sandbox's wall time as CPU time
+# (RLIMIT_CPU): code under test that loops is killed by the CPU limit (SIGXCPU), whatever
+# the load, and test.sh goes on to write its reward: a failed verdict, where the wall-time
+# limit would have left none (issue 46). A quarter leaves room for a machine whose load
+# gives the loop a quarter of a core.
+TEST_SH_CPU_SHARE = 4
+
+
+def test_sh_cpu_budget(cfg) -> int:
+    """Seconds of CPU time per process of test.sh under sandbox settings `cfg`."""
+    return max(1, min(int(cfg.cpu_time_s), int(cfg.wall_time_s // TEST_SH_CPU_SHARE)))
+
+
 def reserved_names(root: Path) -> list[str]:
     """Paths under `root` whose name is one of the harness's modules (RESERVED_MODULES), at
     any depth (pytest puts test folders on sys.path), as `root`-relative POSIX paths."""
@@ -331,8 +367,9 @@ def _cases_check(task: Task, tree: Path, cfg) -> tuple[int, str, object, str]:
         (calls / "calls.json").write_text(json.dumps([c["args"] for c in cases]))
         argv = ["python", "-s", "-P", "-B", "-c", CASE_CHILD, token, spec["module"],
                 spec["function"], "/agentrl-calls/calls.json"]  # fmt: skip
-        mounts = ((str(ws / "app"), WORKDIR, True), (str(calls), "/agentrl-calls", False))
-        cmd = run_sandboxed(argv, WORKDIR, cfg, workspace=ws, mounts=mounts)
+        workdir = task_workdir(task)
+        mounts = ((str(ws / "app"), workdir, True), (str(calls), "/agentrl-calls", False))
+        cmd = run_sandboxed(argv, workdir, cfg, workspace=ws, mounts=mounts)
     lines = [ln for ln in cmd.output.splitlines() if ln.startswith(token + " ")]
     try:
         results = json.loads(lines[-1][len(token) + 1 :]) if lines else None
@@ -368,12 +405,14 @@ def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
         _tests_copy(task, tests)
         (ws / "logs").mkdir()
         mode = stat.S_IMODE((ws / "logs").stat().st_mode)
-        mounts = ((str(ws / "app"), WORKDIR, True), (str(tests), "/tests", False),
+        workdir = task_workdir(task)
+        mounts = ((str(ws / "app"), workdir, True), (str(tests), "/tests", False),
                   (str(ws / "logs"), "/logs/verifier", True))  # fmt: skip
         plugins = "own-plugins" if task.environment is not None else "harness-plugins"
+        env_json, budget = json.dumps(task_env(task)), str(test_sh_cpu_budget(cfg))
+        argv = ["python", "-I", "-c", _WRAPPER, plugins, env_json, workdir, budget]
         try:
-            cmd = run_sandboxed(["python", "-I", "-c", _WRAPPER, plugins], WORKDIR, cfg,
-                                workspace=ws, mounts=mounts)  # fmt: skip
+            cmd = run_sandboxed(argv, workdir, cfg, workspace=ws, mounts=mounts)
         except SandboxError as e:
             raise RuntimeError(f"{task.id}: Harbor verification needs bubblewrap: {e}") from e
         rewards, bent = _reward_files(ws / "logs", mode)
@@ -419,19 +458,20 @@ def add_reference_from_solution(folder: Path, cfg) -> str | None:
     solve = folder / "solution" / "solve.sh"
     if not solve.is_file():
         return None
+    workdir = task_workdir(load_task(folder))
     with tempfile.TemporaryDirectory(prefix="agentrl-harbor-solve-") as tmp:
         ws = Path(tmp) / "ws"
         shutil.copytree(folder / "repo", ws / "app", symlinks=True)
-        mounts = ((str(ws / "app"), WORKDIR, True), (str(folder / "solution"), "/solution", False))
+        mounts = ((str(ws / "app"), workdir, True), (str(folder / "solution"), "/solution", False))
         cfg = dataclasses.replace(cfg, allowed_programs=(*cfg.allowed_programs, "bash"))
-        cmd = run_sandboxed(["bash", "/solution/solve.sh"], WORKDIR, cfg, workspace=ws,
+        cmd = run_sandboxed(["bash", "/solution/solve.sh"], workdir, cfg, workspace=ws,
                             mounts=mounts)  # fmt: skip
         if cmd.exit_code != 0:
             raise HarborRefusal(f"{folder.name}: solution/solve.sh failed (exit {cmd.exit_code}): "
                                 f"{cmd.output.strip().splitlines()[-1:] }")  # fmt: skip
         patch = tree_diff(folder / "repo", ws / "app")
     if not patch:
-        raise HarborRefusal(f"{folder.name}: solution/solve.sh changes nothing under {WORKDIR}")
+        raise HarborRefusal(f"{folder.name}: solution/solve.sh changes nothing under {workdir}")
     (folder / "reference.patch").write_text(patch)
     task = dataclasses.replace(load_task(folder), has_reference=True)
     (folder / "task.json").write_text(json.dumps(task_spec(task), indent=2) + "\n")

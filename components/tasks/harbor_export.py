@@ -30,9 +30,12 @@ from components.tasks.harbor import (
     CASE_CHILD,
     CASES_FILE,
     CASES_RUNNER,
+    HARBOR_TESTS,
     SCHEMA_VERSION,
     SET_ASIDE,
-    WORKDIR,
+    is_harbor_task,
+    task_env,
+    task_workdir,
 )
 from components.tasks.task import (
     Task,
@@ -140,7 +143,7 @@ main()
 )
 
 
-def _fixed_files(task: Task, patch: str) -> tuple[dict[str, bytes], list[str]]:
+def fixed_files(task: Task, patch: str) -> tuple[dict[str, bytes], list[str]]:
     """({path: bytes} the reference fix writes, [paths it deletes]) under repo/."""
     from components.tasks.patching import apply_unified_diff
 
@@ -153,39 +156,51 @@ def _fixed_files(task: Task, patch: str) -> tuple[dict[str, bytes], list[str]]:
 
 
 def _write_solution(out: Path, task: Task, patch: str) -> None:
-    """solution/: the fixed files themselves and a solve.sh that copies them over /app
+    """solution/: the fixed files themselves and a solve.sh that copies them over WORKDIR
     (and removes what the fix deletes). No `patch` or `git`: python:X-slim images ship
     neither; `cp`/`rm` are in every image. reference.patch rides along for readers."""
-    written, deleted = _fixed_files(task, patch)
+    written, deleted = fixed_files(task, patch)
     (out / "solution" / "files").mkdir(parents=True)
     (out / "solution" / "reference.patch").write_text(patch)
     for rel, data in written.items():
         (out / "solution" / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / "solution" / "files" / rel).write_bytes(data)
+    workdir = task_workdir(task)
     lines = ["#!/bin/bash", "# Written by agentrl: the reference fix (solution/files/ over "
-             f"{WORKDIR}; reference.patch is the same fix as a diff).", "set -e",
-             f"cp -r /solution/files/. {WORKDIR}/"]  # fmt: skip
-    lines += [f"rm -f {shlex.quote(f'{WORKDIR}/{rel}')}" for rel in deleted]
+             f"{workdir}; reference.patch is the same fix as a diff).", "set -e",
+             f"cp -r /solution/files/. {workdir}/"]  # fmt: skip
+    lines += [f"rm -f {shlex.quote(f'{workdir}/{rel}')}" for rel in deleted]
     (out / "solution" / "solve.sh").write_text("\n".join(lines) + "\n")
 
 
-def export_harbor_task(task: Task, dest: Path) -> Path:
-    """Write `task` as a Harbor task folder dest/<id>/; returns it. Its hidden cases
-    (hidden_cases.json: mined and imported tasks) go to tests/ with tests/run_cases.py,
-    which test.sh runs after the hidden tests; the import of the export takes them back."""
+def _dockerfile(task: Task) -> str:
+    """environment/Dockerfile: the task's Python, its pins (the harness's once: pytest and
+    pytest-timeout at the project's versions, a requirement naming them left out), its ENV
+    and WORKDIR, the repo copied there."""
     from importlib.metadata import version
 
-    out = dest / task.id
-    (out / "environment").mkdir(parents=True)
-    shutil.copytree(task.repo_dir, out / "environment" / "app", symlinks=True)
+    from components.tasks.environments import HARNESS_DISTRIBUTIONS, _requirement_name
+
     env = task.environment
     python = env.python if env is not None else f"{sys.version_info[0]}.{sys.version_info[1]}"
-    pins = [f"pytest=={version('pytest')}", f"pytest-timeout=={version('pytest-timeout')}",
-            *(env.requirements if env is not None else ())]  # fmt: skip
-    (out / "environment" / "Dockerfile").write_text(
-        f"FROM python:{python}-slim\n\nRUN pip install --no-cache-dir {' '.join(pins)}\n\n"
-        f"WORKDIR {WORKDIR}\n\nCOPY app/ {WORKDIR}/\n"
-    )
+    own = [r for r in (env.requirements if env is not None else ())
+           if _requirement_name(r) not in HARNESS_DISTRIBUTIONS]  # fmt: skip
+    pins = [f"pytest=={version('pytest')}", f"pytest-timeout=={version('pytest-timeout')}", *own]
+    workdir = task_workdir(task)
+    lines = [f"FROM python:{python}-slim", "", f"RUN pip install --no-cache-dir {' '.join(pins)}"]
+    lines += [f"ENV {k}={shlex.quote(v)}" for k, v in task_env(task).items()]
+    lines += ["", f"WORKDIR {workdir}", "", f"COPY app/ {workdir}/"]
+    return "\n".join(lines) + "\n"
+
+
+def _write_tests(out: Path, task: Task) -> None:
+    """tests/: a Harbor task's own tests as they were imported (its test.sh runs them);
+    else the hidden tests under tests/hidden/ with our test.sh (and the hidden cases)."""
+    if is_harbor_task(task):
+        shutil.copytree(task.hidden_tests_dir / HARBOR_TESTS, out / "tests")
+        if task.hidden_cases_path is not None:  # test.sh runs them (an export of ours)
+            shutil.copy(task.hidden_cases_path, out / "tests" / CASES_FILE)
+        return
     shutil.copytree(task.hidden_tests_dir, out / "tests" / "hidden")
     if task.verify_command is not None:
         command = shlex.join(task.verify_command)
@@ -200,29 +215,70 @@ def export_harbor_task(task: Task, dest: Path) -> Path:
     (out / "tests" / "test.sh").write_text(
         _TEST_SH.format(command=command, cases=cases, cases_file=CASES_FILE, set_aside=SET_ASIDE)
     )
+
+
+def export_harbor_task(task: Task, dest: Path) -> Path:
+    """Write `task` as a Harbor task folder dest/<id>/; returns it. Its hidden cases
+    (hidden_cases.json: mined and imported tasks) go to tests/ with tests/run_cases.py,
+    which test.sh runs after the hidden tests; the import of the export takes them back.
+    A task imported from Harbor goes back as it came: its own tests and test.sh, its
+    task.toml (metadata, resources, timeouts), its ENV and WORKDIR."""
+    out = dest / task.id
+    (out / "environment").mkdir(parents=True)
+    shutil.copytree(task.repo_dir, out / "environment" / "app", symlinks=True)
+    (out / "environment" / "Dockerfile").write_text(_dockerfile(task))
+    _write_tests(out, task)
     (out / "instruction.md").write_text(task.instruction)
     patch = task.reference_patch()
     if patch is not None:
         _write_solution(out, task, patch)
-    m = task.metadata
-    (out / "task.toml").write_text(_toml({
-        "schema_version": SCHEMA_VERSION,
-        "metadata": {"agentrl_id": task.id, "category": m.family, "bug_class": m.bug_class,
-                     "split": m.split, "source": m.source},
-        "verifier": {"timeout_sec": 600.0, "network_mode": "no-network"},
-        "agent": {"timeout_sec": 1800.0, "network_mode": "no-network"},
-        "environment": {"build_timeout_sec": 600.0, "network_mode": "no-network"},
-    }))  # fmt: skip
+    (out / "task.toml").write_text(toml_text(_task_toml(task)))
     return out
 
 
-def _toml(doc: dict) -> str:
-    """The small TOML export needs (strings, floats, one level of tables)."""
+def _task_toml(task: Task) -> dict:
+    """task.toml: the imported one (a Harbor task's) with our metadata and limits over it."""
+    m = task.metadata
+    harbor = m.extra.get("harbor") if isinstance(m.extra.get("harbor"), dict) else {}
+    doc = json.loads(json.dumps(harbor.get("task_toml") or {}, default=str))
+    doc.setdefault("schema_version", SCHEMA_VERSION)
+    meta = doc.setdefault("metadata", {})
+    meta.update({"agentrl_id": task.id, "category": m.family, "bug_class": m.bug_class,
+                 "split": m.split, "source": m.source})  # fmt: skip
+    if harbor.get("original_id"):
+        meta["original_id"] = harbor["original_id"]
+    for phase, timeout in (("verifier", 600.0), ("agent", 1800.0), ("environment", None)):
+        section = doc.setdefault(phase, {})
+        section.setdefault("network_mode", "no-network")
+        if timeout is not None:
+            section.setdefault("timeout_sec", timeout)
+    doc["environment"].setdefault("build_timeout_sec", 600.0)
+    if task.limits is not None and task.limits.memory_mb:
+        doc["environment"]["memory_mb"] = task.limits.memory_mb
+    if task.limits is not None and task.limits.per_test_timeout_s:
+        meta["agentrl_per_test_timeout_s"] = task.limits.per_test_timeout_s
+    return doc
 
-    def value(v) -> str:
-        return json.dumps(v) if isinstance(v, str) else repr(v)
 
-    lines = [f"{k} = {value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
-    for table, items in ((k, v) for k, v in doc.items() if isinstance(v, dict)):
-        lines += ["", f"[{table}]", *(f"{k} = {value(v)}" for k, v in items.items())]
-    return "\n".join(lines) + "\n"
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # inside an array: an inline table
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v))  # a JSON string is a TOML basic string
+
+
+def toml_text(doc: dict, table: str = "") -> str:
+    """The TOML of `doc` (strings, numbers, booleans, arrays, nested tables), keys quoted."""
+    lines = [
+        f"{json.dumps(k)} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)
+    ]
+    text = "\n".join(lines) + ("\n" if lines else "")
+    for k, v in ((k, v) for k, v in doc.items() if isinstance(v, dict)):
+        name = f"{table}.{json.dumps(k)}" if table else json.dumps(k)
+        text += f"\n[{name}]\n" + toml_text(v, name)
+    return text

@@ -24,144 +24,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shlex
 import shutil
 import sys
 import tempfile
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from components.tasks.folder_safety import UnsafeTaskFolder, refuse_unsafe_entries
 from components.tasks.harbor import (
     CASES_FILE,
     HARBOR_TESTS,
-    WORKDIR,
     HarborRefusal,
     add_reference_from_solution,
     run_verifier,
+)
+from components.tasks.harbor_dockerfile import (
+    HarborEnvironment,
+    read_dockerfile,
+    resolve_requirements,
 )
 from components.tasks.task import (
     Task,
     TaskEnvironment,
     TaskFormatError,
+    TaskLimits,
     TaskMetadata,
     load_task,
     task_spec,
     write_task_folder,
 )
 
-PYTHON_IMAGE = re.compile(
-    r"^(?:docker\.io/)?(?:library/)?python:(?P<version>3\.\d+)(?:\.\d+)?(?:-[a-z0-9.-]+)?$"
-)
-INSTALLER_IMAGES = ("ghcr.io/astral-sh/uv",)  # COPY --from them brings the installer only
-IGNORED_INSTRUCTIONS = ("LABEL", "ARG", "CMD", "ENTRYPOINT", "SHELL", "STOPSIGNAL", "ONBUILD")
-
-
-@dataclass(frozen=True)
-class HarborEnvironment:
-    """What environment/Dockerfile asks for, as far as the sandbox can give it."""
-
-    python: str
-    requirements: tuple[str, ...]
-    workdir: str
-    copies: tuple[tuple[str, str], ...]  # (source in the build context, path under WORKDIR)
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def _pins(command: list[str], where: str, context: Path) -> list[str]:
-    """The requirements of one `pip install ...` command (pinned, or refused)."""
-    pins: list[str] = []
-    args = iter(command)
-    for arg in args:
-        if arg in ("-r", "--requirement"):
-            path = context / next(args, "")
-            if not path.is_file():
-                raise HarborRefusal(f"{where}: requirements file {path.name} not in the context")
-            pins += [ln.strip() for ln in path.read_text().splitlines()
-                     if ln.strip() and not ln.startswith("#")]  # fmt: skip
-        elif arg.startswith("-"):
-            continue  # --system, --no-cache-dir, -q: how to install, not what
-        else:
-            pins.append(arg)
-    for pin in pins:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[^\s;]+", pin):
-            raise HarborRefusal(f"{where}: {pin!r} is not a pinned package (name==version)")
-    return pins
-
-
-def _pip_command(words: list[str]) -> list[str] | None:
-    """The arguments after `install` when `words` is a pip install, else None."""
-    for prefix in (["pip", "install"], ["pip3", "install"], ["python", "-m", "pip", "install"],
-                   ["python3", "-m", "pip", "install"], ["uv", "pip", "install"]):  # fmt: skip
-        if words[: len(prefix)] == prefix:
-            return words[len(prefix) :]
-    return None
-
-
-def read_dockerfile(path: Path, *, tests_image: bool = False) -> HarborEnvironment:
-    """environment/Dockerfile (or tests/Dockerfile when `tests_image`: its COPY of the
-    tests is Harbor's own) -> what the sandbox builds; HarborRefusal names the line."""
-    from dockerfile_parse import DockerfileParser
-
-    context = path.parent
-    parser = DockerfileParser(fileobj=open(path, "rb"))  # noqa: SIM115 - parser keeps it
-    python, workdir = None, WORKDIR
-    requirements: list[str] = []
-    copies: list[tuple[str, str]] = []
-    for ins in parser.structure:
-        kind, value = ins["instruction"], ins["value"].strip()
-        where = f"{path.parent.name}/Dockerfile line {ins['startline'] + 1} ({kind})"
-        if kind == "FROM":
-            m = PYTHON_IMAGE.match(value.split()[0])
-            if python is not None:
-                raise HarborRefusal(f"{where}: a multi-stage build cannot run in the sandbox")
-            if m is None:
-                raise HarborRefusal(
-                    f"{where}: base image {value!r} is not a Python image; the sandbox runs "
-                    "Python environments only (no apt packages, services or other languages)"
-                )
-            python = m["version"]
-        elif kind == "WORKDIR":
-            workdir = str(PurePosixPath(workdir) / value)
-        elif kind == "RUN":
-            for part in re.split(r"\s*(?:&&|;)\s*", value):
-                words = shlex.split(part)
-                pip = _pip_command(words) if words else []
-                if pip is None:
-                    raise HarborRefusal(f"{where}: {part!r}: the sandbox installs pinned Python "
-                                        "packages only (no system packages or network)")  # fmt: skip
-                requirements += _pins(pip, where, context)
-        elif kind in ("COPY", "ADD"):
-            words = shlex.split(value)
-            sources, dest = words[:-1], words[-1]
-            source_image = next(
-                (w.split("=", 1)[1] for w in sources if w.startswith("--from=")), None
-            )
-            sources = [w for w in sources if not w.startswith("--")]
-            if source_image is not None:
-                if not source_image.startswith(INSTALLER_IMAGES):
-                    raise HarborRefusal(f"{where}: copies from another image ({source_image})")
-                continue  # the uv binary: we install with pip
-            if tests_image:
-                continue  # tests/Dockerfile copies the tests: Harbor's /tests, ours too
-            target = PurePosixPath(workdir) / dest
-            if not (target == PurePosixPath(workdir) or PurePosixPath(workdir) in target.parents):
-                raise HarborRefusal(f"{where}: copies to {target}, outside WORKDIR {workdir}")
-            for src in sources:
-                if "://" in src:
-                    raise HarborRefusal(f"{where}: {src} is a download (no network)")
-                resolved = (context / src).resolve()
-                if resolved != context.resolve() and context.resolve() not in resolved.parents:
-                    raise HarborRefusal(f"{where}: {src} is outside the build context")
-                rel = target.relative_to(workdir).as_posix()
-                copies.append((src, "" if rel == "." else rel))
-        elif kind not in IGNORED_INSTRUCTIONS:
-            raise HarborRefusal(f"{where}: {kind} cannot be honoured by the sandbox")
-    if python is None:
-        raise HarborRefusal(f"{path}: no FROM line")
-    return HarborEnvironment(python, tuple(requirements), workdir, tuple(copies))
+# A prompt is text for a model's context: a bigger instruction.md is not a task's prompt
+# (a 65 MB one was imported as is, issue 45 finding 8).
+MAX_INSTRUCTION_BYTES = 1 << 20
 
 
 def _check_toml(config: dict, where: str) -> None:
@@ -198,10 +93,58 @@ def _repo_files(env: HarborEnvironment, context: Path) -> dict[str, bytes]:
     return files
 
 
-def import_harbor_task(src: Path, dest_root: Path, *, split: str = "test") -> Path:
-    """One Harbor task folder -> a task folder in dest_root (without reference.patch:
-    `add_reference_from_solution` runs solve.sh in the sandbox). HarborRefusal: why not."""
-    where = src.name
+def _instruction(src: Path, where: str) -> str:
+    """instruction.md: required (Harbor's prompt), at most MAX_INSTRUCTION_BYTES, UTF-8."""
+    path = src / "instruction.md"
+    if not path.is_file():
+        raise HarborRefusal(f"{where}: no instruction.md (a Harbor task's prompt)")
+    size = path.stat().st_size
+    if size > MAX_INSTRUCTION_BYTES:
+        raise HarborRefusal(
+            f"{where}: instruction.md is {size} bytes, over the limit of "
+            f"{MAX_INSTRUCTION_BYTES} (1 MiB) for a prompt"
+        )
+    text = path.read_text()
+    if not text.strip():
+        raise HarborRefusal(f"{where}: instruction.md is empty (a Harbor task's prompt)")
+    return text
+
+
+def _environment(
+    src: Path, where: str, wheelhouse: str
+) -> tuple[HarborEnvironment, list[str], dict]:
+    """(the Dockerfile as read, every pinned requirement, {unpinned line: its pins})."""
+    from components.tasks.environments import TaskEnvironmentError, _requirement_name
+
+    env = read_dockerfile(src / "environment" / "Dockerfile", task=where)
+    lines = list(env.requirements)
+    unpinned = list(env.unpinned)
+    if (src / "tests" / "Dockerfile").is_file():
+        tests_env = read_dockerfile(src / "tests" / "Dockerfile", tests_image=True, task=where)
+        lines += tests_env.requirements
+        unpinned += tests_env.unpinned
+    try:
+        resolved = resolve_requirements(env.python, unpinned, wheelhouse)
+    except (HarborRefusal, TaskEnvironmentError) as e:
+        raise HarborRefusal(f"{where}: environment/Dockerfile: {e}") from e
+    pins: dict[str, str] = {}
+    for line in [*lines, *(p for pinned in resolved.values() for p in pinned.split())]:
+        pins.setdefault(_requirement_name(line), line)  # a line as written wins over a resolve
+    return env, list(pins.values()), resolved
+
+
+def _limits(config: dict) -> TaskLimits | None:
+    """[environment] memory_mb as the task's memory limit (capped by the preset's), and the
+    per-test timeout an agentrl export recorded in [metadata]."""
+    memory = (config.get("environment") or {}).get("memory_mb")
+    per_test = (config.get("metadata") or {}).get("agentrl_per_test_timeout_s")
+    memory = memory if isinstance(memory, int) and not isinstance(memory, bool) else 0
+    ok = isinstance(per_test, int | float) and not isinstance(per_test, bool) and per_test > 0
+    limits = TaskLimits(memory_mb=max(memory, 0), per_test_timeout_s=float(per_test) if ok else 0.0)
+    return limits if limits != TaskLimits() else None
+
+
+def _read_config(src: Path, where: str) -> dict:
     if not (src / "task.toml").is_file():
         raise HarborRefusal(f"{where}: no task.toml")
     try:
@@ -209,37 +152,52 @@ def import_harbor_task(src: Path, dest_root: Path, *, split: str = "test") -> Pa
     except tomllib.TOMLDecodeError as e:
         raise HarborRefusal(f"{where}: task.toml is not TOML ({e})") from e
     _check_toml(config, f"{where}/task.toml")
-    if not (src / "tests" / "test.sh").is_file():
-        raise HarborRefusal(f"{where}: no tests/test.sh")
-    if not (src / "environment" / "Dockerfile").is_file():
-        raise HarborRefusal(f"{where}: no environment/Dockerfile")
-    env = read_dockerfile(src / "environment" / "Dockerfile")
-    requirements = list(env.requirements)
-    if (src / "tests" / "Dockerfile").is_file():
-        requirements += read_dockerfile(src / "tests" / "Dockerfile", tests_image=True).requirements
-    if env.workdir != WORKDIR:
-        raise HarborRefusal(f"{where}: WORKDIR {env.workdir}: only {WORKDIR} is mapped")
+    for name in ("tests/test.sh", "environment/Dockerfile"):
+        if not (src / name).is_file():
+            raise HarborRefusal(f"{where}: no {name}")
+    return config
+
+
+def import_harbor_task(
+    src: Path, dest_root: Path, *, split: str = "test", wheelhouse: str = ""
+) -> Path:
+    """One Harbor task folder -> a task folder in dest_root (without reference.patch:
+    `add_reference_from_solution` runs solve.sh in the sandbox). HarborRefusal: why not.
+    Nothing is read before the folder is known to hold only folders and regular files."""
+    where = src.name
+    try:
+        refuse_unsafe_entries(src, where)
+    except UnsafeTaskFolder as e:
+        raise HarborRefusal(str(e)) from e
+    config = _read_config(src, where)
+    instruction = _instruction(src, where)
+    env, requirements, resolved = _environment(src, where, wheelhouse)
     repo = _repo_files(env, src / "environment")
     if not repo:
-        raise HarborRefusal(f"{where}: the Dockerfile copies no files into {WORKDIR}")
+        raise HarborRefusal(f"{where}: the Dockerfile copies no files into {env.workdir}")
     task_id = re.sub(r"[^A-Za-z0-9._-]", "-", where)
     meta = config.get("metadata") or {}
     folder = dest_root / task_id
     for rel, data in repo.items():  # bytes as the image has them (write_task_folder writes text)
         (folder / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / "repo" / rel).write_bytes(data)
+    original = meta.get("original_id") if isinstance(meta.get("original_id"), str) else where
+    harbor = {"task_toml": config, "workdir": env.workdir, "original_id": original}
+    if env.env or env.env_ignored:
+        harbor["env"] = dict(env.env)
+        harbor["env_not_applied"] = list(env.env_ignored)  # PATH, HOME: the sandbox's
+    if resolved:
+        harbor["resolved_requirements"] = resolved  # `pip install x` as import resolved it
     write_task_folder(
         folder,
         task_id=task_id,
-        instruction=(src / "instruction.md").read_text()
-        if (src / "instruction.md").is_file()
-        else "",
+        instruction=instruction,
         metadata=TaskMetadata(
             family=str(meta.get("category") or "harbor"),
             bug_class=str(meta.get("bug_class") or "harbor"),
             split=meta.get("split") if meta.get("split") in ("train", "val", "test") else split,
             source="harbor",
-            extra={"harbor": {"task_toml": config, "workdir": env.workdir}},
+            extra={"harbor": harbor},
         ),
         repo_files={},
         hidden_test_files={
@@ -254,22 +212,23 @@ def import_harbor_task(src: Path, dest_root: Path, *, split: str = "test") -> Pa
         shutil.copy(src / "tests" / CASES_FILE, folder / CASES_FILE)
     if (src / "solution").is_dir():
         shutil.copytree(src / "solution", folder / "solution")
-    _write_environment(folder, env.python, requirements)
+    _write_environment(folder, env.python, requirements, _limits(config))
     return folder
 
 
-def _write_environment(folder: Path, python: str, requirements: list[str]) -> None:
-    """The task's environment in task.json; none when the project's interpreter is that
-    Python and nothing beyond the harness (pytest) is asked for."""
+def _write_environment(
+    folder: Path, python: str, requirements: list[str], limits: TaskLimits | None = None
+) -> None:
+    """The task's environment and limits in task.json; no environment when the project's
+    interpreter is that Python and nothing beyond the harness (pytest) is asked for."""
     from components.tasks.environments import HARNESS_DISTRIBUTIONS
 
     extra = [
         r for r in requirements if re.split(r"[=\[]", r)[0].lower() not in HARNESS_DISTRIBUTIONS
     ]
-    if python == f"{sys.version_info[0]}.{sys.version_info[1]}" and not extra:
-        return
-    task = load_task(folder)
-    task = dataclasses.replace(task, environment=TaskEnvironment(python, tuple(requirements)))
+    task = dataclasses.replace(load_task(folder), limits=limits)
+    if python != f"{sys.version_info[0]}.{sys.version_info[1]}" or extra:
+        task = dataclasses.replace(task, environment=TaskEnvironment(python, tuple(requirements)))
     (folder / "task.json").write_text(json.dumps(task_spec(task), indent=2) + "\n")
 
 
@@ -302,9 +261,51 @@ def _tree_with_patch(task: Task, dest: Path) -> Path:
     return dest
 
 
+# A buggy program that loops is stopped by the sandbox's limits: that is its failure.
+TIME_LIMITS = ("wall_time", "cpu_time")
+
+
+def _solution_copies(task: Task) -> list[str]:
+    """The task's tests that are a copy of a file the reference fix writes (a verifier that
+    runs its own copy of the solution, never the agent's file)."""
+    patch = task.reference_patch()
+    if patch is None:
+        return []
+    from components.tasks.harbor_export import fixed_files
+
+    fixed = {data.strip() for data in fixed_files(task, patch)[0].values() if data.strip()}
+    tests = task.hidden_tests_dir / HARBOR_TESTS
+    return sorted(
+        f"tests/{p.relative_to(tests).as_posix()}"
+        for p in tests.rglob("*")
+        if p.is_file() and p.read_bytes().strip() in fixed
+    )
+
+
+def _runs(task: Task, tree: Path, cfg, runs: int) -> list:
+    got = []
+    for _ in range(runs):
+        got.append(run_verifier(task, tree, cfg))
+        if got[-1].lost and got[-1].command.limit_hit in TIME_LIMITS:
+            break  # the limit bounds it: once is the verdict, not three times the wait
+    return got
+
+
+def _ignores_agent(task: Task, solution_passes: bool | None) -> str:
+    copies = _solution_copies(task)
+    return (
+        "the verifier ignores the agent's code: the untouched buggy tree passes (reward 1)"
+        + (" and so does the fixed tree" if solution_passes else "")
+        + ", so any answer, or none, scores full marks"
+        + (f"; {', '.join(copies)} is a copy of the solution the tests run" if copies else "")
+    )
+
+
 def determinism_problem(task: Task, cfg, runs: int = 3) -> str | None:
     """None when the buggy repo fails and the reference fix passes in each of `runs` runs
-    of test.sh; else what differed."""
+    of test.sh; else what is wrong, in words. A buggy state stopped by the sandbox's time
+    limit (a program that loops) fails: the limit bounds it."""
+    passed: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-harbor-gate-") as tmp:
         buggy = Path(tmp) / "buggy"
         shutil.copytree(task.repo_dir, buggy, symlinks=True)
@@ -313,14 +314,21 @@ def determinism_problem(task: Task, cfg, runs: int = 3) -> str | None:
         if task.has_reference:
             trees["solution"] = _tree_with_patch(task, Path(tmp) / "solution")
         for name, tree in trees.items():
-            got = [run_verifier(task, tree, cfg) for _ in range(runs)]
+            got = _runs(task, tree, cfg, runs)
             rewards = [(r.reward, r.lost, tuple(r.forged)) for r in got]
             if len(set(rewards)) > 1:
                 return f"{name} state gives different results over {runs} runs: {rewards}"
+            hung = got[0].lost and got[0].command.limit_hit in TIME_LIMITS
+            if name == "buggy" and hung and not got[0].forged:
+                passed[name] = False
+                continue
             if got[0].lost or got[0].forged:
                 return f"{name} state: {got[0].lost or got[0].forged[0]}"
-            if got[0].passed != (name == "solution"):
-                return f"{name} state {'passes' if got[0].passed else 'fails'} (reward {got[0].reward})"
+            passed[name] = got[0].passed
+    if passed["buggy"]:
+        return _ignores_agent(task, passed.get("solution"))
+    if not passed.get("solution", True):
+        return "the reference fix (solution/solve.sh) fails its own tests"
     return None
 
 
@@ -329,7 +337,26 @@ def convert_harbor(
 ) -> tuple[list[Path], list[str]]:
     """Every Harbor task under `src` (src itself when it holds task.toml) -> task folders in
     staging, each solution turned into reference.patch and each checked deterministic over
-    `runs` runs; returns (folders, one-line refusal per task not converted)."""
+    `runs` runs; returns (folders, one-line refusal per task not converted). Each task
+    folder is checked to hold only folders and regular files before anything is read."""
+    src = src.resolve()  # the user's own path; links inside the tasks are refused
+    roots = [src] if (src / "task.toml").is_file() else sorted(
+        p.parent for p in src.glob("*/task.toml"))  # fmt: skip
+    folders, errors = [], []
+    for root in roots:
+        problem = _convert_one(root, staging, cfg, runs, wheelhouse)
+        if problem is None:
+            folders.append(staging / re.sub(r"[^A-Za-z0-9._-]", "-", root.name))
+            continue
+        errors.append(problem)
+        shutil.rmtree(staging / re.sub(r"[^A-Za-z0-9._-]", "-", root.name), ignore_errors=True)
+    if not roots:
+        errors.append(f"{src}: no Harbor task (no task.toml in it or its subfolders)")
+    return folders, errors
+
+
+def _convert_one(root: Path, staging: Path, cfg, runs: int, wheelhouse: str) -> str | None:
+    """None when the Harbor task at `root` converted into staging, else the refusal line."""
     from components.tasks.environments import (
         PrepareConfig,
         TaskEnvironmentError,
@@ -337,35 +364,28 @@ def convert_harbor(
         task_python_env,
     )
 
-    roots = [src] if (src / "task.toml").is_file() else sorted(
-        p.parent for p in src.glob("*/task.toml"))  # fmt: skip
-    folders, errors = [], []
-    for root in roots:
-        try:
-            _check_test_sh(root / "tests" / "test.sh", root.name)
-            folder = import_harbor_task(root, staging)
-            task = load_task(folder)
-            task_cfg = cfg
-            if task.environment is not None:  # built now (registry or wheelhouse), like `prepare`
-                (built,) = prepare_environments([task], PrepareConfig(
-                    cache_dir=cfg.environments_dir, wheelhouse=wheelhouse))  # fmt: skip
-                if built.error:
-                    raise HarborRefusal(f"{root.name}: environment: {built.error.splitlines()[0]}")
-                path = task_python_env(task, cfg.environments_dir)
-                task_cfg = dataclasses.replace(cfg, python_env=path)
-            add_reference_from_solution(folder, task_cfg)
-            problem = determinism_problem(load_task(folder), task_cfg, runs)
-            if problem:
-                raise HarborRefusal(f"{root.name}: {problem}")
-        except (HarborRefusal, TaskEnvironmentError, TaskFormatError) as e:
-            errors.append(str(e).splitlines()[0])
-        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            # one malformed task is refused by name; the rest of the dataset still imports
-            errors.append(f"{root.name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-        else:
-            folders.append(folder)
-            continue
-        shutil.rmtree(staging / re.sub(r"[^A-Za-z0-9._-]", "-", root.name), ignore_errors=True)
-    if not roots:
-        errors.append(f"{src}: no Harbor task (no task.toml in it or its subfolders)")
-    return folders, errors
+    try:
+        refuse_unsafe_entries(root, root.name)
+        _check_test_sh(root / "tests" / "test.sh", root.name)
+        folder = import_harbor_task(root, staging, wheelhouse=wheelhouse)
+        task = load_task(folder)
+        task_cfg = cfg
+        if task.environment is not None:  # built now (registry or wheelhouse), like `prepare`
+            (built,) = prepare_environments(
+                [task], PrepareConfig(cache_dir=cfg.environments_dir, wheelhouse=wheelhouse)
+            )
+            if built.error:
+                raise HarborRefusal(f"{root.name}: environment: {built.error.splitlines()[0]}")
+            task_cfg = dataclasses.replace(
+                cfg, python_env=task_python_env(task, cfg.environments_dir)
+            )
+        add_reference_from_solution(folder, task_cfg)
+        problem = determinism_problem(load_task(folder), task_cfg, runs)
+        if problem:
+            raise HarborRefusal(f"{root.name}: {problem}")
+    except (HarborRefusal, TaskEnvironmentError, TaskFormatError, UnsafeTaskFolder) as e:
+        return str(e).splitlines()[0]
+    except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        # one malformed task is refused by name; the rest of the dataset still imports
+        return f"{root.name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return None

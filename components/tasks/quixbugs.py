@@ -43,6 +43,7 @@ from components.tasks.external import (
     select_cases,
     write_function_task,
 )
+from components.tasks.folder_safety import UnsafeTaskFolder, refuse_unsafe_entries
 from components.tasks.generate import instruction_text, unified_diff
 from components.tasks.task import DEFAULT_TEST_COMMAND, Task, TaskMetadata, write_task_folder
 
@@ -69,6 +70,8 @@ BUG_CLASSES = {
     "to_base": "operand_swap",
 }
 HELPER_DIRS = ("python_testcases", "python_programs")  # where `import node` is looked up
+# Every folder of a checkout that conversion reads.
+READ_FOLDERS = ("python_programs", "correct_python_programs", "json_testcases", "python_testcases")
 HELPER_MODULES = ("node",)  # upstream helper modules next to the programs, not programs
 
 
@@ -475,6 +478,12 @@ def convert_quixbugs(
     src, out = Path(src_root), Path(out_root)
     if not (src / "python_programs").is_dir():
         return [], [f"{src}: not a QuixBugs checkout (no python_programs/)"]
+    for folder in READ_FOLDERS:  # what conversion reads: links and special files refused first
+        if (src / folder).exists() or (src / folder).is_symlink():
+            try:
+                refuse_unsafe_entries(src / folder, f"quixbugs {src.name}", named_from=src)
+            except UnsafeTaskFolder as e:
+                return [], [str(e)]
     tasks, errors = [], []
     for name in programs or list_programs(src):
         try:
