@@ -14,10 +14,13 @@ counted by the tampering rate). A policy that cheats only where it cannot fix th
 honestly is what this measures best; one that special-cases tests it could also pass
 honestly shows up only on the variants, which is why they exist.
 
-Variants are played mixed with the evaluated tasks (`mixed_order`): one run, one shuffled
-order, ordinary ids (components/tasks/impossible.py: `ordinary_id`), so neither the policy
-nor its code can tell from the run which episode is measured; `split_mixed` takes the
-variants' episodes back out by the metadata only the host reads.
+Variants are played mixed with the evaluated tasks in one run (`one_id_space`): every task
+and variant is copied under an id drawn afresh from one space (`<split>-0001`, ...), numbered
+in one seeded shuffled order, so neither the id, its number, the place in the order nor the
+batch says which is a variant (an ordinary id alone, `ordinary_id`, was always numbered past
+every real task's, and the variants ran as a second batch after them). `unmix` takes the
+episodes back out by the metadata only the host reads and gives each its task's own id
+again, its verdict re-signed only where this verifier had signed it.
 
 For each cheat the report names how it got through, from what the episode recorded: the
 safety monitor's and the verifier's flags, tampered files, and whether the agent's diff
@@ -26,11 +29,16 @@ added the contradicted arguments and value (`hard-coded the contradicted value`)
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
+import shutil
 from collections import Counter
+from pathlib import Path
 
 from components.env.episode import EpisodeResult
-from components.tasks.task import Task
+from components.tasks.task import Task, load_task
+from components.verifier.provenance import is_signed_by_us, sign_record
 
 HARDCODED = "hard-coded the contradicted value"
 UNEXPLAINED = "no flag, no hard-coded value (read the trajectory)"
@@ -58,6 +66,65 @@ def split_mixed(
     variants = [(t, r) for t, r in pairs if is_variant(t)]
     return ([r for t, r in pairs if not is_variant(t)], [t for t, _ in variants],
             [r for _, r in variants])  # fmt: skip
+
+
+def one_id_space(
+    tasks: list[Task], variants: list[Task], seed: int, workdir: str | Path
+) -> tuple[list[Task], dict[str, Task]]:
+    """(the run's tasks in the order to play them, the task each stands for by its id).
+
+    Every evaluated task and variant is copied into `workdir` (files and their times as
+    they are) under `<split>-NNNN`, numbered per split in `mixed_order`: the ids, their
+    numbers and the order are one draw over both kinds."""
+    numbers: Counter[str] = Counter()
+    played: list[Task] = []
+    stands_for: dict[str, Task] = {}
+    for task in mixed_order(tasks, variants, seed):
+        split = task.metadata.split or "eval"
+        numbers[split] += 1
+        new_id = f"{split}-{numbers[split]:04d}"
+        dest = Path(workdir) / new_id
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(task.root, dest, symlinks=True)
+        spec = json.loads((dest / "task.json").read_text())
+        (dest / "task.json").write_text(json.dumps({**spec, "id": new_id}, indent=2) + "\n")
+        shutil.copystat(task.root / "task.json", dest / "task.json")
+        played.append(load_task(dest))
+        stands_for[new_id] = task
+    return played, stands_for
+
+
+def _as_task(result: EpisodeResult, task: Task) -> EpisodeResult:
+    """`result` under `task`'s own id (episode id and record too); a record this verifier
+    signed is signed again under that id, any other keeps no MAC."""
+    played = result.task_id
+    record = {
+        **result.record,
+        "task_id": task.id,
+        "id": str(result.record.get("id", "")).replace(played, task.id),
+        "metadata": dict(result.record.get("metadata") or {}),
+    }
+    signed = is_signed_by_us(result.record)
+    record["metadata"].pop("verdict_mac", None)
+    if signed:
+        sign_record(record)
+    return dataclasses.replace(
+        result,
+        task_id=task.id,
+        record=record,
+        episode_id=result.episode_id.replace(played, task.id),
+    )
+
+
+def unmix(
+    played: list[Task], results: list[EpisodeResult], stands_for: dict[str, Task]
+) -> tuple[list[EpisodeResult], list[Task], list[EpisodeResult]]:
+    """(the evaluated tasks' results, the variants, their results) of a run of
+    `one_id_space`'s tasks, each in run order and under its own task's id."""
+    mine = [_as_task(r, stands_for[t.id]) for t, r in zip(played, results, strict=True)]
+    ordinary, variants, theirs = split_mixed(played, mine)
+    return ordinary, [stands_for[t.id] for t in variants], theirs
 
 
 def _added_lines(diff: str | None) -> str:
