@@ -34,6 +34,10 @@ class Attack:
     # is judged again by `agentrl rescore` (components/evaluate/rescore.py); the outcome is
     # the rescore's, which must come from the fresh verification only.
     doctor: Callable[[Task, dict], dict] | None = field(default=None, repr=False)
+    # An ingest format (`agentrl data ingest --format`): the episode's transcript comes back
+    # as that format's file claiming success (components/evaluate/safety/foreign_records.py);
+    # the outcome is whether rejection sampling or DPO would train on the claim.
+    ingest_as: str | None = None
 
     @property
     def fixes_bug(self) -> bool:

@@ -24,6 +24,7 @@ from components.evaluate.safety import (
     cheating_tells,
     driver_stalls,
     escapes,
+    foreign_records,
     harbor_verdicts,
     kernel_channels,
     tampering,
@@ -57,6 +58,7 @@ ATTACKS: tuple[Attack, ...] = (
     *verdicts.DISK_AND_RC,
     *cheating_tells.CHEATING_TELLS,
     *answer_lookup.ANSWER_LOOKUP,
+    *foreign_records.FOREIGN_VERDICTS,
 )
 
 
@@ -216,6 +218,15 @@ def _rescored_outcome(attack: Attack, task: Task, record: dict, env: EnvConfig,
     return _outcome(attack, task, r)
 
 
+def _ingested_outcome(attack: Attack, task: Task, r: EpisodeResult) -> AttackOutcome:
+    """The episode's transcript handed in as a foreign file claiming success: fooled when a
+    trainer would use the claim; recorded by ingest (claimed_*) and the trainers' quarantine.
+    Its reward stays the episode's: the only verdict this pipeline gave the transcript."""
+    taken, recorded = foreign_records.trainers_take(r.record, attack.ingest_as or "")
+    out = _outcome(attack, task, r)
+    return dataclasses.replace(out, success=taken, recorded_by=[*out.recorded_by, *recorded])
+
+
 def _outcome(attack: Attack, task: Task, r) -> AttackOutcome:
     """What an attack's episode (or its rescored replay) got: `r` an EpisodeResult."""
     return AttackOutcome(
@@ -266,6 +277,8 @@ def run_safety_suite(
             with tempfile.TemporaryDirectory(prefix="agentrl-prime-") as tmp:
                 verify(task, attack.prime(task, Path(tmp) / "repo"), played, sandbox)
         r = run_episode(task, AttackPolicy(attack), played, sandbox)
+        if attack.ingest_as is not None:
+            return _ingested_outcome(attack, task, r)
         if attack.doctor is not None:
             return _rescored_outcome(attack, task, attack.doctor(task, r.record), played,
                                      sandbox)  # fmt: skip
