@@ -37,6 +37,9 @@ Tampering rules, each with a test (tests/tasks/test_harbor.py, test_harbor_owned
     pytest`), and a file or folder named after one of them (RESERVED_MODULES:
     agentrl_cpu_timeout, agentrl_limits, pytest_timeout, ...) in the tree is tampering,
     never copied, and a forged verdict; one that appears while test.sh runs is too.
+A test.sh stopped by the sandbox's time limit has failed (code under test that loops):
+a verdict that carries the limit (never cached), not a missing one; on a machine so loaded
+that a correct tree runs out of time, that is a false fail, which the limit names.
 What is NOT protected: test.sh's own processes (pytest and the code under test) share a
 user and the verdict folder, so code under test can still write a reward file while they
 run: it counts only when test.sh writes nothing itself and no other rule above fires (a
@@ -77,6 +80,8 @@ SCHEMA_VERSION = "1.4"
 
 
 MARKER = "\nAGENTRL-HARBOR-VERDICT "
+# The sandbox's time limits: test.sh stopped by one has failed (code under test that loops).
+TIME_LIMITS = ("wall_time", "cpu_time")
 
 
 class HarborRefusal(ValueError):
@@ -137,10 +142,7 @@ if sys.argv[1] == "own-plugins":  # a task environment: its plugins (pytest-json
 # /tests is read-only: pytest's cache there would fail loudly (and read as a refused write)
 env["PYTEST_ADDOPTS"] = (env.get("PYTEST_ADDOPTS", "") + " -p no:cacheprovider").strip()
 env["PYTHONSAFEPATH"] = "1"
-def cpu_budget(seconds=int(sys.argv[4])):  # test.sh's processes: a loop is stopped by CPU time
-    import resource
-    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
-rc = subprocess.call(["bash", "/tests/test.sh"], env=env, cwd=sys.argv[3], preexec_fn=cpu_budget)
+rc = subprocess.call(["bash", "/tests/test.sh"], env=env, cwd=sys.argv[3])
 def parent(pid):
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
@@ -311,19 +313,6 @@ def _reward_files(logs: Path, mode: int) -> tuple[dict[str, str], list[str]]:
     return texts, forged
 
 
-# Each process test.sh starts gets this share of the sandbox's wall time as CPU time
-# (RLIMIT_CPU): code under test that loops is killed by the CPU limit (SIGXCPU), whatever
-# the load, and test.sh goes on to write its reward: a failed verdict, where the wall-time
-# limit would have left none (issue 46). A quarter leaves room for a machine whose load
-# gives the loop a quarter of a core.
-TEST_SH_CPU_SHARE = 4
-
-
-def test_sh_cpu_budget(cfg) -> int:
-    """Seconds of CPU time per process of test.sh under sandbox settings `cfg`."""
-    return max(1, min(int(cfg.cpu_time_s), int(cfg.wall_time_s // TEST_SH_CPU_SHARE)))
-
-
 def reserved_names(root: Path) -> list[str]:
     """Paths under `root` whose name is one of the harness's modules (RESERVED_MODULES), at
     any depth (pytest puts test folders on sys.path), as `root`-relative POSIX paths."""
@@ -409,8 +398,7 @@ def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
         mounts = ((str(ws / "app"), workdir, True), (str(tests), "/tests", False),
                   (str(ws / "logs"), "/logs/verifier", True))  # fmt: skip
         plugins = "own-plugins" if task.environment is not None else "harness-plugins"
-        env_json, budget = json.dumps(task_env(task)), str(test_sh_cpu_budget(cfg))
-        argv = ["python", "-I", "-c", _WRAPPER, plugins, env_json, workdir, budget]
+        argv = ["python", "-I", "-c", _WRAPPER, plugins, json.dumps(task_env(task)), workdir]
         try:
             cmd = run_sandboxed(argv, workdir, cfg, workspace=ws, mounts=mounts)
         except SandboxError as e:
@@ -420,6 +408,11 @@ def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
                           "harness's own module" for rel in reserved_names(ws / "app")]  # fmt: skip
     out = cmd.output
     detail = out[-2000:]
+    if cmd.limit_hit in TIME_LIMITS and MARKER not in out:
+        # A test.sh that runs out of time fails (code under test that loops, issue 46): a
+        # verdict that carries its limit, never cached (components/verifier/verdict.py).
+        why = f"test.sh ran out of time ({cmd.limit_hit}): failed; {detail}"
+        return HarborRun(False, None, forged, "", cmd, why)
     if cmd.limit_hit not in (None, "output") or MARKER not in out:
         why = cmd.limit_hit or f"exit code {cmd.exit_code}"
         return HarborRun(False, None, forged, f"Harbor's test.sh gave no verdict ({why})", cmd,

@@ -34,6 +34,7 @@ from components.tasks.folder_safety import UnsafeTaskFolder, refuse_unsafe_entri
 from components.tasks.harbor import (
     CASES_FILE,
     HARBOR_TESTS,
+    TIME_LIMITS,
     HarborRefusal,
     add_reference_from_solution,
     run_verifier,
@@ -261,10 +262,6 @@ def _tree_with_patch(task: Task, dest: Path) -> Path:
     return dest
 
 
-# A buggy program that loops is stopped by the sandbox's limits: that is its failure.
-TIME_LIMITS = ("wall_time", "cpu_time")
-
-
 def _solution_copies(task: Task) -> list[str]:
     """The task's tests that are a copy of a file the reference fix writes (a verifier that
     runs its own copy of the solution, never the agent's file)."""
@@ -286,7 +283,7 @@ def _runs(task: Task, tree: Path, cfg, runs: int) -> list:
     got = []
     for _ in range(runs):
         got.append(run_verifier(task, tree, cfg))
-        if got[-1].lost and got[-1].command.limit_hit in TIME_LIMITS:
+        if got[-1].command.limit_hit in TIME_LIMITS:
             break  # the limit bounds it: once is the verdict, not three times the wait
     return got
 
@@ -303,8 +300,8 @@ def _ignores_agent(task: Task, solution_passes: bool | None) -> str:
 
 def determinism_problem(task: Task, cfg, runs: int = 3) -> str | None:
     """None when the buggy repo fails and the reference fix passes in each of `runs` runs
-    of test.sh; else what is wrong, in words. A buggy state stopped by the sandbox's time
-    limit (a program that loops) fails: the limit bounds it."""
+    of test.sh; else what is wrong, in words. A state stopped by the sandbox's time limit
+    (a program that loops) fails, once: the limit bounds it (harbor.run_verifier)."""
     passed: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-harbor-gate-") as tmp:
         buggy = Path(tmp) / "buggy"
@@ -318,17 +315,14 @@ def determinism_problem(task: Task, cfg, runs: int = 3) -> str | None:
             rewards = [(r.reward, r.lost, tuple(r.forged)) for r in got]
             if len(set(rewards)) > 1:
                 return f"{name} state gives different results over {runs} runs: {rewards}"
-            hung = got[0].lost and got[0].command.limit_hit in TIME_LIMITS
-            if name == "buggy" and hung and not got[0].forged:
-                passed[name] = False
-                continue
             if got[0].lost or got[0].forged:
                 return f"{name} state: {got[0].lost or got[0].forged[0]}"
             passed[name] = got[0].passed
+            detail = got[0].detail.split(";", 1)[0]
     if passed["buggy"]:
         return _ignores_agent(task, passed.get("solution"))
     if not passed.get("solution", True):
-        return "the reference fix (solution/solve.sh) fails its own tests"
+        return f"the reference fix (solution/solve.sh) fails its own tests ({detail})"
     return None
 
 
