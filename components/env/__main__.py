@@ -33,6 +33,7 @@ def main_eval(argv: list[str]) -> int:
         progress_lines,
         run_episodes,
     )
+    from components.outputs import disk_errors, line_log
     from components.tasks.task import SPLITS, load_tasks
 
     p = ArgumentParser(prog="agentrl env eval", description=main_eval.__doc__)
@@ -56,8 +57,14 @@ def main_eval(argv: list[str]) -> int:
     if not tasks:
         raise CommandError(f"no tasks found in {args.tasks}")
     progress = None if args.quiet else progress_lines(len(tasks), args.policy)
-    results = run_episodes(tasks, args.policy, settings, args.tasks, progress)
-    write_results(args.out, results, args.trajectories_out)
+    # Each episode's result is written as it finishes (a full disk stops the run there).
+    partial = args.out.with_name(f"{args.out.name}.episodes.jsonl")
+    with line_log(partial, "episode results", {"tasks": len(tasks)}) as log:
+        on_result = lambda r: (log(r.summary()), progress and progress(r))  # noqa: E731
+        results = run_episodes(tasks, args.policy, settings, args.tasks, on_result)
+    with disk_errors(args.out, "the results"):
+        write_results(args.out, results, args.trajectories_out)
+    partial.unlink()  # every result is in --out now
     print(format_table([summarize(results)]))
     print(f"\nper-task results: {args.out}")
     return 0

@@ -47,8 +47,11 @@ def evaluate_policy(
 
     if config.workers == 1:
         return [one(t) for t in tasks]
-    with ThreadPoolExecutor(max_workers=config.workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=config.workers)
+    try:  # a failure (a full disk under on_result) cancels the episodes not yet started
         return list(pool.map(one, tasks))
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -89,27 +92,17 @@ def summarize(results: list[EpisodeResult]) -> dict:
 
 def format_table(summaries: list[dict]) -> str:
     """A plain-text comparison table, one row per policy."""
-    cols = [
-        ("policy", "{}"),
-        ("tasks", "{}"),
-        ("success", "{:.1%}"),
-        ("95% CI", "{}"),
-        ("reward", "{:+.3f}"),
-        ("steps", "{:.1f}"),
-        ("tool calls", "{:.1f}"),
-        ("invalid", "{}"),
-        ("safety", "{}"),
-        ("infra", "{}"),
-        ("wall s", "{:.1f}"),
-    ]
+    header = ["policy", "tasks", "success", "95% CI", "reward", "steps", "tool calls"]
+    header += ["invalid", "safety", "infra", "wall s"]
+    formats = ["{}", "{}", "{:.1%}", "{}", "{:+.3f}", "{:.1f}", "{:.1f}", "{}", "{}", "{}"]
+    formats += ["{:.1f}"]  # one per column of `header`
     rows = []
     for s in summaries:
         lo, hi = s["success_ci95"]
         values = [s["policy"], s["tasks"], s["success_rate"], f"{lo:.0%}-{hi:.0%}",
                   s["mean_reward"], s["mean_steps"], s["mean_tool_calls"], s["invalid_calls"],
                   s["safety_flags"], s["infra_failures"], s["wall_s_total"]]  # fmt: skip
-        rows.append([fmt.format(v) for (_, fmt), v in zip(cols, values, strict=True)])
-    header = [c for c, _ in cols]
+        rows.append([fmt.format(v) for fmt, v in zip(formats, values, strict=True)])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])

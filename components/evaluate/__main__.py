@@ -36,6 +36,14 @@ from components.cli_args import (
 )
 from components.env.episode import EpisodeResult
 from components.evaluate.episodes import MODEL_PREFIX, run_policy, statistics_for
+from components.outputs import (
+    check_free_space,
+    check_output_dir,
+    claim_output_dir,
+    disk_errors,
+    start_outputs,
+    write_atomic,
+)
 from components.preset import DEFAULT_PRESET, load_preset
 from components.stage_contract import EvaluationResult, stage
 from components.tasks.task import SPLITS, Task, load_tasks
@@ -323,19 +331,19 @@ def main_rescore(argv: list[str]) -> int:
         read_stored,
         rescore_records,
         summarize_rescore,
-        write_outputs,
     )
 
     args = _rescore_parser().parse_args(argv)
     settings = load_settings(args.preset, workers=args.workers)
+    # --out holds nothing of anyone else's (a previous rescore's files are replaced).
+    check_output_dir(args.out, overwrite=True, what="rescore", known=RESCORE_FILES, rewritten=True)
     records, source = read_stored(args.source)
     if args.write and source["kind"] != "dataset":
         raise UsageError(f"--write needs a dataset folder, not {source['kind']} {args.source}")
     if not records:
         raise CommandError(f"no episodes in {args.source}")
-    tasks, errors = load_tasks(args.tasks)
-    for e in errors:
-        print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
+    versioning = _rescore_versioning(args, source)
+    tasks = _rescore_tasks(args.tasks, records, args.source)
     if args.run_id and not args.no_mlflow:
         from components.tracking import check_run
 
@@ -343,29 +351,21 @@ def main_rescore(argv: list[str]) -> int:
             check_run(args.run_id)
         except LookupError as e:
             raise CommandError(f"--run-id: {e}") from e
-    versioning = None
-    if args.write or source["kind"] == "dataset":
-        from components.data import dvc_store as dv
-        from components.preset import stage_config
-
-        versioning = stage_config(args.preset, "data").versioning
-        data = (Path(versioning.repo_root) / versioning.data_dir).resolve()
-        inside = data == args.source.resolve() or data in args.source.resolve().parents
-        try:  # the version a dataset inside the versioned folder belongs to
-            source["data_version"] = dv.current_version(versioning) if inside else ""
-        except (dv.VersioningError, OSError) as e:
-            if args.write:
-                raise CommandError(f"--write: no data version to rescore from ({e})") from e
+    check_free_space(args.out, "the rescore's report")  # before any replay, not after
     from components.verifier.cache import verdict_cache_info
 
     before, t0 = verdict_cache_info(), time.monotonic()
-    rows = rescore_records(records, {t.id: t for t in tasks}, settings.env, settings.sandbox,
+    rows = rescore_records(records, tasks, settings.env, settings.sandbox,
                            workers=settings.evaluation.workers)  # fmt: skip
     summary = summarize_rescore(rows, time.monotonic() - t0, before)
-    if summary["quarantined"] == summary["episodes"]:  # bad input, not a rescore: exit 7
-        raise CommandError(f"no episode of {args.source} could be rescored: "
-                           f"{summary['quarantined']} quarantined ({rows[0].error})")  # fmt: skip
-    paths = write_outputs(args.out, rows, records, summary, source)
+    if summary["rescored"] == 0:  # bad input (or no verdict at all), not a rescore
+        first = next(r for r in rows if r.new is None)
+        raise CommandError(
+            f"no episode of {args.source} could be rescored: {summary['episodes']} "
+            f"not rescored, {summary['quarantined']} of them quarantined "
+            f"(first: {first.error})"
+        )
+    paths = _write_rescore(args.out, rows, records, summary, source)
     if args.write:
         try:
             entry = publish_rescored_version(args.source, rows, summary, paths["report.json"],
@@ -386,8 +386,63 @@ def main_rescore(argv: list[str]) -> int:
           f"{summary['verifier_version']}: {f['pass->fail']} pass->fail, {f['fail->pass']} "
           f"fail->pass, {summary['not_rescored']} not rescored "
           f"({summary['episodes_per_s']} episodes/s); report: {paths['report.md']}")  # fmt: skip
-    (args.out / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with disk_errors(args.out / "result.json", "the rescore's result"):
+        write_atomic(args.out / "result.json", json.dumps(summary, indent=2) + "\n")
     return 0
+
+
+# What a rescore writes into --out (a folder of an older rescore, before output manifests).
+RESCORE_FILES = {"report.json", "report.md", "rescored.jsonl", "results.json", "result.json"}
+
+
+def _rescore_tasks(tasks_dir: Path, records: list[dict], source: Path) -> dict[str, Task]:
+    """The episodes' tasks by id; refused before any replay when none of them is there."""
+    tasks, errors = load_tasks(tasks_dir)
+    for e in errors:
+        print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
+    by_id = {t.id: t for t in tasks}
+    wanted = {str(r.get("task_id")) for r in records if isinstance(r, dict) and "task_id" in r}
+    if wanted and not wanted & set(by_id):
+        shown = ", ".join(sorted(wanted)[:3]) + (" ..." if len(wanted) > 3 else "")
+        raise CommandError(f"none of the tasks of {source}'s episodes ({shown}) is in {tasks_dir}")
+    return by_id
+
+
+def _rescore_versioning(args, source: dict):
+    """The data versioning a dataset source belongs to (None for other sources); the data
+    version it was read at goes into `source`. --write outside the versioned data folder is
+    refused here, before any episode is replayed."""
+    if not (args.write or source["kind"] == "dataset"):
+        return None
+    from components.data import dvc_store as dv
+    from components.preset import stage_config
+
+    versioning = stage_config(args.preset, "data").versioning
+    data = (Path(versioning.repo_root) / versioning.data_dir).resolve()
+    inside = data == args.source.resolve() or data in args.source.resolve().parents
+    if args.write and not inside:
+        raise UsageError(
+            f"--write: {args.source} is not inside the versioned data folder "
+            f"{data}; rescore without --write, or rescore a dataset under it"
+        )
+    try:  # the version a dataset inside the versioned folder belongs to
+        source["data_version"] = dv.current_version(versioning) if inside else ""
+    except (dv.VersioningError, OSError) as e:
+        if args.write:
+            raise CommandError(f"--write: no data version to rescore from ({e})") from e
+    return versioning
+
+
+def _write_rescore(out: Path, rows, records: list[dict], summary: dict, source: dict) -> dict:
+    """The rescore's files in `out`, in place of a previous rescore's, its output manifest
+    first (a failure half-way leaves a folder the next rescore replaces); a full disk is
+    one line naming the file."""
+    from components.evaluate.rescore import write_outputs
+
+    claim_output_dir(out, overwrite=True, what="rescore", known=RESCORE_FILES, rewritten=True)
+    start_outputs(out, RESCORE_FILES)
+    with disk_errors(out, "the rescore's report"):
+        return write_outputs(out, rows, records, summary, source)
 
 
 def main_demo(argv: list[str]) -> int:

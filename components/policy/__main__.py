@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from components.cli_args import (
     ArgumentParser,
@@ -62,34 +63,47 @@ def main_merge(argv: list[str]) -> int:
                    help="adapter folder (a stage run with lora)")  # fmt: skip
     p.add_argument("--out", required=True, type=output_dir, help="output folder")
     args = p.parse_args(argv)
-    from components.policy.lora import base_directory, is_adapter_dir, merge_adapters
+    from components.outputs import disk_errors
+    from components.policy.lora import is_adapter_dir, merge_adapters
     from components.policy.model import load_policy, save_policy
 
     if not is_adapter_dir(args.policy):
         raise CommandError(f"{args.policy} is not an adapter policy (no adapter metadata)")
-    _check_base(args.policy)
+    base = _check_base(args.policy)
     claim_stage_dir(args.out)
-    start_stage_dir(args.out)
-    model, tokenizer = load_policy(args.policy)
-    merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
-    return write_stage_result(args.out, {"policy_dir": str(merged), "adapters": args.policy,
-                                         "base": str(base_directory(args.policy))})  # fmt: skip
+    model, tokenizer = load_policy(args.policy)  # a damaged adapter is refused: nothing written
+    with disk_errors(args.out, "the merged policy"):
+        start_stage_dir(args.out)
+        merged = save_policy(merge_adapters(model), tokenizer, args.out / "policy")
+        return write_stage_result(args.out, {"policy_dir": str(merged),
+                                             "adapters": args.policy, "base": str(base)})  # fmt: skip
 
 
-def _check_base(policy) -> None:
-    """Refuse to fold `policy`'s adapters onto a base other than the one they were trained
-    against (its recorded weights_sha256): that merge is a silently wrong model."""
+def _check_base(policy) -> Path:
+    """The base `policy`'s adapters belong to. Refuse to fold them onto a base other than
+    the one they were trained against (its recorded weights_sha256): that merge is a
+    silently wrong model; damaged metadata or base weights are named."""
+    from safetensors import SafetensorError
+
     from components.lineage import weights_sha256
     from components.policy.lora import ADAPTER_META, base_directory
 
-    recorded = json.loads((policy / ADAPTER_META).read_text()).get("base_sha256") or ""
-    base = base_directory(policy)
+    try:
+        meta = json.loads((policy / ADAPTER_META).read_text(encoding="utf-8"))
+        recorded = meta.get("base_sha256") or ""
+        base = base_directory(policy)
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
+        raise CommandError(f"{policy / ADAPTER_META}: damaged adapter metadata ({e})") from e
     if not base.is_dir():
         raise CommandError(f"{policy}: its base checkpoint {base} is missing")
-    actual = weights_sha256(base)
+    try:
+        actual = weights_sha256(base)
+    except (OSError, ValueError, SafetensorError) as e:
+        raise CommandError(f"{base}: the base's weights cannot be read ({e})") from e
     if recorded and actual != recorded:
         raise CommandError(f"{policy}: its base {base} is not the one it was trained on "
                            f"(weights sha256 {actual[:16]}..., recorded {recorded[:16]}...)")  # fmt: skip
+    return base
 
 
 def main_fetch(argv: list[str]) -> int:

