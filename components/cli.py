@@ -4,7 +4,8 @@
 an expected error (a bad argument or preset value, a missing input, a refused operation)
 is one line on stderr naming what was wrong, exit 2 (usage/config) or 1 (operation); any
 other error is one line plus the file holding its traceback (`--debug` shows it instead);
-Ctrl-C stops the processes the command started and exits 130; a closed pipe exits quietly.
+Ctrl-C or SIGTERM stops what the command started and exits 130 / 143
+(components/shutdown.py); a closed pipe exits quietly.
 `main(argv)` dispatches without the boundary, for callers in this process (in-process
 stages, tests) that want the exception.
 """
@@ -223,32 +224,18 @@ def _save_traceback(error: BaseException) -> str:
     return path
 
 
-def _on_ctrl_c(signum, frame) -> None:
-    """SIGINT: stop the work now, then unwind as KeyboardInterrupt. A thread pool's `with`
-    block waits for every queued task before the interrupt reaches the boundary, so the
-    stopping flag is set here (each queued sandbox is refused at once) and the processes
-    already started are stopped."""
-    from components.runtime import begin_stopping, stop_descendants
-
-    begin_stopping()
-    stop_descendants(grace_s=0.5)  # a sandbox's PID-namespace init ignores SIGTERM: KILLed
-    raise KeyboardInterrupt
-
-
 def boundary(call, prog: str, debug: bool = False) -> int:
-    """Run `call()` (an exit status), turning every error into one line and a status."""
-    import signal
-    import threading
+    """Run `call()` (an exit status), turning every error into one line and a status.
+    In the main thread, where no one else has taken them, SIGINT and SIGTERM stop the
+    command as components/shutdown.py says: what it started stopped, what it mounted and
+    created removed, its MLflow runs KILLED, exit 130 / 143."""
+    from components import shutdown
 
-    ours = threading.current_thread() is threading.main_thread() and (
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
-    saved = signal.signal(signal.SIGINT, _on_ctrl_c) if ours else None
+    restore = shutdown.install(prog)
     try:
         return _boundary(call, prog, debug)
     finally:
-        if ours:
-            signal.signal(signal.SIGINT, saved)
+        restore()
 
 
 def _boundary(call, prog: str, debug: bool) -> int:

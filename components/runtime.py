@@ -184,6 +184,17 @@ def start_service(name: str, argv: list[str], probe: Callable[[], bool], budget_
     raise AssertionError("unreachable")
 
 
+def die_with_parent() -> None:
+    """preexec_fn for a service started in a session of its own (out of reach of a signal
+    to the command's process group, so the command can still use it while it stops): the
+    service gets SIGTERM when the process that started it dies, even by SIGKILL, which runs
+    no `finally`."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def stop_process(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
     """SIGTERM, then SIGKILL after `grace_s`."""
     if proc.poll() is not None:

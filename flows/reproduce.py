@@ -29,8 +29,23 @@ STAGES = (
 )
 
 
+def resolve_version(ref: str, config) -> str:
+    """The version number `ref` names: itself, or the version its alias points at
+    (`champion`, `challenger`, ...); ValueError naming the aliases there are."""
+    from components.promote.registry import get_aliases
+
+    if str(ref).isdigit():
+        return str(ref)
+    aliases = get_aliases(config)
+    if ref not in aliases:
+        there = ", ".join(f"{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
+        raise ValueError(f"model {config.model_name} has no alias {ref!r} (aliases: {there})")
+    return aliases[ref]
+
+
 def lineage_of(version: str, preset_path: str | None = None) -> dict:
-    """The registered version's tags (those a reproduction needs are checked here)."""
+    """The registered version's tags (those a reproduction needs are checked here);
+    `version` is a number (an alias is resolved first, `resolve_version`)."""
     from components.preset import DEFAULT_PRESET, load_preset
     from components.promote.registry import get_version
 
@@ -109,7 +124,10 @@ def reproduce(version: str, preset: str | None = None) -> dict:
     did, with the original's folder moved aside and put back afterwards; the rerun's
     artefacts end in runs/reproduce-vN. From the data checkout to the folder's return it
     holds the workdir's and data repository's locks: a pipeline running there refuses it
-    (WorkdirInUse), and it refuses a pipeline started meanwhile."""
+    (WorkdirInUse), and it refuses a pipeline started meanwhile. `version` may be an alias."""
+    from components.preset import DEFAULT_PRESET, load_preset
+
+    version = resolve_version(version, load_preset(preset or DEFAULT_PRESET).section("promote"))
     tags = lineage_of(version, preset)
     problems = preconditions(tags)
     if problems:
@@ -133,8 +151,13 @@ def reproduce_locked(version: str, tags: dict) -> dict:
 
 def rerun(version: str, tags: dict, original: Path) -> dict:
     """The retrain flow on the version's preset in `original` (its workdir; the folder
-    there moved aside and put back), compared with the version's fingerprints."""
-    from flows.retrain import retrain
+    there moved aside and put back), compared with the version's fingerprints. The flow
+    gets Prefect's API as `python -m flows.retrain` gets it (`prefect_api`: health-waited
+    with the preset's `runtime.startup_timeout_s`) and runs in a thread of its own so that
+    Ctrl-C and SIGTERM stay with components/shutdown.py's handler."""
+    from components.preset import load_preset
+    from components.shutdown import in_worker_thread
+    from flows.retrain_main import prefect_api
 
     aside = original.with_name(f"{original.name}.before-reproduce-v{version}")
     done = Path(f"runs/reproduce-v{version}")
@@ -143,10 +166,15 @@ def rerun(version: str, tags: dict, original: Path) -> dict:
             raise ValueError(f"{folder} exists (an earlier reproduction?): move it away first")
     if original.exists():
         original.rename(aside)
+    budget = load_preset(tags["preset"]).section("runtime").startup_timeout_s
+    of = {"version": str(version), "run_id": tags.get("pipeline_run_id", "")}
     try:
-        summary = retrain(tags["preset"], request_promotion=False,
-                          reproduction_of={"version": str(version),
-                                           "run_id": tags.get("pipeline_run_id", "")})  # fmt: skip
+        with prefect_api(budget):
+            from flows.retrain import retrain
+
+            summary = in_worker_thread(
+                lambda: retrain(tags["preset"], request_promotion=False, reproduction_of=of)
+            )
     finally:
         done.parent.mkdir(parents=True, exist_ok=True)
         if original.exists():
@@ -204,9 +232,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_report(report)
     Path("runs").mkdir(exist_ok=True)
-    Path(f"runs/reproduce-v{args.version}.json").write_text(json.dumps(report, indent=2))
+    Path(f"runs/reproduce-v{report['version']}.json").write_text(json.dumps(report, indent=2))
     return {"equal": 0, "differs": 1}.get(report["verdict"], 2)
 
 
+def run(argv: list[str] | None = None) -> int:
+    """`python -m flows.reproduce`: `main` behind the command line's error boundary (one
+    line per error; Ctrl-C and SIGTERM stop everything it started, components/shutdown.py),
+    as `agentrl reproduce` has it."""
+    from components.cli import boundary, cpu_accelerator_default
+
+    cpu_accelerator_default()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return boundary(lambda: main(argv), "agentrl reproduce", debug="--debug" in argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -12,22 +12,27 @@ then run the flow (flows/retrain.py).
    `runtime.startup_timeout_s`, retried once, its URL printed and its output in
    `runs/prefect-server.log`; with PREFECT_API_URL set, that server is waited for instead.
    An MLflow server named by MLFLOW_TRACKING_URI (http) is waited for the same way.
+   Flow-run links point at PREFECT_HISTORY_UI, where `prefect server start` serves the
+   same history (PREFECT_HOME's database) after the run. `prefect_api` is that start, for
+   every entry point that runs a flow (reproduce, flows.evaluate, flows.promote).
 3. The run gets a private temporary folder (TMPDIR, for itself and every process it
-   starts). Ctrl-C or SIGTERM ends the run at once: every process it started is stopped,
-   the server too, the temporary folder removed, one line printed, exit 130 (143).
+   starts). Ctrl-C or SIGTERM, to the process or its group, ends the run at once
+   (components/shutdown.py): its MLflow runs KILLED, every process it started stopped, the
+   server too, its mounts and temporary folder removed, one line, exit 130 (143).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from components.cli_args import ArgumentParser, preset_file
@@ -169,7 +174,7 @@ def start_prefect_server(budget_s: float, log_path: Path) -> tuple[subprocess.Po
     within `budget_s` (one retry): (process, API URL)."""
     import importlib.util
 
-    from components.runtime import http_probe, start_service
+    from components.runtime import die_with_parent, http_probe, start_service
 
     site = Path(importlib.util.find_spec("prefect").origin).parent.parent
     ports: list[int] = []
@@ -186,7 +191,18 @@ def start_prefect_server(budget_s: float, log_path: Path) -> tuple[subprocess.Po
     # no telemetry unless asked for: offline it only puts tracebacks in the server's log
     env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **os.environ, "PREFECT_UI_ENABLED": "0",
            "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}  # fmt: skip
-    proc = start_service("Prefect API server", argv, probe, budget_s, log_path, env=env)
+    # its own session: a signal to the run's group leaves it up while the run records the
+    # crash in it (components/shutdown.py stops it after); it dies with the run all the same
+    proc = start_service(
+        "Prefect API server",
+        argv,
+        probe,
+        budget_s,
+        log_path,
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
     return proc, f"http://127.0.0.1:{ports[-1]}/api"
 
 
@@ -204,58 +220,107 @@ def wait_for_external_services(budget_s: float) -> None:
 
 
 class RunScope:
-    """The run's private temporary folder and server; `close` undoes both. SIGINT and
-    SIGTERM close it and end the process at once: waiting for Python to unwind would let
-    a thread pool start every queued sandbox first. Worker threads still run until the
-    exit, so the signal first sets the process-wide stopping flag (the sandbox and the
-    verifier then refuse to create folders or start processes), and the folder is removed
-    until it stays gone (a copy in flight recreates the folders it writes into)."""
+    """The run's private temporary folder (TMPDIR for itself and every process it starts);
+    `close` stops what the run started and removes the folder. Ctrl-C or SIGTERM removes
+    it too (components/shutdown.py, which the command's boundary installs): after every
+    process is stopped, until it stays gone (worker threads still copy into it until the
+    process exits; the stopping flag keeps them from starting anything new)."""
 
     def __init__(self) -> None:
+        from components.shutdown import remove_on_stop
+
         self.tmp = tempfile.mkdtemp(prefix="agentrl-retrain-")
+        self.on_stop = remove_on_stop(self.tmp)
         self.saved_tmp = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = tempfile.tempdir = self.tmp
         self.server: subprocess.Popen | None = None
-        self.handlers = {sig: signal.signal(sig, self._on_signal)
-                         for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
 
-    def _on_signal(self, signum, frame) -> None:
-        from components.runtime import begin_stopping
-        from components.workdir_lock import release_all
+    def close(self) -> bool:
+        """Stop every process the run started and remove its temporary folder (True: gone)."""
+        from components.runtime import stop_descendants, unmount_under
+        from components.shutdown import forget
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up
-        begin_stopping()
-        release_all()  # os._exit skips the locks' release: the next run finds them free
-        gone = self.close(stopping=True)
-        name = "interrupted" if signum == signal.SIGINT else "terminated"
-        removed = f"removed {self.tmp}" if gone else f"could not remove {self.tmp}"
-        # os.write: the flow's print() goes through Prefect's logging (log_prints).
-        os.write(2, f"{PROG}: {name}; stopped the run's processes and {removed}\n".encode())
-        os._exit(128 + signum)
-
-    def close(self, stopping: bool = False) -> bool:
-        """Stop every process the run started and remove its temporary folder (True: gone).
-        `stopping` (a signal; worker threads may still run): remove it until it stays gone,
-        and keep TMPDIR on the removed folder, so nothing is created in the user's."""
-        from components.runtime import remove_until_gone, stop_descendants, unmount_under
-
-        # a sandbox's PID-namespace init ignores SIGTERM: on a signal, KILL sooner
-        stop_descendants(grace_s=1.0 if stopping else 2.0)
+        stop_descendants(grace_s=2.0)
         self.server = None
-        if stopping:  # Ctrl-C stops within 5 s: at most ~1 s + 2.5 s + a last settle
-            return remove_until_gone(self.tmp, budget_s=2.5,
-                                     between=lambda: stop_descendants(grace_s=0.5))  # fmt: skip
         unmount_under(self.tmp)  # a workspace's tmpfs its sandbox did not get to unmount
         shutil.rmtree(self.tmp, ignore_errors=True)
-        for sig, handler in self.handlers.items():
-            signal.signal(sig, handler)
+        forget(self.on_stop)
         tempfile.tempdir = None
         if self.saved_tmp is None:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = self.saved_tmp
         return not os.path.lexists(self.tmp)
+
+
+# Where `prefect server start` serves the UI: flow-run links point there, not at the run's
+# own server's random port, so they open later on the same history (PREFECT_HOME's database).
+PREFECT_HISTORY_UI = "http://127.0.0.1:4200"
+
+
+@contextlib.contextmanager
+def prefect_api(budget_s: float) -> Iterator[str]:
+    """Prefect's API for the flows this process runs, as every entry point that starts a
+    flow gets it: the server PREFECT_API_URL names, waited for, else one started here
+    (`start_prefect_server`, health-waited with `budget_s`, one retry) and stopped at the
+    end, after Prefect's workers sent what they hold. An MLflow server MLFLOW_TRACKING_URI
+    names is waited for too. Yields the API URL."""
+    wait_for_external_services(budget_s)
+    if url := named_prefect_api():
+        yield url
+        return
+    from components.runtime import stop_process
+
+    server, url = start_prefect_server(budget_s, SERVER_LOG)
+    print(f"Prefect API server: {url} (log: {SERVER_LOG})", flush=True)
+    print(
+        f"Prefect history: {prefect_history()}; after the run, `.venv/bin/prefect server "
+        f"start` serves it and its flow-run links at {PREFECT_HISTORY_UI}",
+        flush=True,
+    )
+    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_UI_URL")}
+    os.environ["PREFECT_API_URL"] = url
+    os.environ.setdefault("PREFECT_UI_URL", PREFECT_HISTORY_UI)
+    try:
+        with _settings_if_imported(url, os.environ["PREFECT_UI_URL"]):
+            yield url
+    finally:
+        drain_prefect_workers()
+        stop_process(server)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def named_prefect_api() -> str:
+    """The Prefect API this process is told to use ("" for none): PREFECT_API_URL, or once
+    Prefect is imported its setting (a test harness sets it without the environment)."""
+    if "prefect.settings" in sys.modules:
+        from prefect.settings import PREFECT_API_URL
+
+        return PREFECT_API_URL.value() or ""
+    return os.environ.get("PREFECT_API_URL", "")
+
+
+def _settings_if_imported(api_url: str, ui_url: str):
+    """Prefect reads its settings from the environment when it is imported: a module that
+    imported it already (a flow defined at its top) gets the URLs as temporary settings."""
+    if "prefect" not in sys.modules:
+        return contextlib.nullcontext()
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
+
+    return temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_UI_URL: ui_url})
+
+
+def prefect_history() -> str:
+    """Where Prefect keeps the flow runs' history (its database, under PREFECT_HOME)."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().server.database.connection_url
+    text = url.get_secret_value() if url is not None else ""
+    return text.split(":///", 1)[1] if text.startswith("sqlite") else "the server's database"
 
 
 def run(argv: list[str] | None) -> int:
@@ -266,7 +331,6 @@ def run(argv: list[str] | None) -> int:
     args, preset = check(argv)
     check_preflight(preset, args.launcher)  # what the preset names outside itself
     budget = preset.section("runtime").startup_timeout_s
-    wait_for_external_services(budget)
     # the workdir and data/ are this run's until it ends: another run is refused at once
     with pipeline_locks(preset, " ".join([PROG, *(argv or [])])):
         return run_flow(args, preset, budget)
@@ -274,23 +338,23 @@ def run(argv: list[str] | None) -> int:
 
 def run_flow(args: argparse.Namespace, preset, budget: float) -> int:
     """Prefect's server (unless one is named), the flow, its summary; the run's scope
-    undone whatever happens."""
+    undone whatever happens. The flow runs in a thread of its own, so Ctrl-C and SIGTERM
+    reach components/shutdown.py's handler, not Prefect's (components/shutdown.py)."""
+    from components.shutdown import in_worker_thread
+
     scope = RunScope()
     try:
-        if not os.environ.get("PREFECT_API_URL"):
-            scope.server, url = start_prefect_server(budget, SERVER_LOG)
-            os.environ["PREFECT_API_URL"] = url
-            print(f"Prefect API server: {url} (log: {SERVER_LOG})", flush=True)
-        from flows.retrain import print_summary, retrain
+        with prefect_api(budget):
+            from flows.retrain import print_summary, retrain
 
-        summary = retrain(preset.path, args.wait_for_approval, args.launcher)
+            summary = in_worker_thread(
+                lambda: retrain(preset.path, args.wait_for_approval, args.launcher)
+            )
         print_summary(summary)
         Path("runs").mkdir(exist_ok=True)
         Path("runs/last-retrain.json").write_text(json.dumps(summary, indent=2, default=str))
         return 0
     finally:
-        if scope.server is not None:
-            drain_prefect_workers()
         scope.close()
 
 

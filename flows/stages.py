@@ -88,18 +88,39 @@ def track(name: str, parent_run_id: str, params: dict, result: dict, artifacts: 
                      span=(started, ended))  # fmt: skip
 
 
+# What this process has open per parent run: Ctrl-C/SIGTERM (components/shutdown.py) marks
+# the MLflow run (and its RUNNING stage runs) KILLED and the Prefect flow run Crashed,
+# instead of leaving both RUNNING for ever.
+_OPEN_RUNS: dict[str, list[int]] = {}
+
+
 @task
 def open_run(name: str, params: dict, tags: dict) -> str:
+    from components.shutdown import kill_run_on_stop
     from components.tracking import start_pipeline_run
 
-    return start_pipeline_run(name, params, tags)
+    run_id = start_pipeline_run(name, params, tags)
+    _OPEN_RUNS[run_id] = [kill_run_on_stop(run_id)]
+    return run_id
 
 
 @task
 def close_run(run_id: str, status: str, tags: dict, metrics: dict | None = None) -> None:
+    from components.shutdown import forget
     from components.tracking import end_pipeline_run
 
     end_pipeline_run(run_id, status, tags, metrics)
+    for key in _OPEN_RUNS.pop(run_id, []):
+        forget(key)
+
+
+def crash_flow_run(flow_run_id: str) -> None:
+    """Mark the flow run Crashed in Prefect's history (the command was stopped)."""
+    from prefect import get_client
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run_id, Crashed(message="stopped by a signal"), force=True)
 
 
 @task
@@ -110,6 +131,7 @@ def link_runs(run_id: str) -> dict:
     from prefect.runtime import flow_run
     from prefect.settings import PREFECT_UI_URL
 
+    from components.shutdown import on_stop
     from components.tracking import run_url, set_run_tags
 
     url = run_url(run_id)
@@ -120,6 +142,9 @@ def link_runs(run_id: str) -> dict:
         with get_client(sync_client=True) as client:
             tags = [*(flow_run.tags or []), f"mlflow_run_id:{run_id}"]
             client.update_flow_run(flow_run.id, tags=tags)
+        flow_run_id = flow_run.id  # (prefect.runtime reads it from the calling thread)
+        crash = on_stop(f"Prefect flow run {flow_run_id}", lambda: crash_flow_run(flow_run_id))
+        _OPEN_RUNS.setdefault(run_id, []).append(crash)
     set_run_tags(run_id, {k: v for k, v in links.items() if v})
     return {"mlflow_run_url": url, **links}
 

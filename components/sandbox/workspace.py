@@ -13,6 +13,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from components import shutdown
 from components.runtime import refuse_if_stopping
 from components.sandbox.kernel import MNT_DETACH, MS_NODEV, MS_NOSUID, load_libc
 
@@ -64,6 +65,7 @@ class Workspace:
         self.source = source
         self.mounted = mounted  # a size-capped tmpfs of its own (WORKSPACE_QUOTA_BYTES)
         self._reported_links: set[str] = set()
+        self._on_stop: int | None = None  # its removal, should a signal stop the command
 
     @classmethod
     def create(
@@ -77,6 +79,8 @@ class Workspace:
             raise FileNotFoundError(f"workspace source is not a folder: {src}")
         refuse_if_stopping("a sandbox workspace")  # Ctrl-C: no new folder in the run's tmp
         root = Path(tempfile.mkdtemp(prefix="agentrl-ws-", dir=parent))
+        # Ctrl-C/SIGTERM (components/shutdown.py) unmounts and removes it if we do not
+        on_stop = shutdown.remove_on_stop(root)
         quota = WORKSPACE_QUOTA_BYTES if quota_bytes is None else quota_bytes
         mounted = _mount_quota(root, quota)
         try:
@@ -90,8 +94,10 @@ class Workspace:
             )
         except BaseException:
             _remove_root(root, mounted)
+            shutdown.forget(on_stop)
             raise
         ws = cls(root, source=src, mounted=mounted)
+        ws._on_stop = on_stop
         ws.new_escaping_links()  # the task's own links are not the agent's doing
         return ws
 
@@ -163,6 +169,8 @@ class Workspace:
     def cleanup(self) -> None:
         _remove_root(self.root, self.mounted)
         self.mounted = False
+        if self._on_stop is not None:
+            shutdown.forget(self._on_stop)
 
     def __enter__(self) -> Workspace:
         return self

@@ -40,7 +40,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.runtime import ServiceStartError
+from components.runtime import ServiceStartError, die_with_parent
 from components.typed_config import doc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,16 +128,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the server gets SIGTERM when the process that started it dies. A stage
-    killed by a signal runs no `finally`, and vLLM, in its own session, would outlive it
-    holding both cores (vLLM's SIGTERM handler stops its engine core and workers)."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
     if proc.poll() is None:
         try:
@@ -212,10 +202,12 @@ def start_vllm(model: str | Path, config: VLLMConfig, log_dir: str | Path) -> VL
     for _attempt in range(config.start_retries + 1):
         port = _free_port()
         log = log_dir / f"vllm-{port}.log"
+        # its own session, yet it dies with us (die_with_parent): a stage killed by SIGKILL
+        # runs no `finally`, and vLLM would outlive it holding both cores
         with log.open("w") as out:
             proc = subprocess.Popen(
                 command(model, port, config), env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
             )  # fmt: skip
         deadline = time.monotonic() + config.startup_timeout_s
         try:

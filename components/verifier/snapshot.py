@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components import shutdown
 from components.sandbox.kernel import MNT_DETACH, MS_NODEV, MS_NOSUID, load_libc
 from components.sandbox.workspace import can_mount
 from components.tasks.task import Task
@@ -51,16 +52,25 @@ def work_area(prefix: str, quota_bytes: int | None = None) -> Iterator[tuple[Pat
     WORK_AREA_BYTES): mounted where this process may mount, else a plain temporary folder
     on the host's disk."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
+    # Ctrl-C/SIGTERM (components/shutdown.py) unmounts and removes it if we do not
+    on_stop = shutdown.remove_on_stop(root)
     options = f"size={quota_bytes or WORK_AREA_BYTES},mode=0700".encode()
-    own = can_mount() and load_libc().mount(
-        b"tmpfs", os.fsencode(root), b"tmpfs", MS_NOSUID | MS_NODEV, options
-    ) == 0  # fmt: skip
     try:
-        yield root, own
+        own = (
+            can_mount()
+            and load_libc().mount(
+                b"tmpfs", os.fsencode(root), b"tmpfs", MS_NOSUID | MS_NODEV, options
+            )
+            == 0
+        )
+        try:
+            yield root, own
+        finally:
+            if own:
+                load_libc().umount2(os.fsencode(root), MNT_DETACH)  # drops the contents now
+            shutil.rmtree(root, ignore_errors=True)
     finally:
-        if own:
-            load_libc().umount2(os.fsencode(root), MNT_DETACH)  # drops the contents at once
-        shutil.rmtree(root, ignore_errors=True)
+        shutdown.forget(on_stop)
 
 
 def outgrew_share(error: BaseException, own_quota: bool) -> bool:
