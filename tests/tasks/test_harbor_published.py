@@ -182,6 +182,7 @@ def test_export_keeps_metadata_limits_env_and_tests_and_pins_pytest_once(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3000)  # two sandboxed imports of four tasks, each gated
 @pytest.mark.skipif(
     resolve_isolation("auto") != "bwrap", reason="Harbor verification needs bubblewrap"
 )
@@ -238,3 +239,25 @@ def test_the_published_shape_imports_with_src_alone_and_round_trips(tmp_path):
             hb["workdir"],
             hb.get("env"),
         )
+
+
+@pytest.mark.skipif(
+    resolve_isolation("auto") != "bwrap", reason="Harbor verification needs bubblewrap"
+)
+def test_code_that_writes_a_reward_and_then_hangs_fails(tmp_path):
+    """A time limit is a failed verdict, never a pass: code under test that writes reward 1
+    into /logs/verifier and then sleeps past the sandbox's wall limit gets no reward."""
+    from components.sandbox.config import SandboxConfig
+    from components.tasks.harbor import run_verifier
+
+    task = load_task(import_harbor_task(FIXTURE / "python-1", tmp_path / "in"))
+    assert task.environment is None  # python:3.11 with pytest only: the project's interpreter
+    tree = tmp_path / "tree"
+    shutil.copytree(task.repo_dir, tree)
+    shutil.copytree(task.hidden_tests_dir, tree, dirs_exist_ok=True)
+    (tree / "sum_squares.py").write_text(
+        "import time\nopen('/logs/verifier/reward.txt', 'w').write('1')\ntime.sleep(600)\n"
+    )
+    run = run_verifier(task, tree, SandboxConfig(wall_time_s=8))
+    assert not run.passed and run.lost == "" and run.command.limit_hit == "wall_time", run
+    assert run.detail.startswith("test.sh ran out of time (wall_time): failed")
