@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import threading
 import time
@@ -384,6 +385,25 @@ class RemoteEpisode:
         )
 
 
+# components/launch/config.py sets it in a Kubernetes stage outside the sandbox pool.
+REQUIRE_ENV_REMOTE = "AGENTRL_REQUIRE_ENV_REMOTE"
+
+
+class RemoteRequired(ValueError):
+    """An in-process episode where this process must not run an agent's action."""
+
+
+def require_remote_where_asked(env: EnvConfig) -> None:
+    """Refuse an in-process episode in a pod that holds what an agent must not reach
+    (AGENTRL_REQUIRE_ENV_REMOTE set: a GPU or CPU stage pod outside the sandbox pool)."""
+    if os.environ.get(REQUIRE_ENV_REMOTE) and not env.remote:
+        raise RemoteRequired(
+            f"env.remote is empty, but this stage runs outside the sandbox pool "
+            f"({REQUIRE_ENV_REMOTE}): set env.remote to the environment server "
+            "(http://env-service:8100, infra/base/env-service.yaml)"
+        )
+
+
 # long: EpisodeEnv's signature, so the engine's one call site stays one line
 def open_episode(
     task: Task,
@@ -396,6 +416,7 @@ def open_episode(
     source: str = "rollout",
 ) -> EpisodeEnv | RemoteEpisode:
     """The episode a driver steps: in this process, or on `env.remote`'s server."""
+    require_remote_where_asked(env)
     kind = RemoteEpisode if env.remote else EpisodeEnv
     return kind(
         task,

@@ -86,9 +86,10 @@ def run_policy(
         return results
     env = env_for_policy(policy, env)  # a scripted policy plays in its own tool set
     factory = scripted_factory(policy, env, seed, statistics)
-    if env.remote:  # every tool and verdict on the environment server (components/env_service/)
-        from components.env_service.client import evaluate_remote
+    from components.env_service.client import evaluate_remote, require_remote_where_asked
 
+    require_remote_where_asked(env)
+    if env.remote:  # every tool and verdict on the environment server (components/env_service/)
         return evaluate_remote(tasks, factory, env, workers=workers, seed=seed, on_result=on_result)
     return evaluate_policy(tasks, factory, env, sandbox, EvalConfig(workers=workers, seed=seed),
                            on_result=on_result)  # fmt: skip

@@ -35,15 +35,37 @@ def _default_pools() -> dict[str, str]:
     }
 
 
+# Stages that execute agent actions (tools, commands, verdicts): on Kubernetes each runs
+# in the sandbox pool, or behind the environment server (`env_server_stages`).
+AGENT_STAGES = (
+    "tasks check",
+    "tasks import",
+    "env eval",
+    "train grpo",
+    "rollout sample",
+    "evaluate run",
+    "evaluate safety",
+)
+# Set in a stage pod outside the sandbox pool that must not run an agent's action itself:
+# components/env_service/client.py refuses an in-process episode where it is set.
+REQUIRE_ENV_REMOTE = "AGENTRL_REQUIRE_ENV_REMOTE"
+
+
 def _default_stage_pools() -> dict[str, str]:
-    # Training holds the GPUs; stages that execute agent-written code run in the
-    # sandbox pool (deny-all network); everything else is CPU work.
+    # Training holds the GPUs; stages that execute agent-written code and need nothing
+    # else run in the sandbox pool (deny-all network); everything else is CPU work.
     return {
         "train": "gpu",
         "tasks check": "sandbox",
         "tasks import": "sandbox",
         "env eval": "sandbox",
     }
+
+
+def _default_env_server_stages() -> tuple[str, ...]:
+    # They need what the sandbox pool lacks (GPUs, the policy server, MLflow): their
+    # episodes run on the environment server (infra/base/env-service.yaml) instead.
+    return ("train grpo", "rollout sample", "evaluate run", "evaluate safety")
 
 
 def _default_resources() -> dict[str, dict[str, str]]:
@@ -90,6 +112,14 @@ class LauncherConfig:
         ),
     )
     default_pool: str = field(default="cpu", metadata=doc("pool of stages not listed"))
+    env_server_stages: tuple[str, ...] = field(
+        default_factory=_default_env_server_stages,
+        metadata=doc(
+            "'group command' of stages that execute agent actions outside the sandbox pool: "
+            "as Jobs they get AGENTRL_REQUIRE_ENV_REMOTE, so they run episodes only through "
+            "the environment server (the preset's env.remote), never in their own pod"
+        ),
+    )
     resources: dict[str, dict[str, str]] = field(
         default_factory=_default_resources,
         metadata=doc(
@@ -188,6 +218,12 @@ class LauncherConfig:
         for key, pool in self.stage_pools.items():
             if pool not in self.pools:
                 raise ValueError(f"stage_pools[{key!r}] = {pool!r} is not in pools")
+        for key in AGENT_STAGES:  # no pod beside the trainer runs an agent's action
+            if self.pool_for(key) != "sandbox" and key not in self.env_server_stages:
+                raise ValueError(
+                    f"LauncherConfig: {key!r} executes agent actions in pool "
+                    f"{self.pool_for(key)!r}: put it in the sandbox pool or in env_server_stages"
+                )
         for key, values in self.resources.items():
             for name, quantity in values.items():
                 if not _QUANTITY.match(str(quantity)):

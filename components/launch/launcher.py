@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from components.launch.config import LauncherConfig, stage_environment
+from components.launch.config import REQUIRE_ENV_REMOTE, LauncherConfig, stage_environment
 
 LogSink = Callable[[str], None]
 
@@ -292,6 +292,8 @@ def build_job(
     env = [e for e in container.get("env") or [] if e["name"] not in extra]
     env += [{"name": k, "value": v} for k, v in sorted(extra.items())]
     env.append({"name": "AGENTRL_STAGE", "value": stage_name})
+    if key in config.env_server_stages and pool != "sandbox":  # agent actions: the server's
+        env.append({"name": REQUIRE_ENV_REMOTE, "value": "1"})
     container["env"] = env
     return job
 

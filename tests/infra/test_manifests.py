@@ -93,7 +93,11 @@ def test_security_properties(renders, target):
             if rule["resources"] != ["jobs"]:
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}
     # The sandbox NetworkPolicy denies everything both ways (no rules at all).
-    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    policy = next(
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "sandbox-deny-all"
+    )
     assert policy["spec"]["podSelector"] == {"matchLabels": {"agentrl/role": "sandbox"}}
     assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
     assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
@@ -184,3 +188,37 @@ def test_dockerfile_is_multistage_pinned_and_non_root():
     assert "COPY infra/prefect" in text  # the launcher reads the pool templates in the image
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".git", "tests", "runs"} <= set(ignored)
+
+
+@pytest.mark.parametrize("target", ["base", "overlays/dev", "overlays/gpu"])
+def test_the_environment_server_runs_in_the_sandbox_pool_without_egress(renders, target):
+    """issue 47: the env server (components/env_service/) as a Deployment + Service, scaled
+    by an HPA; its pods: sandbox pool, no token, no egress at all, ingress only from the
+    pipeline's own pods on its port; every pod that talks to it carries that label."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in renders[target]}
+    deployment = docs[("Deployment", "env-service")]
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["agentrl/pool"] == "sandbox"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert "envFrom" not in pod["spec"]["containers"][0]  # no credentials, no settings
+    service = docs[("Service", "env-service")]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    policy = docs[("NetworkPolicy", "env-service")]["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"agentrl/role": "env-service"}
+    assert pod["metadata"]["labels"]["agentrl/role"] == "env-service"
+    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"] and "egress" not in policy
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "agentrl"}}}
+    ]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8100}]
+    hpa = docs[("HorizontalPodAutoscaler", "env-service")]["spec"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "env-service",
+    }
+    assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
+    # the trainer's pods may reach it (stage Jobs get the label from the pool templates)
+    trainer = docs[("Job", "agentrl-trainer")]["spec"]["template"]["metadata"]["labels"]
+    assert trainer["app.kubernetes.io/part-of"] == "agentrl"
