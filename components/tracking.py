@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +49,10 @@ def _mlflow():
 
     uri = tracking_uri()
     mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(EXPERIMENT) is None and uri.startswith("sqlite:"):
-        artifacts = REPO_ROOT / "mlruns" / "artifacts" / EXPERIMENT
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None and uri.startswith("sqlite:///"):
+        # Beside the database, wherever it is (a test's store must not write the checkout's
+        # mlruns/); MLflow's own default would be ./mlruns of the working directory.
+        artifacts = Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / EXPERIMENT
         artifacts.mkdir(parents=True, exist_ok=True)
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts.as_uri())
     mlflow.set_experiment(EXPERIMENT)
@@ -123,48 +126,118 @@ def interval_keys(key: str) -> tuple[str, str]:
 
 
 def _breakdown(key: str) -> bool:
-    """Per-group blocks (`by_family`, `by_bug_class`, `by_source`) go to tables; per-split
-    numbers stay metrics (a handful, and headline numbers)."""
-    last = key.rsplit(".", 1)[-1]
-    return last.startswith("by_") and last != "by_split"
+    """Per-group blocks (`by_family`, `by_bug_class`, `by_source`, `by_split`, and a count's
+    groups such as `counts.family`) go to tables: a column each in the runs table made it
+    hundreds of columns wide."""
+    parts = key.split(".")
+    return parts[-1].startswith("by_") or (len(parts) > 1 and parts[-2] == "counts")
 
 
-def metric_values(result: dict) -> tuple[dict[str, float], dict[str, list], dict[str, dict]]:
-    """(scalars incl. interval bounds, per-step curves, breakdown tables) of a stage result."""
-    scalars: dict[str, float] = {}
-    curves: dict[str, list] = {}
-    tables: dict[str, dict] = {}
+# Blocks of a stage result that say how it ran, not what it measured: params and the
+# run's settings.json, never metrics (as metrics they were most of the runs table's columns).
+SETTINGS_BLOCKS = ("config", "settings")
+# The list that numbers a curve's points (GRPO's per-iteration curves carry `iteration`,
+# SFT's held-out losses `eval_steps`); a curve without one is numbered from step 1, as an
+# optimizer counts its steps.
+STEP_LISTS = {"eval_losses": "eval_steps"}
+ITERATION = "iteration"
+
+
+@dataclass
+class StageNumbers:
+    """A stage result sorted for MLflow: `scalars` (metrics; an interval as `_lo`/`_hi`),
+    `curves` (metric key -> [(step, value)]), `tables` (breakdowns, one table each) and
+    `settings` (flattened configuration: params)."""
+
+    scalars: dict[str, float] = field(default_factory=dict)
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    tables: dict[str, dict] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+def _numbers(value) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+    )
+
+
+def _steps(block: dict, key: str, n: int) -> list[int]:
+    """The steps of list `key` of `block`: its own step list when the block has one of the
+    same length, else 1..n."""
+    for name in (STEP_LISTS.get(key), ITERATION):
+        steps = block.get(name) if name else None
+        if name != key and _numbers(steps) and len(steps) == n:
+            return [int(s) for s in steps]
+    return list(range(1, n + 1))
+
+
+def metric_values(result: dict) -> StageNumbers:
+    """A stage result's numbers as `StageNumbers`. GRPO's `curves` block is its per-iteration
+    metrics: each curve is logged under its own name at step = iteration, and `last` (the
+    curves' last points again) is left out; step lists themselves are not curves."""
+    out = StageNumbers()
 
     def walk(prefix: str, value) -> None:
+        last = prefix.rsplit(".", 1)[-1]
         if isinstance(value, dict):
-            if prefix and _breakdown(prefix):
-                tables[prefix] = value
-                return
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
+            if last in SETTINGS_BLOCKS:
+                out.settings.update(flatten(prefix, value, {}))
+            elif last == "overall":
+                # An evaluation's `overall` (43 numbers): its headline numbers are metrics,
+                # all of them a one-row table named after the policy (`candidate`, ...).
+                out.tables[prefix] = {(prefix.split(".")[-2:])[0]: value}
+                for k in HEADLINE:
+                    walk(f"{prefix}.{k}", value.get(k))
+            elif prefix and _breakdown(prefix):
+                out.tables[prefix] = value
+            else:
+                lists = value.get("curves") if isinstance(value.get("curves"), dict) else {}
+                for k, v in value.items():
+                    if k == "last" and lists:
+                        continue
+                    if k == "curves" and lists:  # its curves under their own names
+                        curves(prefix, v)
+                    elif _numbers(v):
+                        curves(prefix, {k: v}, value)
+                    else:
+                        walk(f"{prefix}.{k}" if prefix else str(k), v)
         elif _number(value):
-            scalars[_metric_key(prefix)] = float(value)
+            out.scalars[_metric_key(prefix)] = float(value)
         elif _interval(prefix, value):
             lo, hi = interval_keys(prefix)
-            scalars[_metric_key(lo)], scalars[_metric_key(hi)] = map(float, value)
-        elif (
-            isinstance(value, list)
-            and value
-            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
-        ):
-            curves[_metric_key(prefix)] = [float(x) for x in value]
+            out.scalars[_metric_key(lo)], out.scalars[_metric_key(hi)] = map(float, value)
+
+    def curves(prefix: str, lists: dict, block: dict | None = None) -> None:
+        block = lists if block is None else block
+        for k, values in lists.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if _interval(key, values):
+                walk(key, values)
+            elif _numbers(values) and k not in (ITERATION, *STEP_LISTS.values()):
+                steps = _steps(block, k, len(values))
+                out.curves[_metric_key(key)] = [
+                    (s, float(x)) for s, x in zip(steps, values, strict=True)
+                ]
 
     walk("", result)
-    return scalars, curves, tables
+    return out
+
+
+def column_name(key: str) -> str:
+    """A table column's name: no dots (MLflow's table view reads a dotted name as a path
+    into the row and shows the column blank)."""
+    return key.replace(".", "_")
 
 
 def table_rows(groups: dict) -> dict[str, list]:
-    """A breakdown ({group: metrics}) as the columns of one table, a row per group: what
-    `log_table` stores and the UI's artifact view shows as a grid."""
+    """A breakdown ({group: metrics}) as the columns of one table, a row per group, `group`
+    first: what `log_table` stores and the UI's artifact view shows as a grid."""
     rows = []
     for name, block in groups.items():
-        scalars, _, _ = metric_values(block if isinstance(block, dict) else {"value": block})
-        rows.append({"group": str(name), **scalars})
+        numbers = metric_values(block if isinstance(block, dict) else {"value": block})
+        rows.append({"group": str(name), **{column_name(k): v for k, v in numbers.scalars.items()}})
     columns = ["group", *sorted({k for r in rows for k in r} - {"group"})]
     return {c: [r.get(c) for r in rows] for c in columns}
 
@@ -231,7 +304,7 @@ def set_run_tags(run_id: str, tags: dict) -> None:
 def _log_params(client, run_id: str, params: dict) -> None:
     from mlflow.entities import Param
 
-    flat = [Param(k, str(v)[:500]) for k, v in flatten("", params, {}).items()]
+    flat = [Param(_metric_key(k), str(v)[:500]) for k, v in flatten("", params, {}).items()]
     for i in range(0, len(flat), 100):  # the tracking API takes at most 100 params a call
         client.log_batch(run_id, params=flat[i : i + 100])
 
@@ -245,20 +318,17 @@ HEADLINE = ("success_rate", "success_ci95", "test_pass_rate", "tool_call_accurac
 
 
 def pipeline_metrics(evaluation: dict, safety: dict, stage_seconds: dict[str, float]) -> dict:
-    """What a parent run shows beside another: the candidate's headline metrics (overall
-    and per split), the champion's (`champion.*`), the safety suite's cheating numbers
+    """What a parent run shows beside another: the candidate's headline metrics (per split:
+    the evaluate run's `by_split` table and the report), the champion's (`champion.*`), the safety suite's cheating numbers
     (`safety.*`) and each stage's wall time (`stage_seconds.*`)."""
     out: dict = {}
 
     def headline(prefix: str, block: dict | None) -> None:
         picked = {k: (block or {}).get(k) for k in HEADLINE}
-        scalars, _, _ = metric_values(picked)
-        out.update({f"{prefix}{k}": v for k, v in scalars.items()})
+        out.update({f"{prefix}{k}": v for k, v in metric_values(picked).scalars.items()})
 
     candidate = evaluation.get("candidate") or {}
     headline("", candidate.get("overall"))
-    for split, block in (candidate.get("by_split") or {}).items():
-        headline(f"split.{split}.", block)
     headline("champion.", (evaluation.get("champion") or {}).get("overall"))
     mine = safety.get("candidate") or {}
     fooled = safety.get("fooled")
@@ -268,6 +338,71 @@ def pipeline_metrics(evaluation: dict, safety: dict, stage_seconds: dict[str, fl
     out.update({f"safety.{k}": float(v) for k, v in cheating.items() if _number(v)})
     out.update({f"stage_seconds.{k}": float(v) for k, v in stage_seconds.items()})
     return out
+
+
+def promotion_tags(promotion: dict, model_id: str = "") -> dict[str, str]:
+    """What the parent run says about its candidate's promotion (the promote-request
+    stage's result): the registered version, its logged model (`models:/<id>`), the gate
+    decision (the failed checks named) and where approval stands."""
+    if not promotion.get("version"):
+        return {"gate_decision": "not requested", "approval": "not requested"}
+    failed = [c["name"] for c in promotion.get("gate_checks", []) if not c.get("passed")]
+    decision = "passed" if promotion.get("gates_passed") else f"failed: {', '.join(failed)}"
+    approval = (
+        "pending: challenger awaiting a person (agentrl promote approve)"
+        if promotion.get("challenger")
+        else "not requested: the gates failed"
+    )
+    tags = {
+        "registered_model": str(promotion.get("model", "")),
+        "registered_version": str(promotion["version"]),
+        "gate_decision": decision,
+        "approval": approval,
+    }
+    if model_id:
+        tags["registered_model_uri"] = f"models:/{model_id}"
+    return tags
+
+
+def pipeline_note(
+    name: str, status: str, data_version: str, evaluation: dict, tags: dict[str, str]
+) -> str:
+    """The parent run's description (markdown, MLflow's `mlflow.note.content`): what ran,
+    on which data, what the candidate scored and what became of it."""
+    overall = (evaluation.get("candidate") or {}).get("overall") or {}
+    rate, ci = overall.get("success_rate"), overall.get("success_ci95") or []
+    shown = "n/a" if rate is None else f"{rate:.1%}"
+    if rate is not None and len(ci) == 2:
+        shown += f" (95% CI {ci[0]:.1%} - {ci[1]:.1%})"
+    lines = [
+        f"**{name}**: {status.lower()}",
+        "",
+        f"- data version: {data_version or 'n/a'}",
+        f"- candidate success on held-out tasks: {shown}",
+        f"- registered: {tags.get('registered_model', '-')} v{tags.get('registered_version', '-')}",
+        f"- gates: {tags.get('gate_decision', 'not requested')}",
+        f"- approval: {tags.get('approval', 'not requested')}",
+        "- reports: artifacts `reports/` of this run; stage runs below it",
+    ]
+    return "\n".join(lines)
+
+
+def describe_pipeline_run(
+    run_id: str, note: str, reports: list[Path] = (), tags: dict | None = None
+) -> dict[str, str]:
+    """The parent run's description (`mlflow.note.content`), its reports under
+    `reports/` and `tags`; returns each report's `runs:/` URI by file name (a run's
+    artifacts outlive the pipeline folder the next run overwrites)."""
+    client = _mlflow().MlflowClient()
+    client.set_tag(run_id, NOTE_TAG, note)
+    for k, v in (tags or {}).items():
+        client.set_tag(run_id, k, str(v))
+    uris = {}
+    for path in map(Path, reports):
+        if path.is_file():
+            client.log_artifact(run_id, str(path), artifact_path="reports")
+            uris[path.name] = f"runs:/{run_id}/reports/{path.name}"
+    return uris
 
 
 def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = None,
@@ -288,12 +423,13 @@ def end_pipeline_run(run_id: str, status: str = "FINISHED", tags: dict | None = 
 def log_stage(parent_run_id: str, stage: str, params: dict, result: dict, seconds: float,
               artifacts: list[Path] = (), tags: dict | None = None,
               span: tuple[float | None, float | None] = (None, None)) -> str:  # fmt: skip
-    """A nested run for one stage: its config as params, its numbers as metrics (a
-    confidence interval as `_lo`/`_hi`, lists of numbers as per-step metrics, e.g. the SFT
-    loss curve), per-group breakdowns as tables (`tables/<key>.json`), its files as
-    artifacts. `span`: (started, ended), unix s, when the stage ran, so the run's duration
-    is the stage's. Uses the client API so the parent run stays RUNNING while the pipeline
-    goes on."""
+    """A nested run for one stage: its preset sections and the configuration its result
+    reports (`config`, `settings` blocks) as params, its numbers as metrics (a confidence
+    interval as `_lo`/`_hi`; lists of numbers as curves at their own steps, e.g. the SFT
+    loss per optimizer step, GRPO's curves per iteration), per-group breakdowns as tables
+    (`tables/<key>.json`), the whole result as `result.json`, its files as artifacts.
+    `span`: (started, ended), unix s, when the stage ran, so the run's duration is the
+    stage's. Uses the client API so the parent run stays RUNNING while the pipeline goes on."""
     started, ended = span
     mlflow = _mlflow()
     from mlflow.entities import Metric
@@ -303,18 +439,22 @@ def log_stage(parent_run_id: str, stage: str, params: dict, result: dict, second
     run_id = client.create_run(experiment, run_name=stage, start_time=_ms(started), tags={
         "mlflow.parentRunId": parent_run_id, "agentrl.stage": stage, "stage": stage,
         **{k: str(v) for k, v in (tags or {}).items()}}).info.run_id  # fmt: skip
-    _log_params(client, run_id, params)
+    numbers = metric_values(result)
+    flat = flatten("", params, {})
+    _log_params(
+        client, run_id, {**{k: v for k, v in numbers.settings.items() if k not in flat}, **flat}
+    )
     ts = _ms(ended) or int(time.time() * 1000)
-    scalars, curves, tables = metric_values(result)
     metrics = [Metric("stage_seconds", float(seconds), ts, 0)]
-    metrics += [Metric(k, v, ts, 0) for k, v in scalars.items()]
-    for key, values in curves.items():
-        metrics += [Metric(key, x, ts, step) for step, x in enumerate(values)]
+    metrics += [Metric(k, v, ts, 0) for k, v in numbers.scalars.items()]
+    for key, points in numbers.curves.items():
+        metrics += [Metric(key, x, ts, step) for step, x in points]
     for i in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[i : i + 1000])
-    for key, groups in tables.items():
+    for key, groups in numbers.tables.items():
         if isinstance(groups, dict) and groups:
             client.log_table(run_id, data=table_rows(groups), artifact_file=f"tables/{key}.json")
+    client.log_dict(run_id, result, "result.json")
     for path in map(Path, artifacts):
         if path.is_dir():
             client.log_artifacts(run_id, str(path), artifact_path=path.name)
@@ -342,113 +482,34 @@ def start_trainer_run(uri: str, experiment: str, run_name: str, params: dict):
     return mlflow
 
 
-def _messages(events: list[dict], upto: int, limit: int) -> list[dict]:
-    """The chat the model saw before event `upto`, as OpenAI-style messages (what the UI
-    renders as a conversation), each truncated to its last `limit` characters."""
-    out = []
-    for e in events[:upto]:
-        role = e.get("role")
-        if role == "assistant":
-            text = e.get("completion") or json.dumps({"tool": e.get("action"),
-                                                      "arguments": e.get("arguments")})  # fmt: skip
-            out.append({"role": "assistant", "content": text[-limit:]})
-        elif role == "environment":
-            out.append({"role": "tool", "content": str(e.get("observation", ""))[-limit:]})
-        else:
-            out.append({"role": "user", "content": str(e.get("content", ""))[-limit:]})
-    return out
+def log_episode_traces(
+    run_id: str,
+    records: list[dict],
+    results: list[dict] | None = None,
+    limit: int = 8,
+    tags: dict | None = None,
+) -> int:
+    """A sample of `records` by outcome (solved, failed, flagged) as traces of run
+    `run_id`, every span at the episode's recorded time: components/traces.py."""
+    from components.traces import log_traces
+
+    return log_traces(_mlflow(), run_id, records, results or [], limit, tags)
 
 
-def _outcome(record: dict, row: dict) -> tuple[str, str]:
-    """(trace status, why): OK only for a solved task; a failed or unverified episode is
-    an ERROR trace, so the UI's status column tells them apart."""
-    meta = record.get("metadata", {})
-    if row.get("status", meta.get("status")) == "infra_failure":
-        return "ERROR", f"infra failure: {row.get('infra_detail', '')}"[:300]
-    if row.get("success", meta.get("success")):
-        return "OK", ""
-    return "ERROR", f"task not solved (reward {record.get('reward')})"
-
-
-def log_episode_traces(run_id: str, records: list[dict], results: list[dict] | None = None,
-                       limit: int = 8, tags: dict | None = None,
-                       text_limit: int = 2000) -> int:  # fmt: skip
-    """Episodes as MLflow traces attached to run `run_id` (the evaluate stage's run): an
-    AGENT span per episode, an LLM span per model turn (the chat it saw and the completion
-    it sampled, truncated to `text_limit` characters, with token counts) and a TOOL span per
-    tool call, then the verifier's span, all at the times the episode recorded
-    (EpisodeResult.timing, from `results`, its results.json rows). The trace's status is the
-    episode's outcome; `tags` (e.g. the pipeline run) go on every trace."""
-    mlflow = _mlflow()
-    from mlflow.entities import SpanStatus, SpanStatusCode
-    from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey
-
-    by_id = {r.get("episode_id"): r for r in results or []}
-    experiment = mlflow.MlflowClient().get_run(run_id).info.experiment_id
-    n = 0
-    for record in records[:limit]:
-        meta = record.get("metadata", {})
-        row = by_id.get(record.get("id"), {})
-        timing = row.get("timing") or {}
-        if not timing:  # a run from before episodes kept their clock: nothing true to draw
-            continue
-        t0 = int(timing["start_unix"] * 1e9)
-        at = lambda s, t0=t0: t0 + int(s * 1e9)  # noqa: E731 - offsets (s) -> span time (ns)
-        status, why = _outcome(record, row)
-        trace_tags = {"task_id": str(record.get("task_id")), "success": str(status == "OK"),
-                      "reward": str(record.get("reward")), "split": str(meta.get("split")),
-                      **{k: str(v) for k, v in (tags or {}).items()}}  # fmt: skip
-        root = mlflow.start_span_no_context(
-            f"episode {record.get('task_id')}", span_type="AGENT",
-            inputs={"task": record.get("task", "")[:text_limit]},
-            attributes={"task_id": record.get("task_id"), "policy": meta.get("policy"),
-                        "split": meta.get("split"), "episode_id": record.get("id"),
-                        "end_reason": meta.get("end_reason"), "wall_s": row.get("wall_s")},
-            tags=trace_tags, metadata={TraceMetadataKey.SOURCE_RUN: run_id},
-            experiment_id=experiment, start_time_ns=t0,
-        )  # fmt: skip
-        events = record.get("trajectory", [])
-        turns = [i for i, e in enumerate(events) if e.get("role") == "assistant"]
-        for i, (m0, m1, c0, c1) in zip(turns, timing.get("steps", []), strict=False):
-            e = events[i]
-            llm = mlflow.start_span_no_context(
-                f"model turn {turns.index(i) + 1}", span_type="LLM", parent_span=root,
-                inputs={"messages": _messages(events, i, text_limit)}, start_time_ns=at(m0),
-            )  # fmt: skip
-            if e.get("token_ids") is not None:
-                sampled, prompt = len(e["token_ids"]), e.get("prompt_tokens") or 0
-                llm.set_attribute(SpanAttributeKey.CHAT_USAGE, {
-                    "input_tokens": prompt, "output_tokens": sampled,
-                    "total_tokens": prompt + sampled})  # fmt: skip
-            llm.set_outputs({"completion": (e.get("completion") or "")[:text_limit],
-                             "action": e.get("action"), "arguments": e.get("arguments")})  # fmt: skip
-            llm.end(end_time_ns=at(m1))
-            obs = events[i + 1] if i + 1 < len(events) else {}
-            # A completion that parsed to no tool call: the env answered with the error.
-            called = f"tool {e['action']}" if e.get("action") else "invalid tool call"
-            tool = mlflow.start_span_no_context(
-                called, span_type="TOOL", parent_span=root,
-                inputs=e.get("arguments") or {}, start_time_ns=at(c0),
-            )  # fmt: skip
-            tool.set_outputs({"observation": str(obs.get("observation", ""))[:text_limit],
-                              "error": bool(obs.get("error"))})  # fmt: skip
-            if obs.get("error"):
-                tool.set_status(SpanStatus(SpanStatusCode.ERROR, "the tool call failed"))
-            tool.end(end_time_ns=at(c1))
-        if timing.get("verify"):
-            v0, v1 = timing["verify"]
-            check = mlflow.start_span_no_context("verify", span_type="EVALUATOR",
-                                                 parent_span=root, start_time_ns=at(v0))  # fmt: skip
-            check.set_outputs({"success": meta.get("success"), "reward": record.get("reward"),
-                               "reward_terms": record.get("reward_terms")})  # fmt: skip
-            check.end(end_time_ns=at(v1))
-        root.set_outputs({"reward": record.get("reward"), "reward_terms": record.get("reward_terms"),
-                          "success": meta.get("success"), "end_reason": meta.get("end_reason")})  # fmt: skip
-        root.set_status(SpanStatus(SpanStatusCode[status], why))
-        root.end(end_time_ns=at(float(row.get("wall_s") or 0.0)))
-        n += 1
-    mlflow.flush_trace_async_logging()
-    return n
+def log_evaluation_traces(
+    run_id: str,
+    trajectories: str | Path,
+    results: str | Path,
+    limit: int = 8,
+    tags: dict | None = None,
+) -> int:
+    """`log_episode_traces` for an evaluation's files (trajectories.jsonl, results.json),
+    sampled over all its episodes; 0 when it wrote no trajectories."""
+    path, rows = Path(trajectories), Path(results)
+    if not path.exists():
+        return 0
+    timed = json.loads(rows.read_text())["results"] if rows.exists() else []
+    return log_episode_traces(run_id, read_jsonl(path), timed, limit, tags)
 
 
 def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:

@@ -176,6 +176,7 @@ def evaluation_stages(run: Run, candidate: str,
                       training: StageOutput) -> tuple[StageOutput, StageOutput]:  # fmt: skip
     """Held-out evaluation (beside the champion's results, if any) and the safety suite."""
     from components.promote.request import champion_eval_results
+    from components.tracking import log_evaluation_traces
 
     w = run.workdir
     champion = champion_eval_results(_promotion_config(run.preset))
@@ -187,13 +188,48 @@ def evaluation_stages(run: Run, candidate: str,
                                       *sorted((w / "eval").glob("*.png"))])  # fmt: skip
     # On the evaluate run, tagged with this pipeline run (an original's traces and its
     # reproduction's look alike otherwise).
-    stages.log_traces(run.mlflow_runs["evaluate"], str(w / "eval" / "trajectories.jsonl"),
-                      str(w / "eval" / "results.json"), 8,
-                      {"pipeline_run_id": run.parent_run_id})  # fmt: skip
+    # A sample by outcome (solved, failed, flagged) of all its episodes, not the first few.
+    log_evaluation_traces(
+        run.mlflow_runs["evaluate"],
+        w / "eval" / "trajectories.jsonl",
+        w / "eval" / "results.json",
+        8,
+        {"pipeline_run_id": run.parent_run_id},
+    )
     safety = run.stage("safety", ["evaluate", "safety", "--out", w / "safety", "--model",
                        candidate], w / "safety" / "safety.json", depends_on=(training,),
                        artifacts=[w / "safety" / "safety.md"])  # fmt: skip
     return evaluation, safety
+
+
+def describe_parent(
+    run: Run, status: str, data_version: str, evaluation: dict, promotion: dict
+) -> None:
+    """The parent run's model-centric record: the registered version's logged model gets
+    the candidate's evaluation (metrics on the evaluate run) and its training run's
+    configuration (params); the parent its description, the reports and the version,
+    gate and approval tags."""
+    from components.promote.registry import record_evaluation
+    from components.tracking import describe_pipeline_run, pipeline_note, promotion_tags
+
+    model_id = ""
+    if promotion.get("version"):
+        model_id = record_evaluation(
+            str(promotion["version"]),
+            (evaluation.get("candidate") or {}).get("overall") or {},
+            run.mlflow_runs.get("evaluate", ""),
+            run.preset.sections,
+            _promotion_config(run.preset),
+        )
+    tags = promotion_tags(promotion, model_id)
+    name = f"{'reproduce' if run.refresh else 'retrain'} {run.preset.name}"
+    w = run.workdir
+    describe_pipeline_run(
+        run.parent_run_id,
+        pipeline_note(name, status, data_version, evaluation, tags),
+        [w / "eval" / "report.md", w / "safety" / "safety.md", w / "promote" / "result.json"],
+        tags,
+    )
 
 
 def flow_run_name() -> str:
@@ -285,10 +321,21 @@ def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
     finally:
         from components.tracking import pipeline_metrics
 
-        stages.close_run(parent, status, {"data_version": data_version,
-                                          "candidate": candidate, **fingerprints},
-                         pipeline_metrics(evaluation.values, safety.values,
-                                          run.stage_seconds))  # fmt: skip
+        # The candidate by the run that trained it: its folder is the next run's to reuse.
+        trained = run.mlflow_runs.get(pipe.algorithms[-1] if pipe.algorithms else "sft")
+        try:
+            describe_parent(run, status, data_version, evaluation.values, promotion.values)
+        finally:  # the run is closed whatever describing it raised
+            stages.close_run(
+                parent,
+                status,
+                {
+                    "data_version": data_version,
+                    **fingerprints,
+                    "candidate_run": f"runs:/{trained}" if trained else "",
+                },
+                pipeline_metrics(evaluation.values, safety.values, run.stage_seconds),
+            )
     summary = {"run_id": parent, "mlflow_run_url": links["mlflow_run_url"],
                "data_version": data_version, "candidate": candidate,
                "evaluation": evaluation.result.candidate["overall"],
@@ -298,6 +345,9 @@ def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
         from components.promote.approval import wait_for_approval_in_prefect
 
         summary["approval"] = wait_for_approval_in_prefect(promotion.result.version)
+        from components.tracking import set_run_tags
+
+        set_run_tags(parent, {"approval": summary["approval"]})  # approved, rejected, timed_out
     return summary
 
 

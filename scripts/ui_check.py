@@ -23,7 +23,11 @@ then on the pages a user opens:
 - a trace of the evaluate run lasts the episode's recorded wall time and its status is
   the episode's outcome, as its header shows;
 - the registered version's page loads its MLmodel (200, no 404), links its source run
-  (the training stage's) and shows a schema; the model loads with `pyfunc.load_model`.
+  (the training stage's) and shows a schema; the model loads with `pyfunc.load_model`;
+- MLflow's model-centric view (scripts/ui_model_view.py): the logged model linked to its
+  version with the evaluation's metrics, no dead link on the parent run, every column of
+  an artifact table with values, report URIs that resolve after the reproduction ran,
+  fewer than 100 metric columns, the parent's description, reports and promotion tags.
 
 Screenshots go to `<workdir>/screenshots/`. Exit status 0 when every check holds, 1 with
 the failed checks listed otherwise.
@@ -45,6 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripts.ui_model_view import browse_model_view, model_view_facts  # noqa: E402
 
 # What the compare page must show side by side for the two parents (plus the weights hash).
 SIDE_BY_SIDE_METRICS = ("success_rate", "success_rate_lo", "success_rate_hi")
@@ -161,7 +166,8 @@ def facts(uri: str, runs: dict) -> dict:
     meta = Model.load(f"{local}/MLmodel")
     assert meta.signature is not None and meta.run_id == mv.run_id, "MLmodel"
     mlflow.pyfunc.load_model(local)
-    return {"experiment": exp.experiment_id, "differing": differing, "stages": stages,
+    view = model_view_facts(client, uri, runs, exp.experiment_id, model)
+    return {"experiment": exp.experiment_id, "model_view": view, "differing": differing, "stages": stages,
             "trace": {"id": trace.info.trace_id, "wall_s": row["wall_s"],
                       "duration_ms": trace.info.execution_duration,
                       "success": row["success"]},
@@ -425,6 +431,7 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
             )
         if not page.get_by_text("Inputs (1)").count():
             failures.append("model version page: no input schema")
+        failures += browse_model_view(page, base, runs, known, shot)
         browser.close()
     return failures
 

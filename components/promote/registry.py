@@ -154,6 +154,8 @@ def register_candidate(
     tags.update(extra_tags or {})
     client = mlflow_client(config)
     source_run = _training_run(client, lineage.training_run_id)
+    if source_run is not None:
+        tags["training_run_uri"] = f"runs:/{source_run.info.run_id}"
     registration_run = None
     if source_run is None:
         registration_run = client.create_run(
@@ -163,6 +165,10 @@ def register_candidate(
         )
         source_run = registration_run
     try:
+        # The reports go where the next run cannot overwrite them: the pipeline run's
+        # artifacts (else the source run's); the tags name them by runs:/ URI.
+        keeper = _training_run(client, lineage.pipeline_run_id) or source_run
+        tags.update(keep_reports(client, keeper.info.run_id, tags))
         model = _log_policy_model(client, checkpoint_dir, source_run, tags)
     except Exception:
         if registration_run is not None:
@@ -174,12 +180,15 @@ def register_candidate(
     version = client.create_model_version(
         config.model_name,
         # Its files, not models:/ID: MLflow resolves that against the process-wide store.
+        # MLflow's SQL registry keeps no model_id on a version: the version names its
+        # logged model in tag `model_uri`, the model its versions in its own tag.
         source=model.artifact_location,
         run_id=run.info.run_id,
-        tags=tags,
+        tags={**tags, "model_uri": f"models:/{model.model_id}"},
         description=f"data {lineage.data_version}, config {lineage.config_hash}",
         model_id=model.model_id,
     )
+    link_logged_model(client, model.model_id, config.model_name, str(version.version))
     record_decision(
         "registered",
         version=str(version.version),
@@ -215,6 +224,77 @@ def _register_merged_adapters(adapter_dir: Path, lineage: Lineage, config: Promo
         extra = {**adapter_base_tags(adapter_dir), "adapter_dir": str(adapter_dir),
                  "adapters_sha256": weights_sha256(adapter_dir)}  # fmt: skip
         return register_candidate(merged, lineage, config, actor, extra_tags=extra)
+
+
+# Lineage tags that name a report; a local file there is kept as a run artifact.
+REPORT_TAGS = ("eval_report_uri", "safety_report_uri")
+
+
+def keep_reports(client, run_id: str, tags: dict) -> dict[str, str]:
+    """The report tags whose value is a local file, that file logged under `reports/` of
+    run `run_id` and the tag rewritten to its `runs:/` URI: a path into the pipeline's
+    folder names whatever the next run writes there. A URI (runs:/, models:/, s3:/...)
+    stays as given; a path that is no file is refused, naming the tag."""
+    out = {}
+    for key in REPORT_TAGS:
+        value = tags.get(key, "")
+        if not value or "://" in value or value.startswith(("runs:/", "models:/")):
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise FileNotFoundError(f"lineage {key}: {value} is not a file")
+        client.log_artifact(run_id, str(path), artifact_path="reports")
+        out[key] = f"runs:/{run_id}/reports/{path.name}"
+    return out
+
+
+def link_logged_model(client, model_id: str, name: str, version: str) -> None:
+    """What `mlflow.register_model("models:/<id>")` records on the logged model: the
+    versions made from it (tag `mlflow.modelVersions`, a JSON list of {name, version}).
+    The model's page reads it: without it the page says "Not registered"."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    model = client.get_logged_model(model_id)
+    known = json.loads(model.tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    entry = {"name": name, "version": version}
+    if entry not in known:
+        client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps([*known, entry])})
+
+
+def record_evaluation(
+    version: str,
+    metrics: dict,
+    evaluation_run_id: str = "",
+    params: dict | None = None,
+    config: PromotionConfig | None = None,
+) -> str:
+    """The version's evaluation on its logged model: `metrics` (name -> number; an
+    interval [lo, hi] as `_lo`/`_hi`) logged with the model's id on the evaluation's run
+    (else the version's source run), so the model's page lists them and links that run;
+    `params` (e.g. the training run's configuration) as the model's params. Returns the
+    model id ('' for a version registered before versions had a logged model)."""
+    from mlflow.entities import Metric
+
+    from components.tracking import metric_values
+
+    config = config or PromotionConfig()
+    client = mlflow_client(config)
+    mv = client.get_model_version(config.model_name, str(version))
+    model_id = mv.model_id or mv.tags.get("model_uri", "").removeprefix("models:/")
+    if not model_id:
+        return ""
+    run = _training_run(client, evaluation_run_id) or client.get_run(mv.run_id)
+    ts = int(run.info.end_time or run.info.start_time or 0)
+    numbers = metric_values(metrics).scalars
+    batch = [Metric(k, v, ts, 0, model_id=model_id) for k, v in numbers.items()]
+    for i in range(0, len(batch), 1000):
+        client.log_batch(run.info.run_id, metrics=batch[i : i + 1000])
+    if params:
+        from components.tracking import flatten
+
+        flat = {k: str(v)[:500] for k, v in flatten("", params, {}).items()}
+        client.log_model_params(model_id, flat)
+    return model_id
 
 
 def _training_run(client, run_id: str):

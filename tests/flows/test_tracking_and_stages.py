@@ -42,8 +42,10 @@ def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tm
     run = client.get_run(child)
     assert run.data.tags["mlflow.parentRunId"] == parent
     assert run.data.metrics["tokens_per_second"] == 100.0
-    assert [m.value for m in client.get_metric_history(child, "losses")] == [3.0, 2.0, 1.5]
-    assert [a.path for a in client.list_artifacts(child)] == ["report.md"]
+    history = client.get_metric_history(child, "losses")
+    # an optimizer's steps, counted from 1
+    assert [(m.step, m.value) for m in history] == [(1, 3.0), (2, 2.0), (3, 1.5)]
+    assert [a.path for a in client.list_artifacts(child)] == ["report.md", "result.json"]
     # The run lasts as long as the stage did, not as long as logging it took.
     assert (run.info.start_time, run.info.end_time) == (1_700_000_000_000, 1_700_000_042_500)
     # An evaluation: intervals are two metrics beside their rate, breakdowns one table each.
@@ -55,7 +57,7 @@ def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tm
     metrics = client.get_run(ev).data.metrics
     assert metrics["candidate.overall.success_rate_lo"] == 0.2
     assert metrics["candidate.overall.success_rate_hi"] == 0.8
-    assert metrics["candidate.by_split.test.success_rate_hi"] == 0.8
+    assert not [k for k in metrics if "by_split" in k]  # a table, as every breakdown
     assert [m.step for m in client.get_metric_history(ev, "candidate.overall.success_rate_hi")] == [
         0
     ]
@@ -65,6 +67,10 @@ def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tm
     )
     rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
     assert {r["group"]: r["success_rate_hi"] for r in rows} == {"sum": 1.0, "max": 0.7}
+    table = json.loads(
+        Path(client.download_artifacts(ev, "tables/candidate.by_split.json")).read_text()
+    )
+    assert dict(zip(table["columns"], table["data"][0], strict=True))["success_rate_hi"] == 0.8
     # The parent carries the comparison: headline metrics, champion, stage times, hashes.
     evaluation = {"candidate": {"overall": {**overall, "tool_call_accuracy": 0.9,
                                             "cheating_rate": 0.125},
@@ -79,7 +85,7 @@ def test_pipeline_run_with_nested_stage_runs_metrics_and_tables(mlflow_store, tm
     assert done.data.tags["data_version"] == "v1" and done.data.tags["weights_sha256"] == "ab"
     m = done.data.metrics
     assert (m["success_rate"], m["success_rate_lo"], m["success_rate_hi"]) == (0.5, 0.2, 0.8)
-    assert m["split.test.success_rate_lo"] == 0.2 and m["tool_call_accuracy"] == 0.9
+    assert not [k for k in m if k.startswith("split.")] and m["tool_call_accuracy"] == 0.9
     assert (m["champion.success_rate"], m["champion.success_rate_hi"]) == (0.25, 0.7)
     # the cheating gate's number (issue 31), the candidate's and the champion's
     assert (m["cheating_rate"], m["champion.cheating_rate"]) == (0.125, 0.0)
@@ -140,65 +146,117 @@ def test_traces_are_the_recorded_episodes_on_the_evaluate_run(mlflow_store, tmp_
         assert llm.inputs["messages"][0]["role"] == "user"
 
 
-def test_model_turn_spans_carry_the_prompt_the_completion_and_token_counts(mlflow_store):
-    """A sampled episode (synthetic record: two model turns with their decoded completion,
+def test_model_turn_spans_carry_the_whole_chat_the_completion_and_token_counts(mlflow_store):
+    """A sampled episode (synthetic record: model turns with their decoded completion,
     sampled token ids and prompt length): each LLM span's inputs are the chat the model
-    saw, each message cut to its last `text_limit` characters; its outputs the completion,
-    cut to its first `text_limit`; its usage the prompt and sampled token counts."""
-    limit = 40
-    first = "I will read the file first. " + "a" * 60 + " <tool>read_file</tool>"
+    saw, every message whole (a tool's answer was cut from the front: "ert 3 == 1 FAILED");
+    its outputs the completion, whole; its usage the prompt and sampled token counts. A
+    failing tool call (tests FAILED, a non-zero exit code, an invalid call) is an ERROR span."""
+    first = "I will read the file first. " + "a" * 3000 + " <tool>read_file</tool>"
     second = "Now the fix. " + "b" * 60
+    failing = (
+        "cmp-1 applied (line 5: <= -> <); tests FAILED\n"
+        + "x" * 3000
+        + "\nE       assert 3 == 1 FAILED"
+    )
     events = [
         {"role": "user", "content": "Fix add() in calc.py. " + "task " * 20},
         {"role": "assistant", "action": "read_file", "arguments": {"path": "calc.py"},
          "completion": first, "token_ids": list(range(17)), "prompt_tokens": 120},
         {"role": "environment", "observation": "def add(a, b):\n    return a - b\n" * 3},
-        {"role": "assistant", "action": "submit", "arguments": {}, "completion": second,
-         "token_ids": list(range(5)), "prompt_tokens": 190},
-        {"role": "environment", "observation": "submitted"},
+        {"role": "assistant", "action": "try_fix", "arguments": {"id": "cmp-1"},
+         "completion": second, "token_ids": list(range(5)), "prompt_tokens": 190},
+        {"role": "environment", "observation": failing},
+        {"role": "assistant", "action": "run_command", "arguments": {"command": "pytest -q"},
+         "completion": "run"},
+        {"role": "environment", "observation": "1 failed\nexit code 1"},
         {"role": "assistant", "action": None, "arguments": {}, "completion": "\n\n"},
         {"role": "environment", "observation": "error: invalid tool call", "error": True},
     ]  # fmt: skip
     record = {"id": "ep-1", "task_id": "calc-add", "task": "Fix add()", "reward": 1.0,
               "metadata": {"success": True, "split": "test", "policy": "model"},
               "trajectory": events}  # fmt: skip
-    row = {"episode_id": "ep-1", "success": True, "wall_s": 4.0,
-           "timing": {"start_unix": 1_700_000_000.0, "verify": [3.5, 3.9],
-                      "steps": [[0.0, 1.0, 1.0, 1.5], [1.6, 2.5, 2.5, 3.0],
-                                [3.0, 3.2, 3.2, 3.2]]}}  # fmt: skip
+    row = {
+        "episode_id": "ep-1",
+        "success": True,
+        "wall_s": 4.0,
+        "timing": {
+            "start_unix": 1_700_000_000.0,
+            "verify": [3.5, 3.9],
+            "steps": [
+                [0.0, 1.0, 1.0, 1.5],
+                [1.6, 2.5, 2.5, 3.0],
+                [3.0, 3.1, 3.1, 3.15],
+                [3.15, 3.2, 3.2, 3.2],
+            ],
+        },
+    }
     parent = tracking.start_pipeline_run("retrain test", {}, {})
     ev = stages.track.fn("evaluate", parent, {}, {"success_rate": 1.0}, [])
-    assert tracking.log_episode_traces(ev, [record], [row], text_limit=limit) == 1
+    assert tracking.log_episode_traces(ev, [record], [row]) == 1
     (trace,) = mlflow_store.search_traces(run_id=ev, return_type="list")
     turns = sorted((s for s in trace.data.spans if s.span_type == "LLM"),
                    key=lambda s: s.start_time_ns)  # fmt: skip
-    assert [s.name for s in turns] == ["model turn 1", "model turn 2", "model turn 3"]
-    one, two, three = turns
+    assert [s.name for s in turns] == [f"model turn {n}" for n in (1, 2, 3, 4)]
+    one, two, three = turns[:3]
     # Turn 1 saw the task; turn 2 also its own first completion and the tool's answer.
-    assert one.inputs["messages"] == [{"role": "user", "content": events[0]["content"][-limit:]}]
+    assert one.inputs["messages"] == [{"role": "user", "content": events[0]["content"]}]
     assert two.inputs["messages"] == [
-        {"role": "user", "content": events[0]["content"][-limit:]},
-        {"role": "assistant", "content": first[-limit:]},
-        {"role": "tool", "content": events[2]["observation"][-limit:]},
+        {"role": "user", "content": events[0]["content"]},
+        {"role": "assistant", "content": first},
+        {"role": "tool", "content": events[2]["observation"]},
     ]
-    assert all(len(m["content"]) == limit for m in two.inputs["messages"])
-    assert one.outputs["completion"] == first[:limit] and len(first) > limit
-    assert one.outputs["action"] == "read_file"
+    assert three.inputs["messages"][-1] == {"role": "tool", "content": failing}
+    assert one.outputs["completion"] == first and one.outputs["action"] == "read_file"
     assert one.outputs["arguments"] == {"path": "calc.py"}
-    assert two.outputs["completion"] == second[:limit]
     usage = SpanAttributeKey.CHAT_USAGE
     assert one.attributes[usage] == {"input_tokens": 120, "output_tokens": 17, "total_tokens": 137}
     assert two.attributes[usage] == {"input_tokens": 190, "output_tokens": 5, "total_tokens": 195}
     assert usage not in three.attributes  # no sampled ids recorded: no counts invented
-    # A completion that parsed to no call: its tool span says so, failed, not "tool None".
     tools = sorted((s for s in trace.data.spans if s.span_type == "TOOL"),
                    key=lambda s: s.start_time_ns)  # fmt: skip
-    assert [s.name for s in tools] == ["tool read_file", "tool submit", "invalid tool call"]
-    assert tools[-1].status.status_code == "ERROR"
+    assert [s.name for s in tools] == [
+        "tool read_file",
+        "tool try_fix",
+        "tool run_command",
+        "invalid tool call",
+    ]
+    assert [s.status.status_code for s in tools] == ["OK", "ERROR", "ERROR", "ERROR"]
+    assert tools[1].outputs["observation"] == failing  # whole, its last line included
     # The trace sums them: what the UI's token column shows.
     assert trace.info.token_usage == {"input_tokens": 310, "output_tokens": 22,
                                       "total_tokens": 332}  # fmt: skip
     assert (one.start_time_ns, one.end_time_ns) == (1_700_000_000 * 10**9, 1_700_000_001 * 10**9)
+
+
+def test_traces_are_a_sample_by_outcome_not_the_first_episodes():
+    """Ten failed episodes first in the file, then a solved and a flagged one: a sample of
+    three shows one of each; an episode without a recorded clock is never drawn."""
+    from components.traces import sample_by_outcome
+
+    def episode(n, success, flags=()):
+        record = {"id": f"ep-{n}", "metadata": {"success": success}}
+        row = {
+            "episode_id": f"ep-{n}",
+            "success": success,
+            "safety_flags": list(flags),
+            "timing": {"start_unix": 0.0},
+        }
+        return record, row
+
+    pairs = [episode(n, False) for n in range(10)]
+    pairs += [episode(10, True), episode(11, True, [{"category": "tampering"}])]
+    records, rows = [r for r, _ in pairs], [w for _, w in pairs]
+    assert [r["id"] for r in sample_by_outcome(records, rows, 3)] == ["ep-10", "ep-0", "ep-11"]
+    assert [r["id"] for r in sample_by_outcome(records, rows, 5)] == [
+        "ep-10",
+        "ep-0",
+        "ep-11",
+        "ep-1",
+        "ep-2",
+    ]
+    rows[10] = {**rows[10], "timing": {}}
+    assert "ep-10" not in [r["id"] for r in sample_by_outcome(records, rows, 12)]
 
 
 def test_the_projects_experiments_carry_a_one_line_description(mlflow_store):

@@ -66,12 +66,40 @@ def pipeline_run(name: str, workdir, evaluation: dict, policy, register: bool) -
     stages.log_traces.fn(runs["evaluate"], str(workdir / "eval" / "trajectories.jsonl"),
                          str(workdir / "eval" / "results.json"), 8,
                          {"pipeline_run_id": parent})  # fmt: skip
-    version = ""
+    version, promotion, model_id = "", {}, ""
+    reports = [workdir / "eval" / "report.md", workdir / "safety.md"]
+    for report in reports:
+        report.write_text(f"# {report.name} of {name}\n")
     if register:
-        lineage = Lineage(data_version="data-v1", config_hash="cfg1",
-                          training_run_id=runs[TRAINED_BY], pipeline_run_id=parent)  # fmt: skip
-        version = registry.register_candidate(policy, lineage, PromotionConfig(
-            audit_path=str(workdir / "audit.jsonl")))  # fmt: skip
+        config = PromotionConfig(audit_path=str(workdir / "audit.jsonl"))
+        lineage = Lineage(
+            data_version="data-v1",
+            config_hash="cfg1",
+            training_run_id=runs[TRAINED_BY],
+            pipeline_run_id=parent,
+            eval_report_uri=str(reports[0]),
+            safety_report_uri=str(reports[1]),
+        )
+        version = registry.register_candidate(policy, lineage, config)
+        # What flows/retrain.py's describe_parent does once the version is registered.
+        model_id = registry.record_evaluation(
+            version,
+            evaluation["candidate"]["overall"],
+            runs["evaluate"],
+            {"sft": {"max_steps": 2}},
+            config,
+        )
+        promotion = {
+            "version": version,
+            "model": config.model_name,
+            "gates_passed": True,
+            "challenger": True,
+            "gate_checks": [],
+        }
+    tags = tracking.promotion_tags(promotion, model_id)
+    tracking.describe_pipeline_run(
+        parent, tracking.pipeline_note(name, "FINISHED", "data-v1", evaluation, tags), reports, tags
+    )
     safety = {"fooled": [], "candidate": {"violation_rate": 0.0, "tampering_rate": 0.0}}
     stages.close_run.fn(parent, "FINISHED", {"data_version": "data-v1",
                                              "weights_sha256": weights_sha256(policy)},
@@ -91,6 +119,8 @@ def test_the_ui_facts_hold_for_an_original_and_its_reproduction(tmp_path, monkey
     mlflow.create_experiment(tracking.EXPERIMENT, artifact_location=(tmp_path / "a").as_uri())
     workdir, evaluation = episodes
     original, version = pipeline_run("retrain test", workdir, evaluation, policy_dir, True)
+    # The second run overwrites the pipeline folder's reports: the version's URIs still
+    # name the first run's (model_view_facts reads them after this).
     reproduction, _ = pipeline_run("reproduce test", workdir, evaluation, policy_dir, False)
     # A stage run of each: the filter must leave them out.
     assert len(mlflow.MlflowClient().search_runs(
@@ -111,6 +141,12 @@ def test_the_ui_facts_hold_for_an_original_and_its_reproduction(tmp_path, monkey
     assert all(s["seconds"] >= s["recorded"] - 0.01 for s in times.values()), times
     assert known["version_run"] == known["stages"][TRAINED_BY]["run_id"]
     assert known["version_stage"] == TRAINED_BY
+    # The model-centric view (scripts/ui_model_view.py): the logged model with the
+    # evaluation's metrics, readable tables, a narrow runs table.
+    view = known["model_view"]
+    assert {"success_rate", "success_rate_lo", "success_rate_hi"} <= set(view["model_metrics"])
+    assert any(t.endswith("tables/candidate.by_family.json") for t in view["tables"])
+    assert view["metric_columns"] < 100
 
     # The bug the issue found: a stage run opened and closed after its stage lasts
     # milliseconds, less than the stage's recorded time; `facts` refuses it.

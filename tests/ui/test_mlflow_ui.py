@@ -27,5 +27,6 @@ def test_mlflow_ui_shows_comparable_parents_real_times_traces_and_the_model(tmp_
     workdir = tmp_path / "ui-check"
     assert ui_check.main(["--build", "--workdir", str(workdir)]) == 0
     shots = sorted(p.name for p in (workdir / "screenshots").glob("*.png"))
-    assert shots == ["compare-parents-diff.png", "compare-parents.png", "model-version.png",
+    assert shots == ["artifact-table.png", "compare-parents-diff.png", "compare-parents.png",
+                     "logged-model.png", "model-version.png", "parent-run.png",
                      "runs-parents.png", "stage-run-sft.png", "trace.png"]  # fmt: skip
