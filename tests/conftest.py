@@ -5,6 +5,7 @@
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,24 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # The verdict-signing key (components/verifier/provenance.py) of this test session, not the
 # user's ~/.local/state/agentrl one.
 os.environ.setdefault("AGENTRL_STATE_DIR", tempfile.mkdtemp(prefix="agentrl-test-state-"))
+# The stores a test does not name itself: this session's temporary folder, never the
+# checkout's mlruns/ (a test once registered a model there) nor a user's tracking server.
+# Subprocesses inherit the variable; `_session_stores` points the registry's audit log there.
+SESSION_STORES = Path(tempfile.mkdtemp(prefix="agentrl-test-stores-"))
+(SESSION_STORES / "mlruns").mkdir()
+os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{SESSION_STORES / 'mlruns' / 'mlflow.db'}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_stores():
+    """The promotion registry's defaults (<repo>/mlruns: database, artifacts, audit log and
+    its lock) moved to this session's folder for every test."""
+    from components.promote import config as promote_config
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(promote_config, "REPO_ROOT", SESSION_STORES)
+    yield SESSION_STORES
+    patch.undo()
 
 
 def pytest_collection_modifyitems(config, items):
