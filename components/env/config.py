@@ -118,10 +118,7 @@ class EnvConfig:
     weights: RewardWeights = field(default_factory=RewardWeights, metadata=doc("reward weights"))
     remote: str = field(
         default="",
-        metadata=doc(
-            "URL of an environment server (`agentrl env serve`, components/env_service/) that "
-            "runs every episode's tools and verdict; empty: episodes run in this process"
-        ),
+        metadata=doc("URL of the environment server (components/env_service/); '': in-process"),
     )
 
     def __post_init__(self) -> None:
