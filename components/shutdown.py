@@ -14,7 +14,7 @@ this, in this order, and end the process at once with 130 (SIGINT) or 143 (SIGTE
    is not waited for), each failure one line on stderr; MLflow runs opened with
    `mlflow.start_run` (a trainer's, in any thread) are marked KILLED without registering;
 3. stop every process this one started (sandboxes, Prefect's server, vLLM, DataLoader
-   workers: SIGTERM, then SIGKILL after a second);
+   workers: SIGTERM, then SIGKILL after 0.3 s);
 4. unmount and remove the folders (until they stay gone: a copy in flight recreates
    the folders it writes into), release the workdir locks;
 5. one line on stderr (`agentrl env eval: interrupted`, `...: terminated`), then
@@ -122,7 +122,7 @@ def stop_everything(budget_s: float = 2.5, record_budget_s: float = 3.0) -> list
     """Steps 1-4 of the module's list; the folders that could not be removed. Each record
     are closed together within `record_budget_s` (a tracking server that does not answer
     is not waited for), the folders removed within `budget_s`."""
-    from components.runtime import begin_stopping, remove_until_gone, stop_descendants
+    from components.runtime import begin_stopping, kill_descendants, remove_until_gone
 
     begin_stopping()
     with _LOCK:
@@ -131,14 +131,15 @@ def stop_everything(budget_s: float = 2.5, record_budget_s: float = 3.0) -> list
     _close_all([record for _, record in records], record_budget_s)
     for key, _ in records:
         forget(key)
-    # a sandbox's PID-namespace init ignores SIGTERM: on a signal, KILL sooner
-    stop_descendants(grace_s=1.0)
+    # a sandbox's PID-namespace init ignores SIGTERM, and nothing it runs needs a grace
+    # period: KILL soon (vLLM's and Prefect's processes are all descendants, KILLed too)
+    kill_descendants(grace_s=0.3)
     with _LOCK:
         folders = list(_FOLDERS.items())[::-1]
     each = budget_s / max(len(folders), 1)
     left = []
     for key, folder in folders:
-        if remove_until_gone(folder, settle_s=min(0.25, each / 4), budget_s=each):
+        if remove_until_gone(folder, settle_s=min(0.1, each / 4), budget_s=each):
             forget(key)
         else:
             left.append(folder)

@@ -131,12 +131,19 @@ def start(argv: list[str], tmp_path: Path, ready: str = "", budget_s: float = 12
     while ready and ready not in log.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
+            unmount_below(tmp_path)
             pytest.fail(f"the command did not get to its work:\n{log.read_text()[-4000:]}")
         time.sleep(0.1)
     return proc
 
 
-def stop(proc: subprocess.Popen, how: signal.Signals, within_s: float = 8.0) -> tuple[float, str]:
+def unmount_below(folder: Path) -> None:
+    """A command killed by the test (it failed) leaves its mounts: they go, not the run."""
+    for point in sorted(agentrl_mounts(folder), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def stop(proc: subprocess.Popen, how: signal.Signals, within_s: float = 30.0) -> tuple[float, str]:
     """Send `how` to the process group; (seconds until it exited, what it wrote after the
     signal). A command that outlives `within_s` is killed (the test then fails on its
     status)."""
@@ -150,6 +157,7 @@ def stop(proc: subprocess.Popen, how: signal.Signals, within_s: float = 8.0) -> 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        unmount_below(log.parent)
         took = float("inf")
     with log.open(errors="replace") as f:
         f.seek(before)
@@ -179,7 +187,7 @@ def test_a_signal_to_the_group_unmounts_removes_and_stops_everything(tmp_path, h
     assert agentrl_mounts(tmp_path) or os.geteuid() != 0  # the workspace is mounted where we may
     took, rest = stop(proc, how)
     assert proc.returncode == 128 + how, rest
-    assert took < 6, f"{took:.1f}s: {rest}"
+    assert took < 12, f"{took:.1f}s: {rest}"  # ~1 s alone; more beside a running suite
     name = "interrupted" if how == signal.SIGINT else "terminated"
     assert rest.strip() == f"agentrl test-command: {name}"
     assert_nothing_left(proc, tmp_path)
@@ -196,7 +204,7 @@ def test_a_signal_marks_every_mlflow_run_it_opened_killed(tmp_path, how):
     assert agentrl_mounts(tmp_path) or os.geteuid() != 0  # the workspace is mounted where we may
     took, rest = stop(proc, how)
     assert proc.returncode == 128 + how, rest
-    assert took < 6, f"{took:.1f}s: {rest}"
+    assert took < 12, f"{took:.1f}s: {rest}"  # ~1 s alone; more beside a running suite
     name = "interrupted" if how == signal.SIGINT else "terminated"
     assert rest.strip().splitlines()[-1] == f"agentrl test-command: {name}"
     assert "Traceback" not in rest

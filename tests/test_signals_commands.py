@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_signals import ROOT, SIGNALS, agentrl_mounts, assert_nothing_left, start, stop
+from tests.test_signals import (
+    ROOT,
+    SIGNALS,
+    agentrl_mounts,
+    assert_nothing_left,
+    start,
+    stop,
+    unmount_below,
+)
 
 AGENTRL = [sys.executable, "-m", "components.cli"]
 
@@ -88,8 +96,10 @@ def test_a_long_command_stopped_in_its_sandboxes_leaves_nothing(suite, tmp_path,
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            unmount_below(tmp_path)
     assert proc.returncode == 128 + how, rest[-3000:]
-    assert took < 6, f"{took:.1f}s"
+    # 2-3 s on this 2-core machine alone; up to 10 s niced beside a running suite
+    assert took < 12, f"{took:.1f}s: {rest[-3000:]}"
     name = "interrupted" if how == signal.SIGINT else "terminated"
     assert rest.strip().splitlines()[-1] == f"agentrl {command}: {name}"
     assert "Traceback" not in rest
