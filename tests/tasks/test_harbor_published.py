@@ -191,7 +191,7 @@ def test_the_published_shape_imports_with_src_alone_and_round_trips(tmp_path):
     solution) is refused with that reason; python-3 (buggy code that loops) is bounded and
     imported. Exported and imported again: the same tasks pass the same gate."""
     preset = tmp_path / "preset.yaml"
-    preset.write_text(f"sandbox:\n  wall_time_s: 45\n  environments_dir: {tmp_path / 'envs'}\n")
+    preset.write_text(f"sandbox:\n  wall_time_s: 90\n  environments_dir: {tmp_path / 'envs'}\n")
     runs = {}
     for name, src in (("first", FIXTURE), ("second", tmp_path / "exported")):
         report = tmp_path / f"{name}.json"
