@@ -137,7 +137,9 @@ def test_the_logged_model_is_linked_to_its_version_with_metrics_params_and_repor
     from components.promote.config import PromotionConfig
     from components.promote.registry import Lineage
 
-    config = PromotionConfig(audit_path=str(tmp_path / "audit.jsonl"))
+    config = PromotionConfig(
+        model_name=tmp_path.name[-40:], audit_path=str(tmp_path / "audit.jsonl")
+    )
     parent = tracking.start_pipeline_run("retrain test", {"sft": {"max_steps": 3}}, {})
     trained = tracking.log_stage(parent, "sft", {}, SFT_RESULT, 1.0)
     evaluated = tracking.log_stage(parent, "evaluate", {}, {"success_rate": 0.5}, 1.0)
@@ -191,18 +193,22 @@ def test_the_logged_model_is_linked_to_its_version_with_metrics_params_and_repor
         assert Path(got).read_text() == text
 
 
-def test_a_report_path_that_is_no_file_is_refused_by_name(store, tmp_path, checkpoint):
+def test_a_report_path_where_no_file_is_is_left_out(store, tmp_path, checkpoint):
+    """No report written: the tag stays empty, not a path that leads nowhere."""
+    from mlflow import MlflowClient
+
     from components.promote import registry
     from components.promote.config import PromotionConfig
     from components.promote.registry import Lineage
 
-    lineage = Lineage(
-        data_version="d", config_hash="c", eval_report_uri=str(tmp_path / "missing.md")
+    config = PromotionConfig(
+        model_name=tmp_path.name[-40:], audit_path=str(tmp_path / "audit.jsonl")
     )
-    with pytest.raises(FileNotFoundError, match="eval_report_uri: .*missing.md"):
-        registry.register_candidate(
-            checkpoint, lineage, PromotionConfig(audit_path=str(tmp_path / "audit.jsonl"))
-        )
+    lineage = Lineage(data_version="d", config_hash="c", eval_report_uri=str(tmp_path / "no.md"))
+    version = registry.register_candidate(checkpoint, lineage, config)
+    assert (
+        MlflowClient().get_model_version(config.model_name, version).tags["eval_report_uri"] == ""
+    )
 
 
 def test_the_parent_run_has_a_description_the_reports_and_promotion_tags(store, tmp_path):

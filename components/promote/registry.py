@@ -234,7 +234,8 @@ def keep_reports(client, run_id: str, tags: dict) -> dict[str, str]:
     """The report tags whose value is a local file, that file logged under `reports/` of
     run `run_id` and the tag rewritten to its `runs:/` URI: a path into the pipeline's
     folder names whatever the next run writes there. A URI (runs:/, models:/, s3:/...)
-    stays as given; a path that is no file is refused, naming the tag."""
+    stays as given; a path where no file is (no report was written) is left out, rather
+    than recorded as a link that leads nowhere."""
     out = {}
     for key in REPORT_TAGS:
         value = tags.get(key, "")
@@ -242,7 +243,8 @@ def keep_reports(client, run_id: str, tags: dict) -> dict[str, str]:
             continue
         path = Path(value)
         if not path.is_file():
-            raise FileNotFoundError(f"lineage {key}: {value} is not a file")
+            out[key] = ""
+            continue
         client.log_artifact(run_id, str(path), artifact_path="reports")
         out[key] = f"runs:/{run_id}/reports/{path.name}"
     return out
