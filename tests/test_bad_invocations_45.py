@@ -317,7 +317,9 @@ def tiny_policy(world):
 
 def _params(rows):
     for row in rows:
-        marks = [pytest.mark.slow] if "policy" in row.needs else []
+        # a tiny policy is built once per module: minutes on a loaded 2-core machine
+        slow = [pytest.mark.slow, pytest.mark.timeout(1200)]
+        marks = slow if "policy" in row.needs else []
         yield pytest.param(row, marks=marks, id=f"{row.finding}:{row.command[:70]}")
 
 
@@ -381,7 +383,7 @@ def test_a_suite_cut_short_by_a_full_disk_is_replaced_by_overwrite(small_disk, c
 def test_line_log_writes_each_row_as_it_comes_and_nothing_on_a_full_disk(tmp_path, small_disk):
     """`env eval`'s per-episode log: every row is on disk before the next comes; a disk
     with no room fails at the first row, names the file and leaves none."""
-    from components.outputs import DiskFull, line_log
+    from components.output_files import DiskFull, line_log
 
     path = tmp_path / "r.json.episodes.jsonl"
     with line_log(path, "episode results", {"tasks": 2}) as log:
@@ -398,7 +400,8 @@ def test_line_log_writes_each_row_as_it_comes_and_nothing_on_a_full_disk(tmp_pat
 
 def test_manifest_lists_entries_before_they_are_written(tmp_path):
     """start_outputs/add_outputs: a folder agentrl started is agentrl's at every moment."""
-    from components.outputs import add_outputs, check_output_dir, start_outputs
+    from components.output_files import add_outputs, start_outputs
+    from components.outputs import check_output_dir
 
     out = tmp_path / "o"
     start_outputs(out, ["a"])
@@ -412,7 +415,7 @@ def test_manifest_lists_entries_before_they_are_written(tmp_path):
 
 def test_full_disk_errno_is_found_in_a_library_error():
     """safetensors reports a full disk as its own error whose text holds the OS error."""
-    from components.outputs import full_disk_errno
+    from components.output_files import full_disk_errno
 
     assert full_disk_errno(OSError(28, "No space left on device")) == 28
     assert full_disk_errno(RuntimeError("IoError(Os { code: 28, kind: StorageFull })")) == 28
@@ -425,7 +428,7 @@ def test_a_refused_rescore_keeps_the_previous_one(world, monkeypatch, capfd):
     a rescore that has something to write: one that rescored nothing leaves it as it was
     (the foreign-file row above is the other half)."""
     from components.cli import run
-    from components.outputs import start_outputs
+    from components.output_files import start_outputs
 
     w = world["path"]
     monkeypatch.chdir(w)

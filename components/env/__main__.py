@@ -33,7 +33,7 @@ def main_eval(argv: list[str]) -> int:
         progress_lines,
         run_episodes,
     )
-    from components.outputs import disk_errors, line_log
+    from components.output_files import disk_errors, line_log
     from components.tasks.task import SPLITS, load_tasks
 
     p = ArgumentParser(prog="agentrl env eval", description=main_eval.__doc__)

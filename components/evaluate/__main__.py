@@ -36,14 +36,8 @@ from components.cli_args import (
 )
 from components.env.episode import EpisodeResult
 from components.evaluate.episodes import MODEL_PREFIX, run_policy, statistics_for
-from components.outputs import (
-    check_free_space,
-    check_output_dir,
-    claim_output_dir,
-    disk_errors,
-    start_outputs,
-    write_atomic,
-)
+from components.output_files import check_free_space, disk_errors, start_outputs, write_atomic
+from components.outputs import check_output_dir, claim_output_dir
 from components.preset import DEFAULT_PRESET, load_preset
 from components.stage_contract import EvaluationResult, stage
 from components.tasks.task import SPLITS, Task, load_tasks

@@ -63,7 +63,7 @@ def main_merge(argv: list[str]) -> int:
                    help="adapter folder (a stage run with lora)")  # fmt: skip
     p.add_argument("--out", required=True, type=output_dir, help="output folder")
     args = p.parse_args(argv)
-    from components.outputs import disk_errors
+    from components.output_files import disk_errors
     from components.policy.lora import is_adapter_dir, merge_adapters
     from components.policy.model import load_policy, save_policy
 

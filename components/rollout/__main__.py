@@ -109,7 +109,8 @@ def main_export(argv: list[str] | None = None) -> int:
         help="replace a previous export in --out (only what agentrl wrote)",
     )
     args = p.parse_args(argv)
-    from components.outputs import check_output_dir, claim_output_dir, disk_errors
+    from components.output_files import disk_errors
+    from components.outputs import check_output_dir, claim_output_dir
 
     out = Path(args.out)
     check_output_dir(out, args.overwrite, "export")
@@ -158,7 +159,7 @@ def _export_staged(sources: list[Path], staging: Path) -> list[Path]:
 
 def _move_in(written: list[Path], out: Path) -> None:
     """Move the staged documents into `out`, each listed in its output manifest first."""
-    from components.outputs import add_outputs, start_outputs
+    from components.output_files import add_outputs, start_outputs
 
     start_outputs(out)
     add_outputs(out, *(path.name for path in written))

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from components.outputs import disk_errors, start_outputs
+from components.output_files import disk_errors, start_outputs
 from components.tasks.families import FAMILIES, Family, Variant, render
 from components.tasks.mutations import OPERATORS, Mutant, Operator, apply_edit, count_edits
 from components.tasks.task import (

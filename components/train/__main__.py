@@ -46,7 +46,7 @@ def main_sft(argv: list[str]) -> int:
     p.add_argument("--epochs", type=positive_float, help="override sft.epochs")
     args = p.parse_args(argv)
     claim_stage_dir(args.out)
-    from components.outputs import disk_errors
+    from components.output_files import disk_errors
     from components.policy.model import load_policy
     from components.train.parallel import relaunch_as_ranks, world
     from components.train.sft import train_sft
