@@ -24,11 +24,20 @@ os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{SESSION_STORES / 'mlruns' / 'ml
 @pytest.fixture(autouse=True, scope="session")
 def _session_stores():
     """The promotion registry's defaults (<repo>/mlruns: database, artifacts, audit log and
-    its lock) moved to this session's folder for every test."""
+    its lock) moved to this session's folder for every test, and so is the artifact
+    folder MLflow gives an experiment created without one (`./mlruns/<id>` of the working
+    directory, the checkout's: a test's model landed there)."""
+    from mlflow.tracking._tracking_service import utils as mlflow_store_defaults
+
     from components.promote import config as promote_config
 
     patch = pytest.MonkeyPatch()
     patch.setattr(promote_config, "REPO_ROOT", SESSION_STORES)
+    patch.setattr(
+        mlflow_store_defaults,
+        "DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH",
+        str(SESSION_STORES / "artifacts"),
+    )
     yield SESSION_STORES
     patch.undo()
 

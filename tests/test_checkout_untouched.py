@@ -105,3 +105,22 @@ def test_the_stores_a_test_gets_without_naming_one_are_not_the_checkouts(tmp_pat
     )
     assert version and defaults.resolved_audit_path().is_file()
     assert changed(before, checkout_state()) == []
+
+
+def test_an_experiment_created_without_an_artifact_folder_keeps_its_files_out(tmp_path):
+    """MLflow's default for such an experiment is ./mlruns/<id> of the working directory
+    (the checkout, under pytest): tests/conftest.py moves it to the session's folder."""
+    from mlflow import MlflowClient
+
+    before = checkout_state()
+    client = MlflowClient()
+    experiment = client.create_experiment(f"no-artifact-folder-{tmp_path.name}")
+    run = client.create_run(experiment)
+    (tmp_path / "note.txt").write_text("a file")
+    client.log_artifact(run.info.run_id, str(tmp_path / "note.txt"))
+    assert (
+        not Path(client.get_experiment(experiment).artifact_location.removeprefix("file://"))
+        .resolve()
+        .is_relative_to(ROOT)
+    )
+    assert changed(before, checkout_state()) == []
