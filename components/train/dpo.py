@@ -125,11 +125,10 @@ def train_dpo(
 ) -> DPOResult:
     """Train `policy` in place on (chosen, rejected) trajectory pairs; save it to output_dir.
 
-    `pairs` and `quarantine` come from `verified_pairs` (the quarantine is only reported,
-    in the result). `reference`: a frozen model, or None for a
-    frozen copy of `policy` as it is now (config.reference_path, if set, is loaded instead;
-    with `config.lora`, the base itself with its adapters off). Under torchrun every rank
-    holds the pairs and trains on its share of each batch (parallel.py).
+    `pairs`, `quarantine`: from `verified_pairs` (the quarantine is only reported). `reference`:
+    a frozen model, or None for a frozen copy of `policy` as it is now (config.reference_path,
+    if set, is loaded instead; with `config.lora`, the base itself with its adapters off).
+    Under torchrun every rank holds the pairs and trains on its share of each batch.
     """
     import torch
     from torch.optim.lr_scheduler import LambdaLR
