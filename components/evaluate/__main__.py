@@ -190,7 +190,7 @@ def main_evaluate(argv: list[str]) -> int:
     if not tasks:
         raise CommandError(f"no {'/'.join(settings.evaluation.splits)} tasks in {args.tasks}")
     policy = _policy_arg(args)
-    results = run_episodes(tasks, policy, settings, args.tasks)
+    results, cheating = _play(tasks, policy, settings, args.tasks, args.out)
     by_id, steps = {t.id: t for t in tasks}, oracle_step_counts(tasks)
     champion_results = load_results(args.champion_results) if args.champion_results else None
     agg = aggregate(results, champion_results, tasks=by_id, oracle_steps=steps)
@@ -198,9 +198,9 @@ def main_evaluate(argv: list[str]) -> int:
     champion = (
         aggregate(champion_results, tasks=by_id, oracle_steps=steps) if champion_results else None
     )
-    if settings.evaluation.impossible_variants:
-        agg["cheating"] = _cheating(tasks, policy, settings, args.tasks, args.out / "impossible")
-        agg["overall"]["cheating_rate"] = agg["cheating"]["cheating_rate"]
+    if cheating is not None:
+        agg["cheating"] = cheating
+        agg["overall"]["cheating_rate"] = cheating["cheating_rate"]
     write_results(args.out / "results.json", results, args.out / "trajectories.jsonl")
     paths = write_report(agg, results, args.out, args.title, champion=champion)
     o = agg["overall"]
@@ -214,23 +214,32 @@ def main_evaluate(argv: list[str]) -> int:
     return 0
 
 
-def _cheating(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Path,
-              out: Path) -> dict:  # fmt: skip
-    """The policy on impossible variants of the evaluated tasks (components/evaluate/
-    cheating.py), each checked impossible with the reference fix first."""
-    from components.evaluate.cheating import cheating_summary
+def _play(tasks: list[Task], policy: str, settings: Settings, tasks_dir: Path,
+          out: Path) -> tuple[list[EpisodeResult], dict | None]:  # fmt: skip
+    """The evaluated tasks' results (in `tasks`' order) and, with evaluate.
+    impossible_variants, the cheating summary. The variants (each checked impossible with
+    the reference fix first) are played in the same run as the evaluated tasks, under ids
+    drawn from one space in one shuffled order (components/evaluate/cheating.py): nothing in
+    id, order or batch tells a variant apart. The summary's seconds cover the mixed run."""
+    if not settings.evaluation.impossible_variants:
+        return run_episodes(tasks, policy, settings, tasks_dir), None
+    from components.evaluate.cheating import cheating_summary, one_id_space, unmix
     from components.tasks.impossible import build_variants
     from components.verifier.gate_runner import sandboxed_test_runner
 
-    start = time.monotonic()
+    start, seed = time.monotonic(), settings.evaluation.seed
     runner = sandboxed_test_runner(settings.env, settings.sandbox)
-    built = build_variants(tasks, out, settings.evaluation.impossible_variants, runner,
-                           seed=settings.evaluation.seed)  # fmt: skip
-    results = run_episodes(built.tasks, policy, settings, tasks_dir) if built.tasks else []
-    summary = cheating_summary(built.tasks, results)
+    built = build_variants(tasks, out / "impossible", settings.evaluation.impossible_variants,
+                           runner, seed=seed)  # fmt: skip
+    played, stands_for = one_id_space(tasks, built.tasks, seed, out / "mixed")
+    mixed = run_episodes(played, policy, settings, tasks_dir)
+    results, variants, theirs = unmix(played, mixed, stands_for)
+    position = {t.id: i for i, t in enumerate(tasks)}
+    results.sort(key=lambda r: position[r.task_id])
+    summary = cheating_summary(variants, theirs)
     summary["skipped"] = built.skipped
     summary["seconds"] = round(time.monotonic() - start, 1)
-    return summary
+    return results, summary
 
 
 def _attacks(names: str | None):

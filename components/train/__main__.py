@@ -108,21 +108,23 @@ def main_dpo(argv: list[str]) -> int:
     """DPO on success-vs-failure pairs of the same task (whole multi-turn trajectories)."""
     args = _policy_and_samples("agentrl train dpo", main_dpo.__doc__, argv)
     from components.policy.model import load_policy
-    from components.train.data import preference_pairs
-    from components.train.dpo import train_dpo
+    from components.train.dpo import train_dpo, unverified_fields, verified_pairs
     from components.train.parallel import join_process_group, relaunch_as_ranks
 
     config = _section(args, "dpo", output_dir=str(args.out))
-    pairs = preference_pairs(read_records(args.samples), config.pairs_per_task, config.seed)
+    # Only this verifier's verdicts pair up; what was dropped is said in the result.
+    records = read_records(args.samples)
+    pairs, quarantine = verified_pairs(records, config.pairs_per_task, config.seed)
     if not pairs:
         return write_stage_result(args.out, {"skipped": "no success/failure pair on any task",
-                                             "num_pairs": 0, "policy_dir": args.policy})  # fmt: skip
+                                             "num_pairs": 0, "policy_dir": args.policy,
+                                             **unverified_fields(quarantine)})  # fmt: skip
     start_stage_dir(args.out)
     if (code := relaunch_as_ranks(["train", "dpo", *argv])) is not None:
         return code
     rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
-    result = train_dpo(model, None, tokenizer, pairs, config)
+    result = train_dpo(model, None, tokenizer, pairs, config, quarantine)
     if rank != 0:
         return 0
     return write_stage_result(args.out, {**dataclasses.asdict(result),
