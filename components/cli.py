@@ -35,6 +35,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tasks", "mine"): ("components.tasks.__main__:main_mine", "mine tasks from a repository"),
     ("env", "eval"): ("components.env.__main__:main_eval", "run a policy over tasks"),
     ("env", "isolation"): ("components.env.__main__:main_isolation", "show sandbox protections"),
+    ("env", "serve"): ("components.env_service.__main__:main_serve", "environment as a service"),
     ("data", "ingest"): ("components.data.__main__:main_ingest", "ingest trajectory logs"),
     ("data", "validate"): ("components.data.__main__:main_validate", "validate (GX) + quarantine"),
     ("data", "snapshot"): ("components.data.__main__:main_snapshot", "DVC add + push data/"),

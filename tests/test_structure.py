@@ -129,6 +129,7 @@ LAYERS = (
     "components.verifier",
     "components.env",
     "components.scripted",
+    "components.env_service",
     "components.mining",
     "components.policy",
     "components.rollout",
