@@ -267,8 +267,13 @@ def rescored_record(record: dict, r: Rescored) -> dict:
                         "previous_verifier_version": r.old["verifier_version"]}  # fmt: skip
     meta.update(success=r.new["success"], verifier_version=r.new["verifier_version"])
     meta.pop(provenance.MAC_FIELD, None)  # the old verdict's signature
-    new = {**record, "reward": r.new["reward"], "reward_terms": r.new["reward_terms"],
-           "metadata": meta}  # fmt: skip
+    # A foreign record's claim gives way to our verdict (kept for the report), else it
+    # would stay foreign for ever and never train.
+    claims = {k: record[k] for k in provenance.CLAIMED_FIELDS if k in record}
+    if claims:
+        meta["rescored"]["claimed"] = claims
+    new = {k: v for k, v in record.items() if k not in claims}
+    new.update(reward=r.new["reward"], reward_terms=r.new["reward_terms"], metadata=meta)
     if not r.diverged:  # our verifier judged the very tree the record holds: it may train
         provenance.sign_record(new)
     return new
