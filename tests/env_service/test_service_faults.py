@@ -25,7 +25,7 @@ from tests.env_service.served_env import (
     stop_server,
     workspaces_under,
 )
-from tests.env_service.test_identical import comparable
+from tests.env_service.test_service_identical import comparable
 
 pytestmark = pytest.mark.integration  # real servers on loopback, minutes on a busy machine
 
