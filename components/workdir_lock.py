@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from components.cli_args import CommandError
+from components.output_files import disk_errors
 
 SUFFIX = ".agentrl-runlock"
 TOKEN_ENV = "AGENTRL_RUN_TOKEN"
@@ -161,8 +162,9 @@ def _take(folder: Path, command: str) -> tuple[int | None, str]:
     """Lock `folder` for this run: (the lock's file descriptor, None when the run that
     started this process holds it; a line saying a dead holder's lock was taken over)."""
     path = lock_file(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = _lock_current(path)
+    with disk_errors(path, "the run lock"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _lock_current(path)
     if fd is None:
         record = read_record(path)
         if record.get("token") == run_token():
@@ -177,8 +179,13 @@ def _take(folder: Path, command: str) -> tuple[int | None, str]:
     record = {"pid": os.getpid(), "host": socket.gethostname(), "token": run_token(),
               "started_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
               "command": (command or command_line())[:400]}  # fmt: skip
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(record).encode("utf-8", "replace"), 0)
+    try:
+        with disk_errors(path, "the run lock's holder record"):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode("utf-8", "replace"), 0)
+    except BaseException:
+        os.close(fd)  # not taken: a full disk leaves no held lock behind
+        raise
     return fd, taken_over
 
 

@@ -214,3 +214,31 @@ def test_tasks_generate_and_data_ingest_into_a_held_folder_are_refused(tmp_path)
         finally:
             assert proc.stdout.readline().strip() == "released"
             proc.wait(timeout=30)
+
+
+def test_a_full_disk_names_the_lock_file_and_leaves_no_lock_held(tmp_path):
+    """45 (D's finding): the holder record on a full disk was a bare [Errno 28]."""
+    from components.output_files import DiskFull
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip("no tmpfs can be mounted here (needs root)")
+    try:
+        (disk / "work").mkdir()
+        with (disk / "fill").open("wb", buffering=0) as f:  # fill it to the last byte
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        full = pytest.raises(DiskFull, match=r"agentrl-runlock: no space left on device")
+        with full, workdir_lock(disk / "work", "test"):
+            pass
+        (disk / "fill").unlink()
+        with workdir_lock(disk / "work", "test"):  # nothing was left held
+            pass
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
