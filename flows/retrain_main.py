@@ -85,7 +85,7 @@ def preflight(preset, launcher_mode: str = "", gpu: bool | None = None) -> list[
     launcher = launcher_config_from_dict(settings)
     if launcher.mode == "kubernetes":
         return _cluster_problems(preset.path, launcher)
-    problems = _missing_paths(preset)
+    problems = _missing_paths(preset) + _home_problems()
     policy = preset.section("policy")
     has_gpu = Path("/dev/nvidiactl").exists() if gpu is None else gpu
     if policy.dtype != "float32" and not has_gpu:
@@ -93,6 +93,16 @@ def preflight(preset, launcher_mode: str = "", gpu: bool | None = None) -> list[
                         "machine has none (no NVIDIA device); a CPU preset such as "
                         f"{DEFAULT_PRESET} runs here")  # fmt: skip
     return problems
+
+
+def _home_problems() -> list[str]:
+    """HOME must be a writable folder: Prefect and MLflow keep their settings and history
+    there (HOME=/dev/null gave "Prefect API server exited before it answered")."""
+    home = Path(os.environ.get("HOME") or "~").expanduser()
+    if home.is_dir() and os.access(home, os.W_OK | os.X_OK):
+        return []
+    why = "Prefect and MLflow keep their settings there; set HOME to one you can write"
+    return [f"HOME ({home}) is not a writable folder: {why}"]
 
 
 def _missing_paths(preset) -> list[str]:

@@ -95,3 +95,13 @@ def test_a_cluster_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
     (problem,) = preflight(preset)
     assert problem.startswith(f"{preset.path}:launcher: cannot reach the cluster at "
                               "http://127.0.0.1:9")  # fmt: skip
+
+
+def test_home_that_is_not_a_writable_folder_is_named_before_prefect(monkeypatch):
+    """45 finding 11: HOME=/dev/null gave "Prefect API server exited before it answered"."""
+    preset = load_preset(ROOT / "configs" / "cpu-demo.yaml")
+    monkeypatch.setenv("HOME", "/dev/null")
+    (line,) = [p for p in preflight(preset, gpu=False) if p.startswith("HOME")]
+    assert line.startswith("HOME (/dev/null) is not a writable folder")
+    monkeypatch.setenv("HOME", str(ROOT))
+    assert not [p for p in preflight(preset, gpu=False) if p.startswith("HOME")]
