@@ -85,12 +85,16 @@ def build(workdir: Path) -> dict:
     preset["name"] = "ui-check"
     (workdir / "preset.yaml").write_text(yaml.safe_dump(preset))
     os.chdir(workdir)
+    from components.preset import load_preset
     from flows.reproduce import reproduce
     from flows.retrain import retrain
+    from flows.retrain_main import prefect_api
 
-    original = retrain("preset.yaml")
-    version = str(original["promotion"]["version"])
-    report = reproduce(version, preset="preset.yaml")
+    # One health-waited Prefect server for both, as every entry point starts it.
+    with prefect_api(load_preset("preset.yaml").section("runtime").startup_timeout_s):
+        original = retrain("preset.yaml")
+        version = str(original["promotion"]["version"])
+        report = reproduce(version, preset="preset.yaml")
     out = {"original": original["run_id"], "reproduction": report.get("run_id"),
            "version": version, "verdict": report["verdict"]}  # fmt: skip
     (workdir / "ui-check-runs.json").write_text(json.dumps(out, indent=2) + "\n")
