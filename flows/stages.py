@@ -187,12 +187,8 @@ def runtime_tags(launcher: dict) -> dict:
 @task
 def log_traces(run_id: str, trajectories: str, results: str, limit: int,
                tags: dict | None = None) -> int:  # fmt: skip
-    """The first `limit` episodes of an evaluation as traces of run `run_id`, at the times
-    their results.json rows recorded."""
-    from components.tracking import log_episode_traces, read_jsonl
+    """`limit` episodes of an evaluation, sampled by outcome (solved, failed, flagged), as
+    traces of run `run_id` at the times their results.json rows recorded."""
+    from components.tracking import log_evaluation_traces
 
-    path, rows = Path(trajectories), Path(results)
-    if not path.exists():
-        return 0
-    timed = json.loads(rows.read_text())["results"] if rows.exists() else []
-    return log_episode_traces(run_id, read_jsonl(path, limit), timed, limit, tags)
+    return log_evaluation_traces(run_id, trajectories, results, limit, tags)
