@@ -114,6 +114,20 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
             registry.set_version_tags("2", {"note": "hello"}, cfg),
         ),
         "registry.download_version": lambda: registry.download_version("2", cfg, tmp_path / "d"),
+        "registry.record_evaluation": lambda: registry.record_evaluation(
+            "2", {"success_rate": 0.5}, config=cfg
+        ),
+        "registry.link_logged_model": lambda: registry.link_logged_model(
+            client.mlflow_client(cfg),
+            registry.record_evaluation("2", {}, config=cfg),
+            cfg.model_name,
+            "2",
+        ),
+        "registry.keep_reports": lambda: registry.keep_reports(client.mlflow_client(cfg), "", {}),
+        "client.check_store": lambda: client.check_store(cfg),
+        "client.checked_sqlite_store": lambda: client.checked_sqlite_store(
+            tmp_path / "other.db", create=True
+        ),
         "audit.default_actor": audit.default_actor,
         "audit.utc_now": audit.utc_now,
         "audit.record_decision": lambda: audit.record_decision(
