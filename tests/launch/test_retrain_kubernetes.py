@@ -136,6 +136,8 @@ def test_default_preset_submits_one_job_per_stage(tmp_path, monkeypatch):
                                   fingerprints=lambda *a: {}, runtime_tags=dict,
                                   link_runs=lambda run_id: {"mlflow_run_url": run_id})  # fmt: skip
     monkeypatch.setattr(retrain_module, "stages", fake_stages)
+    # The parent run's model-centric record is tracking, faked with `stages` above.
+    monkeypatch.setattr(retrain_module, "describe_parent", lambda *a, **k: None)
     monkeypatch.setattr(request, "champion_eval_results", lambda config: None)
     preset = yaml.safe_load((ROOT / "configs" / "cpu-demo.yaml").read_text())
     with FakeCluster() as cluster:
