@@ -39,7 +39,9 @@ def resolve_version(ref: str, config) -> str:
     aliases = get_aliases(config)
     if ref not in aliases:
         there = ", ".join(f"{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
-        raise ValueError(f"model {config.model_name} has no alias {ref!r} (aliases: {there})")
+        store = config.resolved_tracking_uri()
+        raise ValueError(f"model {config.model_name} in the MLflow store {store} has no alias "
+                         f"{ref!r} (aliases: {there})")  # fmt: skip
     return aliases[ref]
 
 

@@ -404,7 +404,9 @@ def _rescore_tasks(tasks_dir: Path, records: list[dict], source: Path) -> dict[s
     for e in errors:
         print(f"agentrl: skipped invalid task: {e}", file=sys.stderr)
     by_id = {t.id: t for t in tasks}
-    wanted = {str(r.get("task_id")) for r in records if isinstance(r, dict) and "task_id" in r}
+    # Ids as given (a record without one is the replay's own refusal, named by its line).
+    wanted = {r["task_id"] for r in records if isinstance(r, dict) and r.get("task_id")}
+    wanted = {t for t in wanted if isinstance(t, str)}
     if wanted and not wanted & set(by_id):
         shown = ", ".join(sorted(wanted)[:3]) + (" ..." if len(wanted) > 3 else "")
         raise CommandError(f"none of the tasks of {source}'s episodes ({shown}) is in {tasks_dir}")

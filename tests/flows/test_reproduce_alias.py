@@ -40,8 +40,10 @@ def test_an_alias_is_resolved_to_its_version(registry):
     assert resolve_version("2", config) == "2"
     with pytest.raises(ValueError) as refused:
         resolve_version("canary", config)
+    store = config.resolved_tracking_uri()
     assert str(refused.value) == (
-        f"model {config.model_name} has no alias 'canary' (aliases: champion -> v1)"
+        f"model {config.model_name} in the MLflow store {store} has no alias 'canary' "
+        "(aliases: champion -> v1)"
     )
 
 
@@ -58,6 +60,7 @@ def test_reproduce_of_a_missing_alias_is_one_line_exit_2(registry):
     )
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        "agentrl reproduce: model agentrl-coder has no alias 'challenger' (aliases: champion -> v1)"
+        f"agentrl reproduce: model agentrl-coder in the MLflow store {uri} has no alias "
+        "'challenger' (aliases: champion -> v1)"
     ]
     assert not list(ROOT.glob("runs/reproduce-*challenger*"))  # nothing written
