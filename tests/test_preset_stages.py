@@ -148,7 +148,10 @@ def test_evaluate_run_reads_evaluate_section(preset, tasks_dir, tmp_path, monkey
     (tmp_path / "ckpt" / "config.json").write_text("{}")  # the parser checks it is one
     run("evaluate", "run", "--preset", preset, "--tasks", tasks_dir, "--model", tmp_path / "ckpt",
         "--out", tmp_path / "eval")  # fmt: skip
-    tasks = seen["args"][0]
+    from components.evaluate.cheating import is_variant
+
+    # One run plays the evaluated tasks and the impossible variants (evaluate.cheating).
+    tasks = [t for t in seen["args"][0] if not is_variant(t)]
     assert len(tasks) == CHANGED["evaluate"]["limit"]
     assert {t.metadata.split for t in tasks} == {"test"}
     assert_changed(seen["kwargs"]["env"], "env")
@@ -215,7 +218,6 @@ def test_rollout_sample_reads_rollout_env_and_sandbox(preset, tasks_dir, tmp_pat
 
 
 def test_rs_and_dpo_read_their_sections(preset, tmp_path, monkeypatch):
-    import components.train.data as data
     import components.train.dpo as dpo
     import components.train.rejection_sampling as rs
 
@@ -229,7 +231,7 @@ def test_rs_and_dpo_read_their_sections(preset, tmp_path, monkeypatch):
     config = seen["args"][3]
     assert config.successes_only is False and config.sft.learning_rate == 0.0004
     assert config.sft.output_dir == str(tmp_path / "rs")
-    monkeypatch.setattr(data, "preference_pairs", lambda *a: ["a pair"])
+    monkeypatch.setattr(dpo, "verified_pairs", lambda *a: (["a pair"], []))
     monkeypatch.setattr(dpo, "train_dpo", record(seen))
     run("train", "dpo", "--preset", preset, "--policy", fake_policy(tmp_path), "--samples", samples,
         "--out", tmp_path / "dpo")  # fmt: skip
