@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.output_files import MANIFEST as OUTPUTS_MANIFEST
+
 INPUT_SUFFIXES = (".jsonl", ".json", ".traj")
 BOM = b"\xef\xbb\xbf"
 _SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]")
@@ -70,6 +72,8 @@ def _walk(folder: Path, files: list[InputFile], skipped: list[str]) -> None:
                 dirnames.remove(name)
                 skipped.append(f"{here / name}: symbolic link to a folder (not followed)")
         for name in filenames:
+            if name == OUTPUTS_MANIFEST:
+                continue  # the folder's agentrl bookkeeping (an export's), not a trajectory
             f = here / name
             mode = f.lstat().st_mode
             if stat.S_ISLNK(mode):
