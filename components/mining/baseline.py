@@ -14,6 +14,7 @@ from components.mining.layout import (
     HARNESS_MODULES,
     TOOLS,
     add_src_path,
+    check_source,
     copy_repo,
     discover,
     distribution,
@@ -22,6 +23,7 @@ from components.mining.layout import (
 from components.sandbox.config import SandboxConfig
 from components.sandbox.process import run_sandboxed
 from components.tasks.environments import PrepareConfig, TaskEnvironmentError, build_environment
+from components.tasks.folder_safety import UnsafeTaskFolder
 from components.tasks.task import EditableInstall, TaskEnvironment
 
 
@@ -253,6 +255,10 @@ def setup_repo(repo: Path, work: Path, requirements: tuple[str, ...], config: Mi
     repo = repo.resolve()
     if not repo.is_dir():
         raise MineError(f"not a folder: {repo}")
+    try:  # before anything in it is read: no host file enters a task through a link
+        check_source(repo)
+    except UnsafeTaskFolder as e:
+        raise MineError(str(e)) from e
     tests, modules = discover(repo)
     if not tests:
         raise MineError("no test files (test_*.py or *_test.py)")

@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+from components.tasks.folder_safety import refuse_unsafe_source_tree
 from components.tasks.task import TaskFormatError, parse_editable
 
 SKIP_DIRS = {".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "docs", "doc",
@@ -67,10 +68,24 @@ def top_modules(root: Path, modules: list[str]) -> set[str]:
     return tops
 
 
+# What a copy leaves out: caches, tools, version control (docs and examples stay: a test
+# may read them).
+COPY_IGNORE = shutil.ignore_patterns(*SKIP_DIRS - {"docs", "doc", "examples", "benchmarks"},
+                                     "*.pyc")  # fmt: skip
+
+
+def check_source(src: Path, name: str | None = None) -> None:
+    """Refuse a repository with a link that leaves it, a link cycle, a hard link to a file
+    outside it, a FIFO, device or socket (folder_safety's source-tree rule: links inside it
+    are copied as their targets' content); UnsafeTaskFolder naming the path."""
+    refuse_unsafe_source_tree(src, name or Path(src).name, ignore=COPY_IGNORE)
+
+
 def copy_repo(src: Path, dest: Path) -> None:
-    shutil.copytree(src, dest, symlinks=False,
-                    ignore=shutil.ignore_patterns(*SKIP_DIRS - {"docs", "doc", "examples",
-                                                                "benchmarks"}, "*.pyc"))  # fmt: skip
+    """Copy a repository without caches and tools, checked first (`check_source`): the copy
+    holds folders and regular files only."""
+    check_source(src)
+    shutil.copytree(src, dest, symlinks=False, ignore=COPY_IGNORE)
 
 
 def add_src_path(root: Path) -> None:
