@@ -205,23 +205,12 @@ def evaluation_stages(run: Run, candidate: str,
 def describe_parent(
     run: Run, status: str, data_version: str, evaluation: dict, promotion: dict
 ) -> None:
-    """The parent run's model-centric record: the registered version's logged model gets
-    the candidate's evaluation (metrics on the evaluate run) and its training run's
-    configuration (params); the parent its description, the reports and the version,
-    gate and approval tags."""
-    from components.promote.registry import record_evaluation
+    """The parent run's model-centric record: its description, the reports and the
+    version, gate and approval tags. (The registered version's logged model got the
+    candidate's evaluation and the configuration from `promote request` itself.)"""
     from components.tracking import describe_pipeline_run, pipeline_note, promotion_tags
 
-    model_id = ""
-    if promotion.get("version"):
-        model_id = record_evaluation(
-            str(promotion["version"]),
-            (evaluation.get("candidate") or {}).get("overall") or {},
-            run.mlflow_runs.get("evaluate", ""),
-            run.preset.sections,
-            _promotion_config(run.preset),
-        )
-    tags = promotion_tags(promotion, model_id)
+    tags = promotion_tags(promotion, str(promotion.get("model_id") or ""))
     name = f"{'reproduce' if run.refresh else 'retrain'} {run.preset.name}"
     w = run.workdir
     describe_pipeline_run(
@@ -313,6 +302,7 @@ def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
                                   "--validation", DATA_REPORT, "--data-version",
                                   data_version, "--config-hash", p.config_hash(),
                                   "--training-run-id", run.mlflow_runs[trained_by],
+                                  "--evaluation-run-id", run.mlflow_runs["evaluate"],
                                   "--pipeline-run-id", parent, "--fingerprints",
                                   w / "fingerprints.json", "--out", w / "promote"],
                                   w / "promote" / "result.json",

@@ -3,9 +3,12 @@ gates against the champion, and (if it passes) make it the challenger awaiting a
 
     agentrl promote request --policy DIR --eval DIR --safety DIR --validation REPORT \
         --data-version ID --config-hash H [--training-run-id ID] [--pipeline-run-id ID] \
-        [--preset FILE] --out DIR
+        [--evaluation-run-id ID] [--preset FILE] --out DIR
 
-The gate thresholds and the registry come from the preset's `promote` section.
+The gate thresholds and the registry come from the preset's `promote` section. The
+registered version's logged model gets the evaluation's metrics (logged on the evaluation's
+run, else the version's source run) and the preset's configuration as its params, so
+MLflow's model page tells the story whether the flow or a person ran the request.
 """
 
 from __future__ import annotations
@@ -51,10 +54,22 @@ def _number(text: str):
         return None
 
 
+def _overall(eval_dir: Path) -> dict:
+    """The candidate's overall evaluation metrics (the evaluate stage's metrics.json)."""
+    return json.loads((eval_dir / "metrics.json").read_text())["candidate"]["overall"]
+
+
+def _configuration(preset: str | None) -> dict | None:
+    """The preset's sections (the logged model's params); None without a preset."""
+    from components.preset import load_preset
+
+    return load_preset(preset).sections if preset else None
+
+
 def _evidence(args) -> tuple[dict, dict, dict]:
     """(the candidate's gated metrics, the data validation summary, the safety report)
     from the evaluate, safety and validate stages' files."""
-    overall = json.loads((args.eval / "metrics.json").read_text())["candidate"]["overall"]
+    overall = _overall(args.eval)
     judged_by = json.loads((args.eval / "results.json").read_text()).get("verifier_version", "")
     safety = json.loads((args.safety / "safety.json").read_text())
     validation = json.loads(args.validation.read_text())
@@ -93,6 +108,9 @@ def main_request(argv: list[str]) -> int:
         help="the MLflow run that trained the candidate: the model is logged from it",
     )
     p.add_argument("--pipeline-run-id", default="", help="the pipeline (parent) MLflow run")
+    p.add_argument("--evaluation-run-id", default="",
+                   help="the MLflow run of the evaluation: the logged model's metrics are "
+                        "logged on it (default: the version's source run)")  # fmt: skip
     p.add_argument("--fingerprints", type=existing_file,
                    help="the run's stage fingerprints (JSON from the retrain flow), kept as "
                         "lineage so `agentrl reproduce` can compare a rerun")  # fmt: skip
@@ -104,7 +122,12 @@ def main_request(argv: list[str]) -> int:
     from components.promote.errors import PromotionError
     from components.promote.gates import evaluate_gates
     from components.promote.lock import promotion_lock
-    from components.promote.registry import Lineage, register_candidate, set_version_tags
+    from components.promote.registry import (
+        Lineage,
+        record_evaluation,
+        register_candidate,
+        set_version_tags,
+    )
 
     config = promotion_config(args.preset)
     candidate, data_validation, safety = _evidence(args)
@@ -129,6 +152,10 @@ def main_request(argv: list[str]) -> int:
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(args.eval / "results.json", kept)
         set_version_tags(version, {"eval_results": str(kept)}, config)
+        # The model-centric view: the evaluation's metrics and the configuration on the
+        # version's logged model (its page lists them and links the evaluation's run).
+        model_id = record_evaluation(version, _overall(args.eval), args.evaluation_run_id,
+                                     _configuration(args.preset), config)  # fmt: skip
         # Gated against the champion of the moment: the lock keeps it champion until the
         # request is recorded (an approval in between would make the comparison stale).
         with promotion_lock(config):
@@ -144,6 +171,7 @@ def main_request(argv: list[str]) -> int:
     result = {
         "version": version,
         "model": config.model_name,
+        "model_id": model_id,
         "gates_passed": decision.passed,
         "gate_checks": decision.to_dict()["checks"],
         "challenger": challenger,

@@ -38,7 +38,8 @@ POOLS = ["cpu", "sandbox", "sandbox", "cpu", "cpu", "cpu", "cpu", "gpu", "gpu", 
 
 
 def expected_stages(preset_path: str, results: dict[str, dict], run_id: str,
-                    training_run_id: str = "") -> list[tuple]:  # fmt: skip
+                    training_run_id: str = "",
+                    evaluation_run_id: str = "") -> list[tuple]:  # fmt: skip
     """(stage, argv) of a `retrain` of a GRPO-only preset, given the stages' results: the
     contract of flows/retrain.py, written out. Every stage reads its settings from the
     preset file (`--preset`, appended last); the command lines carry only paths, splits and
@@ -72,7 +73,8 @@ def expected_stages(preset_path: str, results: dict[str, dict], run_id: str,
                              "--safety", f"{w}/safety", "--validation",
                              "reports/data_validation/report.json", "--data-version",
                              results["snapshot"]["version"], "--config-hash", p.config_hash(),
-                             "--training-run-id", training_run_id, "--pipeline-run-id", run_id,
+                             "--training-run-id", training_run_id, "--evaluation-run-id",
+                             evaluation_run_id, "--pipeline-run-id", run_id,
                              "--fingerprints",
                              f"{w}/fingerprints.json", "--out", f"{w}/promote"]),
     ]  # fmt: skip
@@ -300,9 +302,14 @@ def test_retrain_on_kubernetes_runs_the_expected_jobs_with_in_process_results(
         filter_string=f"tags.mlflow.parentRunId = '{run_id}' and tags.stage = 'grpo'",
         output_format="list",
     )
-    assert len(grpo_runs) == 1
+    evaluate_runs = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=f"tags.mlflow.parentRunId = '{run_id}' and tags.stage = 'evaluate'",
+        output_format="list",
+    )
+    assert len(grpo_runs) == 1 and len(evaluate_runs) == 1
     stages = expected_stages("preset.yaml", dict(zip(STAGES, results, strict=True)), run_id,
-                             grpo_runs[0].info.run_id)  # fmt: skip
+                             grpo_runs[0].info.run_id, evaluate_runs[0].info.run_id)  # fmt: skip
     assert [name for name, _ in launched] == STAGES
     assert launched == stages
     assert [job_summary(j) for j in created] == expected_jobs_for(stages, config)

@@ -55,3 +55,38 @@ def test_request_then_champion_baseline(cfg, checkpoint, tmp_path):
     assert not unsafe["gates_passed"] and not unsafe["challenger"]
     assert unsafe["champion"]["success_rate"] == 0.5  # the champion's own metrics
     assert get_alias("champion", cfg) == first["version"]
+
+
+def test_a_standalone_request_records_the_evaluation_on_the_logged_model(cfg, checkpoint, tmp_path):
+    """`agentrl promote request` run by a person (not the flow): the version's logged model
+    is linked to it and carries the evaluation's metrics (on the named evaluation run) and
+    the preset's configuration as params; the result names the model."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    from components.promote.client import mlflow_client
+
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({"promote": {
+        "model_name": cfg.model_name, "tracking_uri": cfg.tracking_uri,
+        "artifact_root": cfg.artifact_root, "audit_path": cfg.audit_path},
+        "sft": {"max_steps": 7}}))  # fmt: skip
+    validation = tmp_path / "report.json"
+    validation.write_text(json.dumps({"passed": True, "failure_rate": 0.0}))
+    client = mlflow_client(cfg)
+    evaluation = client.create_run(client.create_experiment(f"eval-{cfg.model_name}"))
+    ev, sf = _stage_outputs(tmp_path, "alone", 0.25)
+    out = tmp_path / "alone-out"
+    assert main_request(["--policy", str(checkpoint), "--eval", str(ev), "--safety", str(sf),
+                         "--validation", str(validation), "--data-version", "d1",
+                         "--config-hash", "c1", "--evaluation-run-id",
+                         evaluation.info.run_id, "--preset", str(preset),
+                         "--out", str(out)]) == 0  # fmt: skip
+    result = json.loads((out / "result.json").read_text())
+    model = client.get_logged_model(result["model_id"])
+    assert get_version(result["version"], cfg)["tags"]["model_uri"] == f"models:/{model.model_id}"
+    linked = json.loads(model.tags[MLFLOW_MODEL_VERSIONS])
+    assert {"name": cfg.model_name, "version": result["version"]} in linked
+    metrics = {m.key: (m.value, m.run_id) for m in model.metrics}
+    assert metrics["success_rate"] == (0.25, evaluation.info.run_id)
+    assert metrics["episodes"] == (20, evaluation.info.run_id)
+    assert model.params["sft.max_steps"] == "7"
