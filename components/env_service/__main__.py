@@ -1,9 +1,18 @@
 """CLI: `agentrl env serve --tasks DIR [--preset P] [--host 127.0.0.1] [--port 8100]
-[--workers N] [--max-queue Q] [--request-timeout-s S]` (also `python -m
-components.env_service ...`)."""
+[--workers N] [--max-queue Q] [--request-timeout-s S] [--require-verdict-key]` (also
+`python -m components.env_service ...`).
+
+Before any worker starts, the verdict key the server signs records with is read (made on
+first use, as everywhere: components/verifier/provenance.py); a server that cannot read or
+make it refuses to start with one line: its records would never train. With
+`--require-verdict-key` (the Kubernetes Deployment, infra/base/env-service.yaml) the key
+must exist already, i.e. the Secret `agentrl-verdict-key` is mounted: a key made here would
+sign records no trainer accepts.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from components.cli_args import (
@@ -45,7 +54,13 @@ def main_serve(argv: list[str]) -> int:
         default=300.0,
         help="longest one request may take (past it: 504, the worker replaced)",
     )
+    p.add_argument(
+        "--require-verdict-key",
+        action="store_true",
+        help="refuse to start unless the verdict key exists already (a mounted Secret)",
+    )
     args = p.parse_args(argv)
+    key = verdict_key_preflight(args.require_verdict_key)
     from components.env_service.server import EnvServiceConfig, serve
     from components.sandbox.config import SandboxConfig
     from components.tasks.task import load_tasks
@@ -68,11 +83,34 @@ def main_serve(argv: list[str]) -> int:
     config = EnvServiceConfig(args.workers, args.max_queue, args.request_timeout_s)
     print(
         f"agentrl env serve: {len(tasks)} tasks, {args.workers} workers on "
-        f"http://{args.host}:{args.port}",
+        f"http://{args.host}:{args.port}; records signed with the verdict key {key}",
         flush=True,
     )
     serve(args.tasks, sandbox, config, host=args.host, port=args.port)
     return 0
+
+
+def verdict_key_preflight(require_existing: bool) -> str:
+    """The verdict key's path once it reads (module docstring); CommandError otherwise."""
+    from components.verifier.provenance import (
+        STATE_DIR_ENV,
+        ProvenanceError,
+        key_path,
+        verdict_key,
+    )
+
+    try:
+        path = key_path()
+        if require_existing and not path.exists():
+            raise ProvenanceError(
+                f"verdict key {path}: missing, and --require-verdict-key forbids making one "
+                f"({STATE_DIR_ENV}={os.environ.get(STATE_DIR_ENV, '')!r}): create the Secret "
+                "agentrl-verdict-key (docs/scale-out.md)"
+            )
+        verdict_key()
+    except ProvenanceError as e:
+        raise CommandError(f"{e}; the server's records could never train") from None
+    return str(path)
 
 
 if __name__ == "__main__":

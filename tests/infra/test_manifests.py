@@ -222,3 +222,33 @@ def test_the_environment_server_runs_in_the_sandbox_pool_without_egress(renders,
     # the trainer's pods may reach it (stage Jobs get the label from the pool templates)
     trainer = docs[("Job", "agentrl-trainer")]["spec"]["template"]["metadata"]["labels"]
     assert trainer["app.kubernetes.io/part-of"] == "agentrl"
+
+
+@pytest.mark.parametrize("target", ["base", "overlays/dev", "overlays/gpu"])
+def test_the_environment_server_needs_the_verdict_key_secret_outside_the_sandbox(renders, target):
+    """issue 47: the Secret agentrl-verdict-key is created by a documented step (never in
+    the repository), mounted only into the init container, copied where no sandboxed command
+    looks (components/verifier/provenance.py refuses a key under /etc), and the server
+    refuses to start without it."""
+    from components.verifier.provenance import KEY_FILE, STATE_DIR_ENV
+
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in renders[target]}
+    pod = docs[("Deployment", "env-service")]["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    (init,) = pod["initContainers"]
+    assert "--require-verdict-key" in server["args"]
+    state = next(e["value"] for e in server["env"] if e["name"] == STATE_DIR_ENV)
+    from components.sandbox.bubblewrap import SYSTEM_PATHS
+
+    assert not any(state == p or state.startswith(p + "/") for p in SYSTEM_PATHS), state
+    secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v}
+    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {
+        "agentrl-verdict-key"
+    }
+    assert not secret_volumes & {m["name"] for m in server["volumeMounts"]}
+    assert secret_volumes <= {m["name"] for m in init["volumeMounts"]}
+    assert f"{state}/{KEY_FILE}" in " ".join(init["args"])
+    assert "umask 077" in " ".join(init["args"])
+    docs_text = (ROOT / "docs" / "scale-out.md").read_text()
+    assert "create secret generic agentrl-verdict-key" in docs_text
+    assert f"--from-literal={KEY_FILE}=" in docs_text
