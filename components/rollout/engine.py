@@ -38,11 +38,18 @@ A step is bounded in time (`RolloutConfig.step_timeout_s`, issue 44): a tool cal
 running when its turn's deadline passes ends that episode only, as the agent's doing: a
 `resource_limit` flag saying so (penalized like a command the sandbox killed), end reason
 "time_limit", and the tree verified as it stands, as for any episode out of time; never an
-infra failure, and the batch goes on. A thread cannot be killed, so the stuck call is left
-to finish in the background: the tool pool is replaced, and verification runs in a pool of
-its own, so neither waits on it. The deadline needs the stuck call to release the GIL
-(waiting on a sandboxed process, I/O); the monitor's and tools' own bounds (RE2 patterns,
-argument and patch limits) are what keep a call from holding it.
+infra failure, and the batch goes on. A thread cannot be killed, but what it waits on can:
+every sandboxed command still running in the episode's workspace is killed at once (its
+process group and cgroups, `sandbox.process.stop_commands_in`), no new one may start
+there, and the call is given STUCK_GRACE_S to return before the episode is verified, so
+the verifier never snapshots a tree that a live process is still writing, and no process
+of the episode outlives it. A call that still has not returned (one holding the GIL) is
+left to finish in the background: the tool pool is replaced, and verification runs in a
+pool of its own, so neither waits on it. The deadline needs the stuck call to release the
+GIL (waiting on a sandboxed process, I/O); the monitor's and tools' own bounds (RE2
+patterns, argument and patch limits) are what keep a call from holding it. An episode on
+an environment server (env.remote) has no workspace in this process: its commands are the
+server's to bound (its request timeout, components/env_service/).
 
 torch / transformers are imported inside functions: the CLI imports this module.
 """
@@ -71,6 +78,7 @@ from components.policy.chat import (
 from components.rollout.completion import Completion, GenerateFn
 from components.rollout.config import RolloutConfig
 from components.sandbox.config import SandboxConfig
+from components.sandbox.process import stop_commands_in
 from components.seeding import derive_seed
 from components.tasks.task import Task
 
@@ -315,6 +323,10 @@ def make_generate_fn(policy, tokenizer, config: RolloutConfig) -> GenerateFn:
 # Episodes
 
 
+# How long a stuck step's call gets to return once its commands were killed.
+STUCK_GRACE_S = 10.0
+
+
 @dataclass
 class _Live:
     env: EpisodeEnv
@@ -387,6 +399,17 @@ def _end_stuck(live: _Live, timeout_s: float) -> None:
                   "episode was ended",
     })  # fmt: skip
     live.env.stop("time_limit")
+    workspace = getattr(live.env, "workspace", None)  # None: an environment server's episode
+    if workspace is not None:
+        stop_commands_in(workspace.root)
+
+
+def _returned(fut: Future, within_s: float) -> bool:
+    try:
+        fut.result(timeout=within_s)
+    except FutureTimeout:
+        return False
+    return True
 
 
 def _generate_turn(
@@ -413,7 +436,8 @@ def _advance(
     then append each environment turn as context (mask 0), or stop the episode when the
     next turn would not fit: it needs room for the context and one sampled token. A step
     past the turn's deadline (step_timeout_s per round of the pool's workers) ends its
-    episode (`_end_stuck`); returns whether one did (the pool then holds a stuck thread)."""
+    episode (`_end_stuck`); returns whether such a call is still running after its grace
+    (the pool then holds its thread)."""
     eos = end_of_turn_id(tokenizer)
     stepping = []
     for ep, c in zip(live, completions, strict=True):
@@ -435,7 +459,8 @@ def _advance(
             event = fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             _end_stuck(ep, config.step_timeout_s)
-            stuck = True
+            # Its commands are dead: the call returns, unless it holds the GIL (module doc).
+            stuck = not _returned(fut, STUCK_GRACE_S) or stuck
             continue
         if ep.env.done:
             continue

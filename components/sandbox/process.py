@@ -15,6 +15,7 @@ import select
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,11 +128,88 @@ def run_sandboxed(
         full_argv = bwrap_argv(config, ws, cwd, tuple(str(p) for p in ro), mounts) + full_argv
         if sandbox_cwd is not None:
             full_argv[full_argv.index("--chdir") + 1] = sandbox_cwd
-    cgroups = make_cgroups(config)
+    slot = _open_slot(ws, make_cgroups(config))
     try:
-        return _run(argv, full_argv, cwd, env, config, mode, cgroups, count_net=count_net)
+        return _run(argv, full_argv, cwd, env, config, mode, slot, count_net=count_net)
     finally:
-        remove_cgroups(cgroups)
+        _close_slot(slot)
+        remove_cgroups(slot.cgroups)
+
+
+@dataclass
+class _Slot:
+    """A command running in a workspace: what `stop_commands_in`, from another thread,
+    needs to kill it (its process group and cgroups)."""
+
+    workspace: Path
+    cgroups: dict[str, Path]
+    proc: subprocess.Popen | None = None
+    stopped: bool = False  # killed by stop_commands_in
+    done: bool = False  # reaped, or about to be: its pid may no longer be its own
+
+
+_SLOTS: dict[Path, list[_Slot]] = {}
+_STOPPED: set[Path] = set()  # workspaces whose driver ended them: no new command there
+_SLOTS_LOCK = threading.Lock()
+
+
+def _open_slot(ws: Path, cgroups: dict[str, Path]) -> _Slot:
+    with _SLOTS_LOCK:
+        if ws in _STOPPED:
+            remove_cgroups(cgroups)
+            raise SandboxError(f"workspace {ws} was stopped by its driver: no new command")
+        slot = _Slot(ws, cgroups)
+        _SLOTS.setdefault(ws, []).append(slot)
+    return slot
+
+
+def _close_slot(slot: _Slot) -> None:
+    with _SLOTS_LOCK:
+        slots = _SLOTS.get(slot.workspace, [])
+        if slot in slots:
+            slots.remove(slot)
+        if not slots:
+            _SLOTS.pop(slot.workspace, None)
+
+
+def _started(slot: _Slot, proc: subprocess.Popen) -> None:
+    """Record the started process; one stopped while it started is killed at once."""
+    with _SLOTS_LOCK:
+        slot.proc = proc
+        stopped = slot.stopped
+    if stopped:
+        _kill_slot(slot)
+
+
+def _kill_slot(slot: _Slot) -> None:
+    with _SLOTS_LOCK:  # the leader is unreaped until `done`: its pgid is still its own
+        if slot.proc is not None and not slot.done:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(slot.proc.pid, signal.SIGKILL)
+    kill_cgroups(slot.cgroups)
+
+
+def stop_commands_in(workspace: str | Path) -> int:
+    """Kill every command running in `workspace` now (its process group and cgroups, from
+    any thread) and refuse new ones there until `forget_stopped`: what a driver does when
+    the thread that runs a command is past its deadline and cannot itself be killed (the
+    rollout engine's step limit). The command returns at once as a wall_time limit hit.
+    Returns how many commands were running."""
+    ws = Path(workspace).resolve()
+    with _SLOTS_LOCK:
+        _STOPPED.add(ws)
+        slots = list(_SLOTS.get(ws, ()))
+        for slot in slots:
+            slot.stopped = True
+    for slot in slots:
+        _kill_slot(slot)
+    return len(slots)
+
+
+def forget_stopped(workspace: str | Path) -> None:
+    """The workspace is gone (Workspace.cleanup): a new one at its path may run commands."""
+    with _SLOTS_LOCK:
+        _STOPPED.discard(Path(workspace).resolve())
 
 
 def kernel_call_refused(cmd: CommandResult) -> bool:
@@ -187,12 +265,14 @@ def _run(
     env: dict[str, str],
     config: SandboxConfig,
     mode: str,
-    cgroups: dict[str, Path],
+    slot: _Slot,
     *,
     count_net: bool,
 ) -> CommandResult:
     start = time.monotonic()
+    cgroups = slot.cgroups
     proc, counters_fd = _start(argv, full_argv, cwd, env, config, mode, cgroups, count_net)
+    _started(slot, proc)
     buf = OutputBuffer(config.max_output_bytes)
     fd = proc.stdout.fileno()
     # A pidfd tells us when the command exits even if a background child keeps the pipe
@@ -206,8 +286,10 @@ def _run(
     finally:
         # Kill the group while the leader is unreaped, so its pgid cannot have been reused;
         # then whatever else is left in the cgroups (processes that left the group).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        with _SLOTS_LOCK:  # never while `stop_commands_in` kills it: then it is reaped
+            slot.done = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         kill_cgroups(cgroups)
         returncode = proc.wait()
         _drain(fd, buf)
@@ -216,6 +298,8 @@ def _run(
             os.close(pidfd)
         counters = read_counters(counters_fd)
     wall_s = time.monotonic() - start
+    if slot.stopped:  # its driver's own time limit ended it (`stop_commands_in`)
+        killed_for = killed_for or "wall_time"
 
     exit_code = returncode if returncode >= 0 else 128 - returncode
     data, truncated = buf.getvalue()

@@ -16,6 +16,7 @@ from pathlib import Path
 from components import shutdown
 from components.runtime import refuse_if_stopping
 from components.sandbox.kernel import MNT_DETACH, MS_NODEV, MS_NOSUID, load_libc
+from components.sandbox.process import forget_stopped
 
 # Folders that tools create on their own (caches): a workspace does not copy them, and
 # the agent's tools skip them.
@@ -169,6 +170,7 @@ class Workspace:
     def cleanup(self) -> None:
         _remove_root(self.root, self.mounted)
         self.mounted = False
+        forget_stopped(self.root)  # a stopped episode's refusal ends with its folder
         if self._on_stop is not None:
             shutdown.forget(self._on_stop)
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +21,7 @@ from components.rollout.config import RolloutConfig
 from components.rollout.engine import sample_episodes
 from components.sandbox.config import SandboxConfig
 
-SLEEP_S = 8.0
+SLEEP_S = 30.0  # far above the verification time of both episodes on a loaded machine
 
 
 def _call(name: str, arguments: dict) -> str:
@@ -65,17 +68,90 @@ def test_a_stuck_step_ends_its_episode_as_the_agents_failure(model, tokenizer, t
     assert flags and "step limit of 1 s" in flags[0]["reason"]
     assert r.reward_terms["resource_limit"] < 0
     assert other.result.status == "ok" and other.result.end_reason == "finished"
-    _wait_for_the_abandoned_step()
 
 
-def _wait_for_the_abandoned_step() -> None:
-    """The stuck command runs on in its abandoned thread until it ends (its sandbox's own
-    limits bound it); wait for its sandbox to go, so no later test of this process sees
-    its cgroup (tests/sandbox/test_sandbox.py checks the host is left clean)."""
-    from pathlib import Path
+LONG_SLEEP_S = 40.0  # below the sandbox's own 60 s wall limit: only the step limit ends it
 
-    prefix = f"agentrl-sbx-{os.getpid()}-"
-    roots = [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")]
-    deadline = time.monotonic() + SLEEP_S + 60
-    while time.monotonic() < deadline and any(any(r.glob(prefix + "*")) for r in roots):
-        time.sleep(0.2)
+
+def _marked_processes(marker: str) -> list[int]:
+    """Pids of live processes whose command line holds `marker` (any pid namespace)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if marker.encode() in cmdline and not zombie:
+            pids.append(int(entry))
+    return pids
+
+
+def test_a_stuck_steps_sandbox_processes_end_with_its_episode(model, tokenizer, tasks,
+                                                              monkeypatch, tmp_path):  # fmt: skip
+    """The stuck call's command (and anything it started) is killed when the step limit
+    passes, not left to run to the sandbox's own wall limit: once sample_episodes returns,
+    no process of the episode is alive and its workspace (and its tmpfs) is gone."""
+    from components.sandbox import workspace as workspace_module
+    from components.tasks.task import load_task
+
+    marker = f"agentrl-stuck-{os.getpid()}-{time.monotonic_ns()}"
+    # The program lies in the task's repository (the monitor refuses `python -c` code that
+    # starts programs): it sleeps, and so does a child in a session of its own (outside
+    # the command's process group); both carry the marker in their command line.
+    shutil.copytree(tasks[0].root, tmp_path / "task")
+    (tmp_path / "task" / "repo" / "sleeper.py").write_text(
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({LONG_SLEEP_S:g})', "
+        "sys.argv[1]], start_new_session=True)\n"
+        f"time.sleep({LONG_SLEEP_S:g})\n"
+    )  # fmt: skip
+    task = load_task(tmp_path / "task")
+    sleep = _call("run_command", {"cmd": f"python sleeper.py {marker}"})
+    finish = _call("finish", {})
+    turn = {"n": 0}
+
+    def generate(prompts, caps, seed):
+        texts = [sleep if turn["n"] == 0 and i == 0 else finish for i in range(len(prompts))]
+        turn["n"] += 1
+        return [Completion(ids := tokenizer(t, add_special_tokens=False)["input_ids"][:cap],
+                           [-0.5] * len(ids), "stop") for t, cap in zip(texts, caps, strict=True)]  # fmt: skip
+
+    roots = []
+    real_create = workspace_module.Workspace.create
+
+    def create(*args, **kwargs):
+        ws = real_create(*args, **kwargs)
+        roots.append(ws.root)
+        return ws
+
+    monkeypatch.setattr(workspace_module.Workspace, "create", create)
+    config = RolloutConfig(max_new_tokens=200, max_episode_tokens=1900, batch_size=2,
+                           samples_per_task=1, workers=2, step_timeout_s=3.0)  # fmt: skip
+    seen, done = [], threading.Event()
+    watcher = threading.Thread(target=_watch, args=(marker, seen, done))
+    watcher.start()
+    start = time.monotonic()
+    try:
+        stuck, _ = sample_episodes([task, tasks[1]], model, tokenizer, config,
+                                   EnvConfig(max_steps=3), SandboxConfig(), generate_fn=generate)  # fmt: skip
+    finally:
+        done.set()
+        watcher.join()
+    assert time.monotonic() - start < LONG_SLEEP_S
+    assert max(seen, default=0) >= 2, "the command and its child never ran: nothing was tested"
+    assert stuck.result.end_reason == "time_limit" and not stuck.infra_failure
+    assert _marked_processes(marker) == []  # nothing of the stuck step outlived the episode
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert roots and all(not r.exists() and f" {r} " not in mounts for r in roots)
+
+
+def _watch(marker: str, seen: list[int], done: threading.Event) -> None:
+    """How many marked processes were alive, every 0.1 s until `done` (the positive
+    control: the command and its child did run while the step was stuck)."""
+    while not done.wait(0.1):
+        seen.append(len(_marked_processes(marker)))
