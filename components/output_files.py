@@ -95,9 +95,27 @@ def start_outputs(out: Path, entries: Iterable[str] = ()) -> None:
     """Mark `out` (claimed, so empty or holding only agentrl's) as agentrl's before the
     first entry is written: its manifest, listing `entries` (those known up front) and any
     it listed before. A command that fails after this leaves a folder `--overwrite` takes."""
-    with disk_errors(out / MANIFEST, "the output manifest"):
-        out.mkdir(parents=True, exist_ok=True)
+    with disk_errors(out / MANIFEST, "the output manifest"), made_folder(out):
         _write_manifest(out, [*listed_outputs(out), *entries])
+
+
+@contextmanager
+def made_folder(out: Path) -> Iterator[None]:
+    """`out` made (with its missing parents) for the block; when the block fails, the
+    folders it made are removed again (those still empty): a command that fails before
+    its first entry, such as on a full disk at its manifest, leaves nothing."""
+    missing, probe = [], Path(out)
+    while not probe.exists() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    Path(out).mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in missing:  # the deepest first
+            with suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 def add_outputs(out: Path, *names: str) -> None:

@@ -64,9 +64,11 @@ def claim_stage_dir(out: Path) -> None:
 def start_stage_dir(out: Path) -> None:
     """Mark `out` as this stage's folder once its inputs are read, before the long work:
     a run killed now is resumed, not refused, by the next."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / MANIFEST).is_file():
-        write_atomic(out / MANIFEST, '{"entries": []}\n')
+    from components.output_files import made_folder
+
+    with made_folder(out):  # a manifest that cannot be written leaves no folder behind
+        if not (out / MANIFEST).is_file():
+            write_atomic(out / MANIFEST, '{"entries": []}\n')
 
 
 def write_stage_result(out: Path, result: dict) -> int:

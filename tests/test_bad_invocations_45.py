@@ -331,6 +331,13 @@ def test_bad_invocation_45_is_one_line_right_code_nothing_written(
         pytest.skip("no tmpfs can be mounted here (needs root)")
     if "policy" in row.needs:
         request.getfixturevalue("tiny_policy")
+        # A command line sets HF_HUB_DISABLE_PROGRESS_BARS before transformers is imported
+        # (components/cli.py); here the fixture imported it first, so the same switch by
+        # hand, and the fixture's own output is not the command's.
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+        capfd.readouterr()
     w = world["path"]
     monkeypatch.chdir(w)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{w / 'mlruns' / 'runs.db'}")
@@ -396,6 +403,20 @@ def test_line_log_writes_each_row_as_it_comes_and_nothing_on_a_full_disk(tmp_pat
     with pytest.raises(DiskFull, match=message), line_log(full, "results", {"tasks": 2}):
         pytest.fail("the log opened on a full disk")
     assert not full.exists()
+
+
+def test_an_output_folder_whose_manifest_cannot_be_written_is_not_left(small_disk):
+    """Finding 7: on a full disk, `train sft`/`policy merge` (stage folders) and the
+    commands that start an output manifest left an empty output folder behind."""
+    from components.output_files import DiskFull, start_outputs
+    from components.stage_io import start_stage_dir
+
+    _fill(small_disk)
+    with pytest.raises(DiskFull, match=r"\.agentrl-outputs\.json: no space left on device"):
+        start_outputs(small_disk / "a" / "b", ["x"])
+    with pytest.raises(OSError, match="No space left on device"):
+        start_stage_dir(small_disk / "sft")
+    assert sorted(p.name for p in small_disk.iterdir()) == ["fill"]
 
 
 def test_manifest_lists_entries_before_they_are_written(tmp_path):
