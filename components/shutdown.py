@@ -45,9 +45,10 @@ import itertools
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _LOCK = threading.Lock()
@@ -72,6 +73,18 @@ def remove_on_stop(folder: str | Path) -> int:
         key = next(_IDS)
         _FOLDERS[key] = Path(folder)
     return key
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str) -> Iterator[str]:
+    """`tempfile.TemporaryDirectory(prefix=prefix)` that Ctrl-C or SIGTERM removes too (the
+    handler's `os._exit` skips the `with`'s own removal)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        key = remove_on_stop(tmp)
+        try:
+            yield tmp
+        finally:
+            forget(key)
 
 
 def forget(key: int) -> None:

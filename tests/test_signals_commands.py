@@ -1,10 +1,11 @@
 """Ctrl-C and SIGTERM of the long commands themselves (issue 45, deliverable 3 and finding
-6): `agentrl tasks check` and `agentrl env eval` on a generated suite, stopped by SIGINT
-or SIGTERM to their process group while their sandboxes run: exit 130 / 143 within a few
-seconds, no `agentrl-*` mount left, no process of their group, no temporary folder (the
-`agentrl-ws-*` workspaces and `agentrl-verify-*` work areas are removed). `python -m
-flows.retrain` is tests/flows/test_retrain_start.py's (slow) and `agentrl reproduce`'s
-rerun is the same flow behind the same handler."""
+6): `agentrl tasks check` and `agentrl env eval` on a generated suite and `agentrl tasks
+mine` on the fixture library, stopped by SIGINT or SIGTERM to their process group while
+they work: exit 130 / 143 within a few seconds, no `agentrl-*` mount left, no process of
+their group, no temporary folder (the `agentrl-ws-*` workspaces, `agentrl-verify-*` work
+areas and `agentrl-mine-*` folders are removed). `python -m flows.retrain` is
+tests/flows/test_retrain_start.py's (slow), `agentrl reproduce`'s rerun
+tests/test_reproduce_during_pipeline.py's (slow)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def wait_for_a_sandbox(tmp: Path, budget_s: float = 240) -> None:
     deadline = time.monotonic() + budget_s
     while time.monotonic() < deadline:
         names = [p.name for p in tmp.iterdir()]
-        if any(n.startswith(("agentrl-ws-", "agentrl-verify-")) for n in names):
+        if any(n.startswith(("agentrl-ws-", "agentrl-verify-", "agentrl-mine-")) for n in names):
             time.sleep(1.0)  # a few more start
             return
         time.sleep(0.1)
@@ -66,6 +67,15 @@ COMMANDS = {
         str(suite),
         "--report",
         str(out / "gate.json"),
+    ],
+    # its work folder (agentrl-mine-*: the repository's copy, the mutants' trees) first
+    "tasks mine": lambda suite, out: [
+        "tasks",
+        "mine",
+        "--repo",
+        str(ROOT / "tests" / "fixtures" / "mine_repo"),
+        "--out",
+        str(out / "mined"),
     ],
     "env eval": lambda suite, out: [
         "env",
@@ -91,7 +101,8 @@ def test_a_long_command_stopped_in_its_sandboxes_leaves_nothing(suite, tmp_path,
     try:
         wait_for_a_sandbox(tmp_path / "tmp")
         assert proc.poll() is None, "it ended before it was stopped"
-        assert agentrl_mounts(tmp_path) or os.geteuid() != 0
+        # (mining's first work, the baseline suite, mounts no workspace)
+        assert agentrl_mounts(tmp_path) or os.geteuid() != 0 or command == "tasks mine"
         took, rest = stop(proc, how)
     finally:
         if proc.poll() is None:

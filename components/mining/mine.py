@@ -48,12 +48,12 @@ puts the whole repository there (a held-out repository).
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from components import shutdown
 from components.mining.baseline import Repo, run_suite, setup_repo
 from components.mining.candidates import Candidate, candidates, covering_tests, mutant_text
 from components.mining.config import MineConfig, MineError, MineReport
@@ -124,7 +124,7 @@ def mine_repository(source: RepoSource, out: Path, *, config: MineConfig, sandbo
     report = MineReport(repository=source.name or str(source.path))
     prepare = prepare or PrepareConfig()
     try:
-        with tempfile.TemporaryDirectory(prefix="agentrl-mine-") as tmp:
+        with shutdown.temporary_folder("agentrl-mine-") as tmp:  # a signal removes it too
             _mine(source, out, Path(tmp), report, config, sandbox, run_tests, prepare)
         report.ok = True
     except (MineError, SandboxError, TaskEnvironmentError, OSError) as e:

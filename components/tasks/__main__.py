@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from components import shutdown
 from components.cli_args import (
     ArgumentParser,
     CommandError,
@@ -163,7 +163,7 @@ def main_import(
     args.source = args.source or detect_source(args.src)
     if args.overwrite:  # refused before the work if the folder holds anything not ours
         check_output_dir(args.out, overwrite=True, what="import")
-    with tempfile.TemporaryDirectory(prefix="agentrl-import-") as tmp:
+    with shutdown.temporary_folder("agentrl-import-") as tmp:  # a signal removes it too
         converted: list[str] = []
         src = args.src
         if args.source == "quixbugs":
@@ -345,7 +345,6 @@ def main_mine(argv: list[str]) -> int:
     repositories with a pytest suite into tasks (components/mining/); one line per
     repository. Settings come from the preset's `mine` section; options override them."""
     import dataclasses
-    import tempfile
 
     from components.mining.config import MineReport
     from components.mining.mine import RepoSource, mine_repository, report_dict
@@ -397,7 +396,7 @@ def main_mine(argv: list[str]) -> int:
     run_tests = sandboxed_test_runner(env, sandbox)
     prepare = PrepareConfig(wheelhouse=args.wheelhouse)
     reports = []
-    with tempfile.TemporaryDirectory(prefix="agentrl-sdists-") as tmp:
+    with shutdown.temporary_folder("agentrl-sdists-") as tmp:  # a signal removes it too
         sources = [(repo, {}, None) for repo in args.repo]
         for i, req in enumerate(args.sdist):
             try:
