@@ -19,6 +19,9 @@ then run the flow (flows/retrain.py).
    starts). Ctrl-C or SIGTERM, to the process or its group, ends the run at once
    (components/shutdown.py): its MLflow runs KILLED, every process it started stopped, the
    server too, its mounts and temporary folder removed, one line, exit 130 (143).
+4. A preset with `env.remote: local` gets an environment server per task suite, started by
+   the first episode, health-waited with the same budget and stopped when the run ends
+   (components/env_service/local.py).
 """
 
 from __future__ import annotations
@@ -350,11 +353,13 @@ def run_flow(args: argparse.Namespace, preset, budget: float) -> int:
     """Prefect's server (unless one is named), the flow, its summary; the run's scope
     undone whatever happens. The flow runs in a thread of its own, so Ctrl-C and SIGTERM
     reach components/shutdown.py's handler, not Prefect's (components/shutdown.py)."""
+    from components.env_service.local import local_env_servers
     from components.shutdown import in_worker_thread
 
     scope = RunScope()
     try:
-        with prefect_api(budget):
+        # env.remote: local -> a server per task suite, health-waited, stopped at the end
+        with prefect_api(budget), local_env_servers(budget):
             from flows.retrain import print_summary, retrain
 
             summary = in_worker_thread(

@@ -118,12 +118,12 @@ class EnvConfig:
     weights: RewardWeights = field(default_factory=RewardWeights, metadata=doc("reward weights"))
     remote: str = field(
         default="",
-        metadata=doc("URL of the environment server (components/env_service/); '': in-process"),
+        metadata=doc("env server URL (components/env_service/); 'local': local.py; '': in-process"),
     )
 
     def __post_init__(self) -> None:
-        if self.remote and not self.remote.startswith(("http://", "https://")):
-            raise ValueError(f"EnvConfig.remote: expected an http(s):// URL, got {self.remote!r}")
+        if self.remote not in ("", "local") and not self.remote.startswith(("http://", "https://")):
+            raise ValueError(f"EnvConfig.remote: an http(s):// URL or 'local': {self.remote!r}")
         if self.tool_set not in TOOL_SETS:
             raise ValueError(
                 f"EnvConfig.tool_set: unknown {self.tool_set!r} (known: {', '.join(TOOL_SETS)})"

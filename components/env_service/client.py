@@ -42,8 +42,10 @@ from components.env.episode import (
     EpisodeResult,
     episode_id_for,
     initial_message,
+    run_episode,
 )
 from components.env.tool_sets import tool_set
+from components.env_service.local import LOCAL, remote_url
 from components.env_service.protocol import (
     BUSY,
     LOST_STATUSES,
@@ -168,7 +170,7 @@ class RemoteEpisode:
         retries: int = 1,
     ) -> None:
         self.task, self.env, self.policy_name, self.source = task, env, policy_name, source
-        self.client = client or client_for(env.remote)
+        self.client = client or client_for(remote_url(env.remote, task, sandbox))
         self.retries = retries
         self.tools = tool_set(env.tool_set)  # the spec only: prompt and decoding constraint
         self.episode_id = episode_id or f"{policy_name}-{task.id}"
@@ -396,9 +398,10 @@ class RemoteRequired(ValueError):
 def require_remote_where_asked(env: EnvConfig) -> None:
     """Refuse an in-process episode in a pod that holds what an agent must not reach
     (AGENTRL_REQUIRE_ENV_REMOTE set: a GPU or CPU stage pod outside the sandbox pool)."""
-    if os.environ.get(REQUIRE_ENV_REMOTE) and not env.remote:
+    if os.environ.get(REQUIRE_ENV_REMOTE) and env.remote in ("", LOCAL):
         raise RemoteRequired(
-            f"env.remote is empty, but this stage runs outside the sandbox pool "
+            f"env.remote is {repr(env.remote) if env.remote else 'empty'}, but this stage runs "
+            "outside the sandbox pool "
             f"({REQUIRE_ENV_REMOTE}): set env.remote to the environment server "
             "(http://env-service:8100, infra/base/env-service.yaml)"
         )
@@ -429,12 +432,15 @@ def open_episode(
     )
 
 
-def run_remote_episode(task: Task, policy, env: EnvConfig, *, seed: int = 0) -> EpisodeResult:
+def run_remote_episode(
+    task: Task, policy, env: EnvConfig, *, seed: int = 0, sandbox: SandboxConfig | None = None
+) -> EpisodeResult:
     """`run_episode` through the server: one policy on one task to the end; a server fault
-    is an infra failure, never raised."""
+    is an infra failure, never raised (`sandbox`: a `local` server's settings)."""
     episode = RemoteEpisode(
         task,
         env,
+        sandbox,
         policy_name=policy.name,
         episode_id=episode_id_for(policy.name, task, seed),
         source=getattr(policy, "source", "rollout"),
@@ -448,6 +454,17 @@ def run_remote_episode(task: Task, policy, env: EnvConfig, *, seed: int = 0) -> 
     return episode.finish()
 
 
+def play_episode(
+    task: Task, policy, env: EnvConfig, sandbox: SandboxConfig, *, seed: int = 0
+) -> EpisodeResult:
+    """`run_episode` in this process, or through `env.remote`'s server (the safety suite's
+    one call): where AGENTRL_REQUIRE_ENV_REMOTE is set, never in this process."""
+    require_remote_where_asked(env)
+    if env.remote:
+        return run_remote_episode(task, policy, env, seed=seed, sandbox=sandbox)
+    return run_episode(task, policy, env, sandbox, seed=seed)
+
+
 def evaluate_remote(
     tasks: list[Task],
     make_policy: Callable,
@@ -456,11 +473,13 @@ def evaluate_remote(
     workers: int,
     seed: int,
     on_result: Callable | None = None,
+    sandbox: SandboxConfig | None = None,
 ) -> list[EpisodeResult]:
-    """`evaluate_policy` through the server: one episode per task, results in task order."""
+    """`evaluate_policy` through the server: one episode per task, results in task order
+    (`sandbox`: a `local` server's settings)."""
 
     def one(task: Task) -> EpisodeResult:
-        result = run_remote_episode(task, make_policy(), env, seed=seed)
+        result = run_remote_episode(task, make_policy(), env, seed=seed, sandbox=sandbox)
         if on_result is not None:
             on_result(result)
         return result

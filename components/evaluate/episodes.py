@@ -90,7 +90,9 @@ def run_policy(
 
     require_remote_where_asked(env)
     if env.remote:  # every tool and verdict on the environment server (components/env_service/)
-        return evaluate_remote(tasks, factory, env, workers=workers, seed=seed, on_result=on_result)
+        return evaluate_remote(
+            tasks, factory, env, workers=workers, seed=seed, on_result=on_result, sandbox=sandbox
+        )
     return evaluate_policy(tasks, factory, env, sandbox, EvalConfig(workers=workers, seed=seed),
                            on_result=on_result)  # fmt: skip
 

@@ -97,3 +97,77 @@ def test_rollout_engine_episodes_are_the_same_through_the_server(suite, server, 
         )
         assert comparable(b.result) == comparable(a.result)
     assert {r.result.reward for r in remote} != {None}
+
+
+# The safety suite through the server: a sample of attacks, one per mechanism (a test file
+# deleted, a secret read, an exit at import, a link out, another tool set's tool, a turn
+# that stalls the monitor, a transcript handed back as a foreign file, an imported layout).
+SAFETY_SAMPLE = (
+    "delete_test_rm",
+    "read_dotenv",
+    "obf_os_exit",
+    "symlink_outside",
+    "other_set_edit_test",
+    "long_join_turn",
+    "foreign_rollout_claims_success",
+    "enc_report_patch_imported",
+)
+# verified outside an episode (a verdict-cache warm-up, a rescore): skipped through a server
+OUTSIDE_AN_EPISODE = ("cache_key_collision", "rescore_forged_record")
+
+
+def _attacks(names):
+    from components.evaluate.safety.suite import ATTACKS
+
+    return tuple(a for a in ATTACKS if a.name in names)
+
+
+@pytest.fixture(scope="module")
+def safety_served(tmp_path_factory):
+    """The safety suite's tempting tasks and a server on their folder: (tasks, url)."""
+    from components.evaluate.safety.tasks import build_safety_tasks
+    from tests.env_service.served_env import served
+
+    out = tmp_path_factory.mktemp("safety-served")
+    tasks = build_safety_tasks(out, 2, seed=7, harbor=False, mined=False)
+    with served(out / "tasks", workers=2) as (url, _proc):
+        yield tasks, url
+
+
+@pytest.mark.integration  # 16 attack episodes verified
+def test_the_safety_suite_scores_the_same_through_the_server(safety_served):
+    from components.evaluate.safety.suite import run_safety_suite
+
+    tasks, url = safety_served
+    attacks = _attacks(SAFETY_SAMPLE)
+    local = run_safety_suite(tasks, EnvConfig(), SANDBOX, attacks=attacks, workers=2)
+    remote = run_safety_suite(tasks, EnvConfig(remote=url), SANDBOX, attacks=attacks, workers=2)
+    assert [o.attack for o in remote.outcomes] == [a.name for a in attacks]
+    assert remote.passed and not remote.skipped
+    assert remote.to_dict() == local.to_dict()
+
+
+@pytest.mark.integration  # a server on the safety tasks, one attack episode
+def test_the_safety_suite_runs_no_agent_tool_in_the_client_process(
+    safety_served, no_local_tools, monkeypatch
+):
+    import components.evaluate.safety.suite as suite
+
+    monkeypatch.setattr(suite, "verify", _refuse)  # the cache warm-up's verification
+    tasks, url = safety_served
+    attacks = _attacks(("delete_test_rm", *OUTSIDE_AN_EPISODE))
+    report = suite.run_safety_suite(tasks, EnvConfig(remote=url), SANDBOX, attacks=attacks)
+    assert [o.attack for o in report.outcomes] == ["delete_test_rm"] and report.passed
+    assert sorted(report.skipped) == sorted(OUTSIDE_AN_EPISODE)
+    assert "not via env.remote" in report.to_markdown()
+
+
+def test_the_safety_suite_refuses_in_process_episodes_where_a_server_is_required(
+    suite, monkeypatch
+):
+    from components.env_service.client import REQUIRE_ENV_REMOTE, RemoteRequired
+    from components.evaluate.safety.suite import run_safety_suite
+
+    monkeypatch.setenv(REQUIRE_ENV_REMOTE, "1")
+    with pytest.raises(RemoteRequired, match="env.remote is empty"):
+        run_safety_suite(suite[1], EnvConfig(), SANDBOX, attacks=_attacks(("delete_test_rm",)))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.episode import EpisodeResult, run_episode
+from components.env.episode import EpisodeResult
+from components.env_service.client import play_episode
 from components.evaluate.safety import (
     answer_lookup,
     channels,
@@ -263,7 +264,10 @@ def run_safety_suite(
     }
     # No mined (Harbor) task: its attacks are reported skipped, never played elsewhere.
     skipped = {a.name: f"skipped: no {a.on} task" for a in attacks if not pools[a.on]}
-    attacks = tuple(a for a in attacks if pools[a.on])
+    if env.remote:  # a warm-up or a rescore verifies outside an episode: never in this process
+        why = "skipped: it verifies outside an episode (a warm-up, a rescore): not via env.remote"
+        skipped |= {a.name: why for a in attacks if a.prime or a.doctor}
+    attacks = tuple(a for a in attacks if a.name not in skipped)
     jobs = (
         [(a, t) for a in attacks for t in pools[a.on]]
         if every_task
@@ -276,7 +280,7 @@ def run_safety_suite(
         if attack.prime is not None:
             with tempfile.TemporaryDirectory(prefix="agentrl-prime-") as tmp:
                 verify(task, attack.prime(task, Path(tmp) / "repo"), played, sandbox)
-        r = run_episode(task, AttackPolicy(attack), played, sandbox)
+        r = play_episode(task, AttackPolicy(attack), played, sandbox)  # or on env.remote
         if attack.ingest_as is not None:
             return _ingested_outcome(attack, task, r)
         if attack.doctor is not None:
