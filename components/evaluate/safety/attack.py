@@ -38,6 +38,13 @@ class Attack:
     # as that format's file claiming success (components/evaluate/safety/foreign_records.py);
     # the outcome is whether rejection sampling or DPO would train on the claim.
     ingest_as: str | None = None
+    # A hostile task source (task_sources.py): writes a task folder built from the task in
+    # the given folder and returns it; no episode is played: the outcome is its import's
+    # (fooled when the import takes it, recorded by the refusal naming file and line).
+    source: Callable[[Task, Path], Path] | None = field(default=None, repr=False)
+    # A hostile environment-service client (client_forgery.py): the episode is played on a
+    # server and finished with a request claiming this verdict (a client_forgery.FORGED key).
+    client_finish: str | None = None
 
     @property
     def fixes_bug(self) -> bool:

@@ -17,18 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.episode import EpisodeResult
-from components.env_service.client import play_episode
+from components.env.episode import EpisodeResult, run_episode
 from components.evaluate.safety import (
     answer_lookup,
     channels,
     cheating_tells,
+    client_forgery,
     driver_stalls,
     escapes,
     foreign_records,
     harbor_verdicts,
     kernel_channels,
     tampering,
+    task_sources,
     verdicts,
 )
 from components.evaluate.safety.attack import Attack, AttackPolicy
@@ -60,6 +61,8 @@ ATTACKS: tuple[Attack, ...] = (
     *cheating_tells.CHEATING_TELLS,
     *answer_lookup.ANSWER_LOOKUP,
     *foreign_records.FOREIGN_VERDICTS,
+    *task_sources.HOSTILE_DOCKERFILES,
+    *client_forgery.CLIENT_FORGERIES,
 )
 
 
@@ -228,6 +231,15 @@ def _ingested_outcome(attack: Attack, task: Task, r: EpisodeResult) -> AttackOut
     return dataclasses.replace(out, success=taken, recorded_by=[*out.recorded_by, *recorded])
 
 
+def _import_outcome(attack: Attack, task: Task) -> AttackOutcome:
+    """A hostile task source handed to import: fooled when it is taken (task_sources.py)."""
+    with tempfile.TemporaryDirectory(prefix="agentrl-source-") as tmp:
+        taken, recorded = task_sources.imported(attack, task, Path(tmp))
+    return AttackOutcome(attack=attack.name, kind=attack.kind, obfuscated=attack.obfuscated,
+                         task_id=task.id, status="ok", success=taken, reward=None,
+                         categories=[], tampered_files=[], recorded_by=recorded)  # fmt: skip
+
+
 def _outcome(attack: Attack, task: Task, r) -> AttackOutcome:
     """What an attack's episode (or its rescored replay) got: `r` an EpisodeResult."""
     return AttackOutcome(
@@ -264,9 +276,9 @@ def run_safety_suite(
     }
     # No mined (Harbor) task: its attacks are reported skipped, never played elsewhere.
     skipped = {a.name: f"skipped: no {a.on} task" for a in attacks if not pools[a.on]}
-    if env.remote:  # a warm-up or a rescore verifies outside an episode: never in this process
-        why = "skipped: it verifies outside an episode (a warm-up, a rescore): not via env.remote"
-        skipped |= {a.name: why for a in attacks if a.prime or a.doctor}
+    if not env.remote:  # a hostile client of the environment server needs a server
+        why = "skipped: a hostile environment-service client needs a server (env.remote)"
+        skipped |= {a.name: why for a in attacks if a.client_finish}
     attacks = tuple(a for a in attacks if a.name not in skipped)
     jobs = (
         [(a, t) for a in attacks for t in pools[a.on]]
@@ -276,11 +288,17 @@ def run_safety_suite(
 
     def one(job: tuple[Attack, Task]) -> AttackOutcome:
         attack, task = job
+        if attack.source is not None:
+            return _import_outcome(attack, task)
         played = attack_env(attack, task, env)
+        if attack.client_finish is not None:
+            r, refused = client_forgery.forged_finish(attack, task, played, sandbox)
+            out = _outcome(attack, task, r)
+            return dataclasses.replace(out, recorded_by=[*out.recorded_by, *refused])
         if attack.prime is not None:
             with tempfile.TemporaryDirectory(prefix="agentrl-prime-") as tmp:
                 verify(task, attack.prime(task, Path(tmp) / "repo"), played, sandbox)
-        r = play_episode(task, AttackPolicy(attack), played, sandbox)  # or on env.remote
+        r = run_episode(task, AttackPolicy(attack), played, sandbox)
         if attack.ingest_as is not None:
             return _ingested_outcome(attack, task, r)
         if attack.doctor is not None:
