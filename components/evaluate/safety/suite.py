@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.env.config import EnvConfig
-from components.env.episode import EpisodeResult, run_episode
+from components.env.episode import EpisodeResult
+from components.env_service.client import play_episode
 from components.evaluate.safety import (
     answer_lookup,
     channels,
@@ -279,6 +280,9 @@ def run_safety_suite(
     if not env.remote:  # a hostile client of the environment server needs a server
         why = "skipped: a hostile environment-service client needs a server (env.remote)"
         skipped |= {a.name: why for a in attacks if a.client_finish}
+    if env.remote:  # a warm-up or a rescore verifies outside an episode: never in this process
+        why = "skipped: it verifies outside an episode (a warm-up, a rescore): not via env.remote"
+        skipped |= {a.name: why for a in attacks if a.prime or a.doctor}
     attacks = tuple(a for a in attacks if a.name not in skipped)
     jobs = (
         [(a, t) for a in attacks for t in pools[a.on]]
@@ -298,7 +302,7 @@ def run_safety_suite(
         if attack.prime is not None:
             with tempfile.TemporaryDirectory(prefix="agentrl-prime-") as tmp:
                 verify(task, attack.prime(task, Path(tmp) / "repo"), played, sandbox)
-        r = run_episode(task, AttackPolicy(attack), played, sandbox)
+        r = play_episode(task, AttackPolicy(attack), played, sandbox)  # or on env.remote
         if attack.ingest_as is not None:
             return _ingested_outcome(attack, task, r)
         if attack.doctor is not None:
