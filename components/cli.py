@@ -51,6 +51,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("train", "rs"): ("components.train.__main__:main_rejection_sampling", "rejection sampling"),
     ("train", "dpo"): ("components.train.__main__:main_dpo", "DPO on success/failure pairs"),
     ("train", "grpo"): ("components.train.__main__:main_grpo", "multi-turn GRPO"),
+    ("train", "ppo"): ("components.train.__main__:main_ppo", "PPO with a value head"),
     ("evaluate", "run"): ("components.evaluate.__main__:main_evaluate", "metrics + report"),
     ("evaluate", "safety"): ("components.evaluate.__main__:main_safety", "reward-hacking suite"),
     ("promote", "approve"): ("components.promote.__main__:main_approve", "approve a challenger"),

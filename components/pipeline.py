@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from components.typed_config import doc
 
-ALGORITHMS = ("rs", "dpo", "grpo")
+ALGORITHMS = ("rs", "dpo", "grpo", "ppo")
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class PipelineConfig:
     )
     algorithms: tuple[str, ...] = field(
         default=("grpo",),
-        metadata=doc("RL stages after SFT, each from the SFT policy: any of rs, dpo, grpo"),
+        metadata=doc("RL stages after SFT, each from the SFT policy: any of rs, dpo, grpo, ppo"),
     )
     train_split: str = field(
         default="train", metadata=doc("task split of the expert data and of RL")

@@ -76,6 +76,7 @@ SECTIONS = {
     "rejection_sampling": _lazy("components.train.config", "RejectionSamplingConfig"),
     "dpo": _lazy("components.train.config", "DPOConfig"),
     "grpo": _lazy("components.train.config", "GRPOConfig"),
+    "ppo": _lazy("components.train.config", "PPOConfig"),
     "evaluate": _lazy("components.evaluate.config", "EvaluationConfig"),
     "data": _lazy("components.data.config", "DataConfig"),
     "promote": _lazy("components.promote.config", "PromotionConfig"),
@@ -89,6 +90,7 @@ STAGE_ARGUMENTS = {
     "sft": ("output_dir",),
     "dpo": ("output_dir",),
     "grpo": ("output_dir",),
+    "ppo": ("output_dir",),
     "rejection_sampling": ("sft.output_dir",),
 }
 DEFAULT_PRESET = "configs/cpu-demo.yaml"
@@ -294,9 +296,12 @@ def _check_sampling_server(preset: Preset, pipeline) -> None:
     if rollout.sync_url:
         raise PresetError(f"{preset.path}:rollout.sync_url: the started server is the only "
                           "replica; leave sync_url out with rollout.server")  # fmt: skip
-    if "grpo" in pipeline.algorithms and preset._build("grpo").lora is None:
-        raise PresetError(f"{at}: vLLM loads new policy versions as LoRA adapters only; "
-                          "set grpo.lora (it has no full-weight reload)")  # fmt: skip
+    for algo in [a for a in pipeline.algorithms if a in ("grpo", "ppo")]:
+        if preset._build(algo).lora is None:
+            raise PresetError(
+                f"{at}: vLLM loads new policy versions as LoRA adapters only; "
+                f"set {algo}.lora (it has no full-weight reload)"
+            )
 
 
 def stage_config(preset_path: str | Path, name: str, **overrides):

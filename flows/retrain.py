@@ -159,8 +159,8 @@ def training_stages(run: Run, pipe, data: StageOutput) -> tuple[str, StageOutput
                             w / "samples" / "result.json", depends_on=(sft,))  # fmt: skip
     for algo in pipe.algorithms:
         out = w / f"{algo}-{start}"
-        if algo == "grpo":
-            argv = ["train", "grpo", "--policy", sft_dir, "--tasks", w / "tasks",
+        if algo in ("grpo", "ppo"):  # sample their own episodes, from the tasks
+            argv = ["train", algo, "--policy", sft_dir, "--tasks", w / "tasks",
                     "--split", pipe.train_split, "--out", out]  # fmt: skip
             upstream = sft
         else:

@@ -7,10 +7,12 @@ preset sections it reads and the result the flow reads back.
     agentrl train rs      --preset P --policy DIR --samples DIR --out DIR
     agentrl train dpo     --preset P --policy DIR --samples DIR --out DIR
     agentrl train grpo    (see --help)
+    agentrl train ppo     (the same arguments as grpo; the preset's `ppo` section)
 
-`train sft` (with the preset's sft.deepspeed), `train dpo` and `train grpo` also run under
-torchrun, one process per device (`python -m torch.distributed.run --nproc_per_node N -m
-components.cli train dpo ...`, the k8s trainer Job): rank 0 writes the result.
+`train sft` (with the preset's sft.deepspeed), `train dpo`, `train grpo` and `train ppo`
+also run under torchrun, one process per device (`python -m torch.distributed.run
+--nproc_per_node N -m components.cli train dpo ...`, the k8s trainer Job): rank 0 writes
+the result.
 """
 
 from __future__ import annotations
@@ -134,5 +136,12 @@ def main_dpo(argv: list[str]) -> int:
 @stage("grpo", "rollout", "env", "sandbox", "runtime", result=PolicyResult)
 def main_grpo(argv: list[str]) -> int:
     from components.train.grpo import main_grpo as run
+
+    return run(argv)
+
+
+@stage("ppo", "rollout", "env", "sandbox", "runtime", result=PolicyResult)
+def main_ppo(argv: list[str]) -> int:
+    from components.train.ppo import main_ppo as run
 
     return run(argv)

@@ -1,4 +1,5 @@
-"""Typed configuration of the training stages: SFT, rejection sampling, DPO, GRPO, DeepSpeed.
+"""Typed configuration of the training stages: SFT, rejection sampling, DPO, GRPO, PPO,
+DeepSpeed.
 
 One dataclass per stage, every field with a help string, checked in `__post_init__` where
 it is defined. No torch here: the CLI imports this module to validate a config file.
@@ -8,6 +9,7 @@ except the DeepSpeed JSON, whose ZeRO stage must agree with the config's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -520,3 +522,53 @@ class GRPOConfig:
             raise ValueError("GRPOConfig.top_entropy_quantile must be in [0, 1]")
         if self.loss_type not in ("grpo", "token", "dapo", "bnpo", "dr_grpo"):
             raise ValueError(f"GRPOConfig.loss_type: unknown {self.loss_type!r}")
+
+
+# GRPO settings PPO does not read: its advantages are GAE's, from the value head.
+_GRPO_ONLY = ("scale_by_std", "leave_one_out", "turn_credit", "top_entropy_quantile",
+              "stale_importance_cap")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PPOConfig(GRPOConfig):
+    """PPO with a learned value function (train/ppo.py) on GRPO's episodes: every GRPO
+    setting of the run, sampling, clip, KL and optimizer, plus GAE's and the value head's."""
+
+    loss_type: Literal["grpo", "token", "dapo", "bnpo", "dr_grpo"] = field(
+        default="token",
+        metadata=doc("reduction of the policy loss (losses.grpo_loss); token = over all tokens"),
+    )
+    output_dir: str = field(
+        default="runs/ppo", metadata=doc("checkpoints/, value/, metrics.jsonl and policy/")
+    )
+    mlflow_experiment: str = _experiment("ppo")
+    gamma: float = field(default=1.0, metadata=doc("GAE's discount per sampled token"))
+    gae_lambda: float = field(
+        default=1.0,
+        metadata=doc(
+            "GAE's lambda: 1.0 = the episode's return minus the value baseline (verl's "
+            "default); < 1 trusts the value head more, less variance, more bias"
+        ),
+    )
+    value_coef: float = field(default=0.5, metadata=doc("weight of the value loss in the loss"))
+    value_clip: float = field(
+        default=0.2,
+        metadata=doc("a new value is clipped to old +/- this (cleanrl, OpenRLHF); 0 = unclipped"),
+    )
+    value_learning_rate: float = field(
+        default=1e-4, metadata=doc("AdamW learning rate of the value head (constant)")
+    )
+    normalize_advantages: bool = field(
+        default=True, metadata=doc("whiten the advantages over the iteration's sampled tokens")
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for f in dataclasses.fields(GRPOConfig):
+            if f.name in _GRPO_ONLY and getattr(self, f.name) != f.default:
+                raise ValueError(f"PPOConfig.{f.name}: a GRPO setting PPO does not read")
+        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
+            raise ValueError("PPOConfig.gamma and gae_lambda must be in [0, 1]")
+        _check_at_least(self, 0, ("value_coef", "value_clip"))
+        if self.value_learning_rate <= 0:
+            raise ValueError("PPOConfig.value_learning_rate must be positive")

@@ -1,7 +1,7 @@
-"""`agentrl train grpo`: GRPO from a saved policy on a task suite, every setting from a
-preset (sections grpo, rollout, env, sandbox, runtime; with `rollout.server: vllm` it starts
-real vLLM on the policy's base itself, serve/vllm_launcher.py). Wired in by
-components/train/__main__.py.
+"""`agentrl train grpo` (and `train ppo`, train/ppo.py, through `main_episode_trainer`): from
+a saved policy on a task suite, every setting from a preset (sections grpo or ppo, rollout,
+env, sandbox, runtime; with `rollout.server: vllm` it starts real vLLM on the policy's base
+itself, serve/vllm_launcher.py). Wired in by components/train/__main__.py.
 """
 
 from __future__ import annotations
@@ -23,6 +23,15 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     grpo, rollout, env and sandbox (a missing section means its defaults). Launched by
     torchrun (`python -m torch.distributed.run --nproc_per_node N -m components.cli train
     grpo ...`), the ranks share the sampling and the update; rank 0 writes the results."""
+    # train_grpo looked up when it runs: a test may replace it on this module.
+    return main_episode_trainer(
+        "grpo", lambda *a, **k: train_grpo(*a, **k), main_grpo.__doc__, argv
+    )
+
+
+def main_episode_trainer(algorithm: str, train, doc: str | None, argv: Sequence[str] | None) -> int:
+    """`agentrl train ALGORITHM`: `train` (train_grpo's signature, returning a GRPOResult)
+    on the tasks with the preset's section ALGORITHM and its rollout, env and sandbox."""
     from components.cli_args import (
         ArgumentParser,
         existing_dir,
@@ -33,7 +42,7 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     from components.preset import DEFAULT_PRESET, load_preset
     from components.tasks.task import SPLITS
 
-    p = ArgumentParser(prog="agentrl train grpo", description=main_grpo.__doc__)
+    p = ArgumentParser(prog=f"agentrl train {algorithm}", description=doc)
     p.add_argument("--preset", default=DEFAULT_PRESET, type=preset_file,
                    help="preset YAML (configs/)")  # fmt: skip
     p.add_argument("--policy", required=True, type=saved_policy,
@@ -51,13 +60,13 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
     from components.tasks.task import load_tasks
 
     preset = load_preset(args.preset)
-    config = dataclasses.replace(preset.section("grpo"), output_dir=args.out)
+    config = dataclasses.replace(preset.section(algorithm), output_dir=args.out)
     tasks, errors = load_tasks(args.tasks, split=args.split or None)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SystemExit(f"agentrl train grpo: invalid task: {errors[0]}{more}")
+        raise SystemExit(f"agentrl train {algorithm}: invalid task: {errors[0]}{more}")
     given = list(argv) if argv is not None else sys.argv[1:]
-    if (code := relaunch_as_ranks(["train", "grpo", *given])) is not None:
+    if (code := relaunch_as_ranks(["train", algorithm, *given])) is not None:
         return code
     rank, _ = join_process_group()
     model, tokenizer = load_policy(args.policy)
@@ -68,12 +77,12 @@ def main_grpo(argv: Sequence[str] | None = None) -> int:
               if rank == 0 else contextlib.nullcontext((rollout, None)))  # fmt: skip
     try:
         with server as (rollout, _base):
-            result = train_grpo(
+            result = train(
                 model, tokenizer, tasks, config, rollout, preset.section("env"),
                 preset.section("sandbox"), resume=not args.no_resume,
             )  # fmt: skip
     except PolicySyncError as exc:  # the server would sample a stale or missing version
-        raise SystemExit(f"agentrl train grpo: {exc}") from None
+        raise SystemExit(f"agentrl train {algorithm}: {exc}") from None
     if rank == 0:
         _write_result(result, Path(args.out))
     return 0
