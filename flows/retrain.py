@@ -258,6 +258,22 @@ def retrain(preset: str = DEFAULT_PRESET, wait_for_approval: bool = False,
                             reproduction_of)  # fmt: skip
 
 
+def promotion_request(run: Run, pipe, candidate: str, data_version: str,
+                      depends_on: tuple) -> StageOutput:  # fmt: skip
+    """The promote-request stage: the candidate logged as an MLflow model from the run of
+    the stage that trained it, the evaluation's metrics on the evaluate stage's run."""
+    w = run.workdir
+    trained_by = pipe.algorithms[-1] if pipe.algorithms else "sft"
+    return run.stage("promote-request", ["promote", "request", "--policy", candidate,
+                     "--eval", w / "eval", "--safety", w / "safety", "--validation",
+                     DATA_REPORT, "--data-version", data_version, "--config-hash",
+                     run.preset.config_hash(), "--training-run-id",
+                     run.mlflow_runs[trained_by], "--evaluation-run-id",
+                     run.mlflow_runs["evaluate"], "--pipeline-run-id", run.parent_run_id,
+                     "--fingerprints", w / "fingerprints.json", "--out", w / "promote"],
+                     w / "promote" / "result.json", depends_on=depends_on)  # fmt: skip
+
+
 def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
                  request_promotion: bool, reproduction_of: dict | None) -> dict:  # fmt: skip
     """The retrain flow's body (its arguments, the preset loaded and checked)."""
@@ -294,19 +310,9 @@ def run_pipeline(p: Preset, wait_for_approval: bool, launcher_mode: str,
         fingerprints = stages.fingerprints(data_version, sft_dir, candidate,
                                            str(w / "eval" / "results.json"),
                                            str(w / "fingerprints.json"))  # fmt: skip
-        # The candidate is logged as an MLflow model from the stage that trained it.
-        trained_by = pipe.algorithms[-1] if pipe.algorithms else "sft"
         if request_promotion:
-            promotion = run.stage("promote-request", ["promote", "request", "--policy",
-                                  candidate, "--eval", w / "eval", "--safety", w / "safety",
-                                  "--validation", DATA_REPORT, "--data-version",
-                                  data_version, "--config-hash", p.config_hash(),
-                                  "--training-run-id", run.mlflow_runs[trained_by],
-                                  "--evaluation-run-id", run.mlflow_runs["evaluate"],
-                                  "--pipeline-run-id", parent, "--fingerprints",
-                                  w / "fingerprints.json", "--out", w / "promote"],
-                                  w / "promote" / "result.json",
-                                  depends_on=(evaluation, safety, validation))  # fmt: skip
+            promotion = promotion_request(run, pipe, candidate, data_version,
+                                          (evaluation, safety, validation))  # fmt: skip
         status = "FINISHED"
     finally:
         from components.tracking import pipeline_metrics

@@ -93,7 +93,8 @@ def _evidence(args) -> tuple[dict, dict, dict]:
     return candidate, data_validation, safety
 
 
-def main_request(argv: list[str]) -> int:
+def _request_parser() -> ArgumentParser:
+    """`agentrl promote request`'s options."""
     p = ArgumentParser(prog="agentrl promote request", description=__doc__)
     p.add_argument("--policy", required=True, type=existing_dir, help="candidate checkpoint folder")
     p.add_argument("--eval", required=True, type=existing_dir, help="evaluate-stage output folder")
@@ -117,7 +118,11 @@ def main_request(argv: list[str]) -> int:
     p.add_argument("--preset", default=None, type=preset_file,
                    help="preset YAML (its `promote` section)")  # fmt: skip
     p.add_argument("--out", required=True, type=output_dir)
-    args = p.parse_args(argv)
+    return p
+
+
+def main_request(argv: list[str]) -> int:
+    args = _request_parser().parse_args(argv)
     from components.promote.approval import request_approval
     from components.promote.errors import PromotionError
     from components.promote.gates import evaluate_gates
