@@ -24,6 +24,7 @@ from components.env.tool_sets.shared import SHARED_TOOLS
 from components.env.tool_sets.types import ToolContext, ToolResult, failed_result
 from components.sandbox.output import encodable
 from components.sandbox.workspace import PathEscapeError, read_regular
+from components.verifier.tool_signal import verifier_signal
 
 LIST_FIXES = {
     "description": (
@@ -100,7 +101,8 @@ def fix_test_argv(test_command, timeout_s: float, every_failure: bool = False) -
 def _run_tests(ctx: ToolContext, every_failure: bool = False) -> ToolResult:
     argv = fix_test_argv(ctx.task.test_command, ctx.env.fix_test_timeout_s, every_failure)
     result = SHARED_TOOLS["run_command"].run(ctx, {"cmd": shlex.join(argv)})
-    return dataclasses.replace(result, ran_tests=result.command is not None)
+    command = result.command and verifier_signal(ctx, result.command)
+    return dataclasses.replace(result, command=command, ran_tests=command is not None)
 
 
 def monitored(rule, tool):
