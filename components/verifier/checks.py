@@ -23,6 +23,37 @@ from components.tasks.task import Task
 ISOLATED_PYTHON = ("python", "-s", "-P", "-B")
 
 
+def isolated_python(cfg: SandboxConfig) -> tuple[str, ...]:
+    """ISOLATED_PYTHON for the interpreter `cfg` runs (its python_env, else the project's).
+    Python before 3.11 has no -P: it exits 2 ("Unknown option: -P"), so every check of a
+    task with a 3.10 environment gave no verdict (issue 46). There it runs without -P, which
+    leaves the script's own folder first on sys.path: each check runs its script from a
+    read-only tools folder of the verifier's own (a fresh random name, nothing of the
+    agent's in it), never with `-c` (which would put the agent's tree there)."""
+    version = _venv_version(cfg.python_env) if cfg.python_env else None
+    if version is not None and version < (3, 11):
+        return tuple(a for a in ISOLATED_PYTHON if a != "-P")
+    return ISOLATED_PYTHON
+
+
+def _venv_version(python_env: str) -> tuple[int, int] | None:
+    """(major, minor) of a virtual environment's interpreter, from its pyvenv.cfg (None:
+    not found: the flags stay as they are)."""
+    from pathlib import Path
+
+    try:
+        text = (Path(python_env) / "pyvenv.cfg").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("version", "version_info"):
+            parts = value.strip().split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                return int(parts[0]), int(parts[1])
+    return None
+
+
 class VerifierSettings(Protocol):
     """The episode settings a verification reads. components/env/config.py's EnvConfig has
     them (the verifier sits below the environment, so it names the fields, not the class);

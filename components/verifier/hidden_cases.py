@@ -48,9 +48,9 @@ from components.tasks.families import FAMILIES
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task, same_value
 from components.verifier.checks import (
-    ISOLATED_PYTHON,
     Check,
     VerifierSettings,
+    isolated_python,
     last_marker,
     limit_of,
     no_verdict,
@@ -448,7 +448,7 @@ def _runner_results(tree: Path, calls: list[list[str]], per_call_s: float,
     tools.mkdir()
     (tools / "runner.py").write_text(CASE_RUNNER)
     (tools / "args.json").write_text(json.dumps(calls))
-    argv = [*ISOLATED_PYTHON, f"{tools.name}/runner.py", token, f"{tools.name}/args.json",
+    argv = [*isolated_python(cfg), f"{tools.name}/runner.py", token, f"{tools.name}/args.json",
             f"{per_call_s:g}"]  # fmt: skip
     return run_sandboxed(argv, tree, cfg, readonly=(tools,)), token
 

@@ -19,9 +19,9 @@ from components.sandbox.config import SandboxConfig
 from components.sandbox.process import CommandResult, run_sandboxed
 from components.tasks.task import Task
 from components.verifier.checks import (
-    ISOLATED_PYTHON,
     Check,
     VerifierSettings,
+    isolated_python,
     last_marker,
     limit_of,
     no_verdict,
@@ -87,7 +87,7 @@ def tests_check(task: Task, tree: Path, env: VerifierSettings, cfg: SandboxConfi
         f"def test_{token}():\n    raise AssertionError('canary: this test always fails')\n"
     )
     hidden = task.hidden_test_files()
-    argv = [*ISOLATED_PYTHON, f"{tools.name}/harness_{token}.py", token, str(tree),
+    argv = [*isolated_python(cfg), f"{tools.name}/harness_{token}.py", token, str(tree),
             f"{env.per_test_timeout_s:g}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
             "--continue-on-collection-errors", f"--timeout={env.per_test_timeout_s:g}",
             *hidden, canary]  # fmt: skip
