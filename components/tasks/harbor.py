@@ -32,6 +32,12 @@ Tampering rules, each with a test (tests/tasks/test_harbor.py, test_harbor_owned
     verifier runs the cases itself (`_cases_check`), in a fresh copy of the tree in a
     sandbox of its own given the arguments only, and compares here with exact types; a
     reward 1 whose cases fail is a forged verdict, as in components/verifier/verdict.py;
+  - with a reference fix (what solution/solve.sh changes), a reward 1 is followed by
+    differential cases (components/verifier/hidden_cases.py): each repository function
+    the tests call with literal arguments, on arguments drawn for the task that test.sh
+    never shows, answered by the reference fix outside any run of the agent's code; a
+    lookup of every value test.sh checks, with the bug left elsewhere, fails them
+    (a forged verdict);
   - the harness's modules cannot be shadowed: test.sh's interpreters run with
     PYTHONSAFEPATH (no current folder ahead of the harness's plugins under `python -m
     pytest`), and a file or folder named after one of them (RESERVED_MODULES:

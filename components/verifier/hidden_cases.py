@@ -18,6 +18,10 @@ only in this process. The hidden-test run sees the hidden tests' own expected va
 needs them); no case shares an argument tuple with them, so whatever that run carries to a
 later one (host page cache, timing) answers no case.
 
+A Harbor task's checks are its test.sh's own (no stated cases): with a reference fix (what
+its solution/solve.sh changes), every repository function its tests call with literal
+arguments gets differential cases the same way, run after test.sh passed.
+
 A task without a reference fix keeps the older cases: its hidden_cases.json (compared with
 exact types), else cases read off hidden tests that are plain `assert f(literals) ==
 literal` lines (compared with ==); those the hidden-test run can see.
@@ -45,6 +49,7 @@ from components import pyast
 from components.sandbox.config import SandboxConfig
 from components.sandbox.process import CommandResult, run_sandboxed
 from components.tasks.families import FAMILIES
+from components.tasks.harbor import is_harbor_task
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import Task, same_value
 from components.verifier.checks import (
@@ -265,12 +270,11 @@ def _is_test_file(rel: Path) -> bool:
             or any(part in ("test", "tests", "testing") for part in rel.parts[:-1]))  # fmt: skip
 
 
-def _seen_calls(task: Task) -> dict[tuple[str, str], set[str]]:
-    """(module, function) -> argument tuples (canonical reprs) that appear anywhere an
-    agent's run can read them, for each function the task's stated cases call: its literal
-    calls in the tests and the workspace, and the stated cases themselves."""
-    targets = {(c["module"], c["function"]) for c in shipped_cases(task)[0]}
-    seen: dict[tuple[str, str], set[str]] = {t: set() for t in targets}
+def _literal_calls(task: Task) -> dict[tuple[str, str], set[str]]:
+    """(module, function) -> argument tuples (canonical reprs; "" for one that is not a
+    plain literal) of every call with literal arguments of a repository function in the
+    tests and the workspace."""
+    calls: dict[tuple[str, str], set[str]] = {}
     for path, repo in _test_sources(task):
         try:
             tree = pyast.parse(path.read_text())
@@ -286,9 +290,22 @@ def _seen_calls(task: Task) -> dict[tuple[str, str], set[str]]:
                 and all(_literal(a) and not isinstance(a, ast.Starred) for a in node.args)
             ):
                 text = _normal(ast.unparse(ast.Tuple(elts=list(node.args), ctx=ast.Load())))
-                if imported[node.func.id] in seen:
-                    seen[imported[node.func.id]].add(text or "")
-    for case in shipped_cases(task)[0]:
+                calls.setdefault(imported[node.func.id], set()).add(text or "")
+    return calls
+
+
+def _seen_calls(task: Task) -> dict[tuple[str, str], set[str]]:
+    """(module, function) -> argument tuples (canonical reprs) that appear anywhere an
+    agent's run can read them, for each function the task's stated cases call (a Harbor
+    task states none of its own: each repository function its tests call with literal
+    arguments): its literal calls in the tests and the workspace, and the stated cases."""
+    calls = _literal_calls(task)
+    stated = shipped_cases(task)[0]
+    targets = {(c["module"], c["function"]) for c in stated}
+    if is_harbor_task(task):  # test.sh's checks are its own: the functions they call
+        targets |= set(calls)
+    seen = {t: set(calls.get(t, ())) for t in targets}
+    for case in stated:
         seen[(case["module"], case["function"])].add(_normal(case["args"]) or "")
     return seen
 

@@ -74,7 +74,9 @@ case run can read such state back. A task with a reference fix is therefore judg
 differential cases (hidden_cases.py): argument tuples that appear nowhere the agent's runs
 can read (workspace tests, hidden tests, hidden_cases.json), expected values from the
 reference fix that exist only in this process, so nothing the hidden-test run carries
-answers a case. A task without a reference fix keeps its shipped or derived cases, which
+answers a case. Harbor tasks alike: with a reference fix (from solution/solve.sh), every repository
+function their tests call with literal arguments gets differential cases after test.sh
+passed. A task without a reference fix keeps its shipped or derived cases, which
 the hidden-test run can see: that channel stays open for it, as for functions without
 plain arguments and methods (no cases: the tests alone). Differential cases failed behind
 passing tests make a forged verdict unless some failed case got a plain answer of the
@@ -152,10 +154,10 @@ def _run_checks(
     findings = introduced_findings(task.repo_dir, tests_tree, kept, reference_findings(task))
     if is_harbor_task(task):  # Harbor's tests/test.sh and its reward file (tasks/harbor.py)
         run = run_harbor_verifier(task, tests_tree, cfg)
-        return None, Check(passed=run.passed, total=1, failed=int(not run.passed),
+        test_check = Check(passed=run.passed, total=1, failed=int(not run.passed),
                            forged=run.forged, lost=run.lost, limit=limit_of(run.command),
-                           command=run.command, detail=run.detail), findings  # fmt: skip
-    if task.verify_command is not None:
+                           command=run.command, detail=run.detail)  # fmt: skip
+    elif task.verify_command is not None:
         cmd = run_sandboxed(list(task.verify_command), tests_tree, cfg)
         test_check = Check(passed=cmd.exit_code == 0, total=1, failed=int(cmd.exit_code != 0),
                            command=cmd, limit=limit_of(cmd), detail=cmd.output[-2000:])  # fmt: skip
@@ -164,6 +166,8 @@ def _run_checks(
     else:
         test_check = tests_check(task, tests_tree, env, cfg)
     cases, comparison = hidden_cases(task)
+    if is_harbor_task(task) and comparison != "differential":
+        cases = []  # test.sh's own checks, and an export's cases (run_verifier), decided it
     case_check = None
     if cases and (test_check.passed or every_check):
         # What the hidden-test run wrote goes before the next tree takes its room.
