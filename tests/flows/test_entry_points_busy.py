@@ -5,19 +5,24 @@ the server `flows/retrain_main.py` starts (`prefect_api`: `runtime.startup_timeo
 retry, its URL and where the history stays printed), not Prefect's own temporary server
 with its 20 s start ("Timed out while attempting to connect to ephemeral Prefect API
 server"), and stop it when they end. `python -m flows.retrain` is
-tests/flows/test_retrain_start.py's; `agentrl reproduce`'s rerun calls the same
-`prefect_api` (flows/reproduce.py `rerun`)."""
+tests/flows/test_retrain_start.py's. `agentrl reproduce` (its rerun calls the same
+`prefect_api`, flows/reproduce.py `rerun`) is run to its end on a copy of the checkout:
+a tiny `python -m flows.retrain` registers version 1, then `agentrl reproduce 1` with every
+core busy and a fresh Prefect database completes, equal, and prints the compare URL."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.flows.test_retrain_start import _burners, _left_behind
+from tests.tiny_pipeline import tiny_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,3 +96,68 @@ def test_a_flow_entry_point_starts_prefect_health_waited_on_a_busy_machine(tmp_p
         assert [r.info.status for r in runs if r.info.run_name.startswith("evaluate")] == ["FAILED"]
     else:
         assert "version 1" in out.stderr, said[-3000:]
+
+
+def _run(argv: list[str], repo: Path, env: dict, timeout: float) -> tuple[int, str]:
+    """`argv` in `repo`, its output shown as it comes (kept for the failure message)."""
+    proc = subprocess.Popen(argv, cwd=repo, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            print(line, end="", flush=True)  # shown if the test fails
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, "".join(seen)
+
+
+@pytest.mark.slow  # a tiny pipeline, then its rerun with every core busy: tens of minutes
+@pytest.mark.timeout(5400)
+def test_agentrl_reproduce_completes_on_a_busy_machine_and_prints_the_compare_url(tmp_path):
+    """A copy of the checkout's files (no .git: the original and its rerun both record the
+    commit as "unknown", so commits landing meanwhile cannot make it irreproducible), with
+    its own mlruns/ and data/, Prefect's history in a fresh PREFECT_HOME for each command."""
+    repo = tmp_path / "checkout"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, check=True).stdout  # fmt: skip
+    for rel in filter(None, listed.decode().split("\0")):  # what a fresh clone has
+        if (ROOT / rel).is_file():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, repo / rel)
+    preset = tiny_preset({"mode": "in-process"})
+    preset["name"] = "busy-reproduce"
+    # Both commands start Prefect from a fresh database while every core is busy (and a
+    # shared test machine may be busier still): the operator's budget for that, raised.
+    preset["runtime"] = {**(preset.get("runtime") or {}), "startup_timeout_s": 1200}
+    (repo / "configs" / "busy.yaml").write_text(yaml.safe_dump(preset))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(repo), "TMPDIR": str(tmp),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}  # fmt: skip
+    for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI"):  # the copy's own mlruns/
+        env.pop(name, None)
+    code, said = _run([sys.executable, "-m", "flows.retrain", "--preset", "configs/busy.yaml"],
+                      repo, {**env, "PREFECT_HOME": str(tmp_path / "prefect-original")},
+                      timeout=2700)  # fmt: skip
+    assert code == 0, said[-3000:]
+    agentrl = [sys.executable, "-c", "import sys; from components.cli import main; "
+               "sys.exit(main(sys.argv[1:]))"]  # `agentrl` on the copy's code  # fmt: skip
+    home = tmp_path / "prefect"
+    burners = _burners()
+    try:
+        code, said = _run([*agentrl, "reproduce", "1", "--preset", "configs/busy.yaml"], repo,
+                          {**env, "PREFECT_HOME": str(home)}, timeout=2700)  # fmt: skip
+    finally:
+        for burner in burners:
+            burner.kill()
+    assert "ephemeral" not in said, said[-3000:]
+    assert "Prefect API server: http://127.0.0.1:" in said, said[-3000:]
+    assert f"Prefect history: {home / 'prefect.db'}" in said, said[-3000:]
+    assert "=== Reproduction of version 1 ===" in said and code == 0, said[-3000:]
+    compare = [line for line in said.splitlines()
+               if line.startswith("MLflow, the original beside its reproduction: http")]  # fmt: skip
+    assert compare and "compare-runs" in compare[0], said[-3000:]
+    assert _left_behind(str(home)) == []  # its server is stopped
