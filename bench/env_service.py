@@ -7,7 +7,9 @@ Verified oracle episodes (components/scripted) on generated tasks, four ways:
 3. through the server with 1 worker, two clients at once;
 4. through the server with 2 workers, two clients at once: what a second worker gives.
 Each way first runs every task once unmeasured (the verdict cache, components/verifier/
-cache.py, is per process: a server's workers warm their own), then --repeats rounds timed.
+cache.py, is per process: a server's workers warm their own), then --repeats rounds timed,
+the four ways taking turns within each round (both servers up throughout), so a load that
+drifts during the run weighs on every way alike; the load average is printed at both ends.
 Per step, the latency a driver sees (in-process: `EpisodeEnv.step`; remote: the HTTP round
 trip of `RemoteEpisode.step`), p50 and p95; verdicts (finish) are counted in episodes/s.
 
@@ -17,6 +19,7 @@ trip of `RemoteEpisode.step`), p50 and p95; verdicts (finish) are counted in epi
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -53,15 +56,23 @@ def one_episode(task, url: str | None, client: EnvClient | None) -> tuple[list[f
     return latencies, episode.finish().success
 
 
-def measure(tasks, url: str | None, clients: int, repeats: int) -> dict:
-    """Episodes/s over `repeats` rounds of every task, `clients` episodes at a time, after
-    one unmeasured round."""
-    client = EnvClient(url) if url else None
+WAYS = (  # (name, server: None | workers, clients at once)
+    ("in-process, 1 at a time", None, 1),
+    ("server 1 worker, 1 at a time", 1, 1),
+    ("server 1 worker, 2 at a time", 1, 2),
+    ("server 2 workers, 2 at a time", 2, 2),
+)
+
+
+def round_of(tasks, url: str | None, clients: int, client: EnvClient | None) -> tuple:
+    """Every task once, `clients` episodes at a time: (seconds, [(latencies, success)])."""
     with ThreadPoolExecutor(max_workers=clients) as pool:
-        list(pool.map(lambda t: one_episode(t, url, client), tasks))  # warm-up
         start = time.perf_counter()
-        runs = list(pool.map(lambda t: one_episode(t, url, client), tasks * repeats))
-        elapsed = time.perf_counter() - start
+        runs = list(pool.map(lambda t: one_episode(t, url, client), tasks))
+        return time.perf_counter() - start, runs
+
+
+def summary(elapsed: float, runs: list) -> dict:
     latencies = sorted(x for lat, _ in runs for x in lat)
     return {
         "episodes": len(runs),
@@ -72,22 +83,37 @@ def measure(tasks, url: str | None, clients: int, repeats: int) -> dict:
     }
 
 
+def measure_interleaved(tasks, urls: dict[int, str], repeats: int) -> dict[str, dict]:
+    """One unmeasured round per way (a server's workers warm their own verdict cache), then
+    `repeats` timed rounds, the ways taking turns within each: a machine whose load drifts
+    (a benchmark beside this one) weighs on every way alike."""
+    clients = {w: EnvClient(url) for w, url in urls.items()}
+    for _name, workers, n in WAYS:
+        round_of(tasks, urls.get(workers), n, clients.get(workers))
+    elapsed = {name: 0.0 for name, _, _ in WAYS}
+    runs: dict[str, list] = {name: [] for name, _, _ in WAYS}
+    for _ in range(repeats):
+        for name, workers, n in WAYS:
+            seconds, done = round_of(tasks, urls.get(workers), n, clients.get(workers))
+            elapsed[name] += seconds
+            runs[name] += done
+    return {name: summary(elapsed[name], runs[name]) for name, _, _ in WAYS}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="bench-env-service-") as tmp:
         root = Path(tmp) / "tasks"
         generate_suite(root, args.tasks, 0)
         tasks, errors = load_tasks(root)
         assert not errors, errors
-        rows = {"in-process, 1 at a time": measure(tasks, None, 1, args.repeats)}
-        with served(root, workers=1) as (url, _):
-            rows["server 1 worker, 1 at a time"] = measure(tasks, url, 1, args.repeats)
-            rows["server 1 worker, 2 at a time"] = measure(tasks, url, 2, args.repeats)
-        with served(root, workers=2) as (url, _):
-            rows["server 2 workers, 2 at a time"] = measure(tasks, url, 2, args.repeats)
+        with served(root, workers=1) as (one_url, _), served(root, workers=2) as (two_url, _):
+            rows = measure_interleaved(tasks, {1: one_url, 2: two_url}, args.repeats)
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| way | episodes | episodes/s | step p50 ms | step p95 ms |")
     print("|---|---|---|---|---|")
     for name, r in rows.items():
