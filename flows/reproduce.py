@@ -158,7 +158,7 @@ def rerun(version: str, tags: dict, original: Path) -> dict:
     with the preset's `runtime.startup_timeout_s`) and runs in a thread of its own so that
     Ctrl-C and SIGTERM stay with components/shutdown.py's handler."""
     from components.preset import load_preset
-    from components.shutdown import in_worker_thread
+    from components.shutdown import forget, in_worker_thread, on_stop
     from flows.retrain_main import prefect_api
 
     aside = original.with_name(f"{original.name}.before-reproduce-v{version}")
@@ -168,6 +168,11 @@ def rerun(version: str, tags: dict, original: Path) -> dict:
             raise ValueError(f"{folder} exists (an earlier reproduction?): move it away first")
     if original.exists():
         original.rename(aside)
+    # Ctrl-C or SIGTERM ends the process without this function's `finally`: the original
+    # folder is put back by the signal handler too (components/shutdown.py)
+    key = on_stop(
+        f"the workdir {original} (moved aside to {aside})", lambda: put_back(original, aside, done)
+    )
     budget = load_preset(tags["preset"]).section("runtime").startup_timeout_s
     of = {"version": str(version), "run_id": tags.get("pipeline_run_id", "")}
     try:
@@ -178,14 +183,20 @@ def rerun(version: str, tags: dict, original: Path) -> dict:
                 lambda: retrain(tags["preset"], request_promotion=False, reproduction_of=of)
             )
     finally:
-        done.parent.mkdir(parents=True, exist_ok=True)
-        if original.exists():
-            original.rename(done)
-        if aside.exists():
-            aside.rename(original)
+        forget(key)
+        put_back(original, aside, done)
     result = compare(tags, summary["fingerprints"])
     return {**result, "version": str(version), "run_id": summary["run_id"], "workdir": str(done),
             "original_run_id": tags.get("pipeline_run_id", "")}  # fmt: skip
+
+
+def put_back(original: Path, aside: Path, done: Path) -> None:
+    """The rerun's folder to `done`, the original's from `aside` back where it was."""
+    done.parent.mkdir(parents=True, exist_ok=True)
+    if original.exists():
+        original.rename(done)
+    if aside.exists():
+        aside.rename(original)
 
 
 def print_report(report: dict) -> None:
