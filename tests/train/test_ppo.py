@@ -278,6 +278,26 @@ def test_tiny_run_trains_policy_and_value_head(tiny_policy, suite, tmp_path):
     assert not [k for k in weights if "value" in k]
 
 
+def test_lora_trains_the_adapters_and_the_head_beside_them(tiny_config, suite, tmp_path):
+    """With LoRA the base stays as it was (it is also the KL reference, adapters off), the
+    adapters and the value head train."""
+    from components.policy.model import build_policy
+    from tests.train.test_lora import LORA, _base_weights
+
+    _, tasks = suite
+    model, tokenizer = build_policy(tiny_config)
+    start = _base_weights(model)
+    result = _run(model, tokenizer, tasks, tmp_path, 1, beta=0.05, lora=LORA)
+    row = result.metrics[0]
+    assert row["kl"] >= 0 and math.isfinite(row["value_loss"])
+    adapters = [v for k, v in model.state_dict().items() if "lora_B" in k]
+    assert adapters and any(v.abs().sum() > 0 for v in adapters)
+    for name, value in _base_weights(model).items():
+        assert torch.equal(value, start[name]), name
+    head = torch.load(value_file(tmp_path, 1), weights_only=True)["head"]
+    assert head["weight"].abs().sum() > 0
+
+
 @pytest.mark.slow
 def test_resume_ends_where_an_uninterrupted_run_ends(tiny_config, suite, tmp_path):
     """3 iterations straight vs 2, then a fresh model resumed to 3: the same policy weights
