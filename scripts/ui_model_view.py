@@ -129,6 +129,14 @@ def _dead(page, url: str) -> bool:
         return True
 
 
+def _mlflow_site(url: str) -> bool:
+    """Is `url` on MLflow's own site (mlflow.org and its subdomains)?"""
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    return host == "mlflow.org" or host.endswith(".mlflow.org")
+
+
 def browse_model_view(page, base: str, runs: dict, known: dict, shot) -> list[str]:
     """The facts on the pages; returns the failures. `shot(name)` takes a screenshot."""
     failures: list[str] = []
@@ -149,11 +157,17 @@ def browse_model_view(page, base: str, runs: dict, known: dict, shot) -> list[st
     hrefs = page.evaluate(
         "() => [...document.querySelectorAll('a[href^=\"http\"]')].map(a => a.href)"
     )
-    dead = [h for h in hrefs if not h.startswith(base) and _dead(page, h)]
+    # MLflow's own pages (its documentation, in the page's chrome) are not the run's links:
+    # a machine without the internet finds them dead, which says nothing about the run.
+    ours = [h for h in hrefs if not h.startswith(base) and not _mlflow_site(h)]
+    dead = [h for h in ours if _dead(page, h)]
     if dead:
         failures.append(f"parent run page: dead links {dead}")
     # An artifact table: every column shows a value in some row.
-    run_id, _, path = view["tables"][0].partition("/")
+    # The evaluation's breakdown (its columns had dots: `cost.*`, ...), else the first.
+    shown = next((t for t in view["tables"] if "/tables/candidate.by_family" in t),
+                 view["tables"][0])  # fmt: skip
+    run_id, _, path = shown.partition("/")
     page.goto(f"{base}/#/experiments/{exp}/runs/{run_id}/artifacts/{path}")
     page.locator('[role="columnheader"]').first.wait_for(timeout=120_000)
     page.wait_for_timeout(3000)
