@@ -164,11 +164,13 @@ def whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
     """1 - Var(returns - values) / Var(returns) over the masked entries (cleanrl's): 1 for a
-    perfect value function, 0 for a constant one; 0 when the returns do not vary."""
+    perfect value function, 0 for a constant one; 0 when the returns do not vary (variance
+    under 1e-8: equal episode rewards give returns equal up to float rounding, whose ratio
+    would be noise in the millions)."""
     m = mask.bool()
     target, predicted = returns[m].double(), values[m].double()  # [N]
     spread = target.var(unbiased=False) if target.numel() else torch.tensor(0.0)
-    if spread <= 0:
+    if spread < 1e-8:
         return 0.0
     return float(1.0 - (target - predicted).var(unbiased=False) / spread)
 
