@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip's global config here lists extra indexes that may be absent; hide only those warnings.
 QUIET_PIP := grep -v -e "is ignored: it is neither" -e "^WARNING: Location" || true
 
-.PHONY: run demo test lint format install sandbox-deps ui-deps ui-check bench clean vllm test-vllm harbor
+.PHONY: run demo test lint format install sandbox-deps ui-deps ui-check bench clean vllm test-vllm harbor postgres test-postgres
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -94,6 +94,21 @@ $(HARBOR_STAMP):
 	$(HARBOR_VENV)/bin/python -c "import harbor.models.task.config, harbor.models.trajectories" && touch $(HARBOR_STAMP)
 
 harbor: $(HARBOR_STAMP)
+
+# The PostgreSQL tier (`pytest -m postgres`, tests/postgres/): MLflow's tracking server and
+# Prefect's API server on Debian's postgresql, started on loopback by the test itself (a
+# cluster of its own in a temporary folder, as the `postgres` user when run as root), with
+# a pipeline run and 8 concurrent stage writers reconciled against the SQLite default.
+# psycopg2 (MLflow's driver) is pinned by the cluster lock; Prefect's asyncpg is ours.
+postgres: $(STAMP)
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null 2>&1 \
+	    || { echo "could not install postgresql (apt-get install postgresql)"; exit 1; }; }
+	$(PY) -m pip install -q --disable-pip-version-check -c infra/requirements-cluster.lock psycopg2-binary 2>&1 | $(QUIET_PIP)
+	$(PY) -c "import psycopg2"
+
+test-postgres: install postgres
+	$(PY) -m pytest -m postgres tests/postgres
 
 bench: install
 	$(PY) bench/env_throughput.py
