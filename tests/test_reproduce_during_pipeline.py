@@ -90,6 +90,10 @@ def alone(tmp_path_factory) -> dict:
     # room for Prefect's start beside a loaded machine's other work (the shipped budget on
     # a busy machine is tests/flows/test_entry_points_busy.py's)
     preset["runtime"] = {**preset.get("runtime", {}), "startup_timeout_s": 900}
+    # the registry's audit log in the run's folder (relative: the working directory), not
+    # the checkout's mlruns/, which both runs would share (the second's version 1 then
+    # contradicts the first's entries and its promote-request fails)
+    preset["promote"] = {**preset.get("promote", {}), "audit_path": "audit.jsonl"}
     (folder / "tiny.yaml").write_text(yaml.safe_dump(preset))
     _finish(_pipeline(folder))
     outcome = _outcome(folder)
