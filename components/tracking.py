@@ -31,6 +31,7 @@ EXPERIMENT_DESCRIPTIONS = {
     "agentrl-sft": "Standalone supervised fine-tuning runs (agentrl train sft).",
     "agentrl-dpo": "Standalone DPO preference-training runs (agentrl train dpo).",
     "agentrl-grpo": "Standalone GRPO reinforcement-learning runs (agentrl train grpo).",
+    "agentrl-ppo": "Standalone PPO runs with a learned value function (agentrl train ppo).",
 }
 
 

@@ -123,7 +123,8 @@ def _missing_paths(preset) -> list[str]:
     if policy.tokenizer_path and not Path(policy.tokenizer_path).exists():
         problems.append(f"{preset.path}:policy.tokenizer_path: no such file or folder "
                         f"{policy.tokenizer_path}")  # fmt: skip
-    if preset.section("rollout").server == "vllm" and "grpo" in pipeline.algorithms:
+    samples_on_vllm = {"grpo", "ppo"} & set(pipeline.algorithms)
+    if preset.section("rollout").server == "vllm" and samples_on_vllm:
         from components.serve.vllm_launcher import vllm_available
 
         if reason := vllm_available():
