@@ -50,7 +50,7 @@ PRESETS = {
     "unknown-key.yaml": "sft: {learning_rat: 0.1}\n",
     "nested-unknown.yaml": "rejection_sampling: {sft: {lr: 0.1}}\n",
     "bad-enum.yaml": "sft: {lr_scheduler: sometimes}\n",
-    "bad-algo.yaml": "pipeline: {algorithms: [ppo]}\n",
+    "bad-algo.yaml": "pipeline: {algorithms: [a2c]}\n",
     "bad-expert.yaml": "pipeline: {expert_policy: gpt-17}\n",
     "bad-split.yaml": "pipeline: {train_split: everything}\n",
     "bad-bool.yaml": "sft: {bf16: 3}\n",
