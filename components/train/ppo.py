@@ -59,7 +59,6 @@ from components.rollout.completion import GenerateFn
 from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout
 from components.sandbox.config import SandboxConfig
-from components.seeding import derive_seed
 from components.tasks.task import Task
 from components.train.checkpoints import checkpoint_root
 from components.train.config import PPOConfig
@@ -77,6 +76,7 @@ from components.train.grpo.update import (
     collate_rollouts,
     masked_entropy,
     reference_logps,
+    run_minibatches,
 )
 from components.train.losses import grpo_loss, masked_mean, token_logprobs
 from components.train.parallel import all_sum, deal, score_shares, world
@@ -315,23 +315,14 @@ def ppo_update(learner: Learner, critic: Critic, rollouts: list[Rollout], iterat
     config = learner.config
     goal, row = targets(learner, critic, rollouts)
     learner.stepper.model.train()
-    n, minibatch = len(rollouts), config.minibatch_size or len(rollouts)
-    # Minibatch order from (seed, iteration): nothing drawn from the global RNG.
-    generator = torch.Generator().manual_seed(derive_seed(config.seed, "minibatch", iteration))
-    sums: dict[str, float] = {}
-    steps = 0
-    for _epoch in range(config.ppo_epochs):
-        order = torch.randperm(n, generator=generator).tolist()
-        for start in range(0, n, minibatch):
-            step = _optimizer_step(
-                learner, critic, rollouts, goal, order[start : start + minibatch]
-            )
-            for key, value in step.items():
-                sums[key] = sums.get(key, 0.0) + value
-            steps += 1
-    row.update({key: value / steps for key, value in sums.items()})
-    row["optimizer_steps"] = steps
-    row["update_tokens"] = sum(len(r.input_ids) for r in rollouts) * config.ppo_epochs
+    row.update(
+        run_minibatches(
+            config,
+            iteration,
+            rollouts,
+            lambda members: _optimizer_step(learner, critic, rollouts, goal, members),
+        )
+    )
     return row
 
 

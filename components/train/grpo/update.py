@@ -105,23 +105,32 @@ def update(learner: Learner, rollouts: list[Rollout], advantages: torch.Tensor,
     """ppo_epochs passes of minibatch steps over the valid rollouts; returns mean metrics.
     advantages: [B, T] per token, or [B] per episode (repeated over its tokens)."""
     config, stepper = learner.config, learner.stepper
-    n = len(rollouts)
-    minibatch = config.minibatch_size or n
     advantages = per_token(advantages, rollouts)  # [B, T]
     ref_logps = None
     if config.beta > 0:  # once per iteration: the reference never changes
         with reference_or_base(stepper.model, learner.reference) as frozen:
             ref_logps = reference_logps(frozen, rollouts, learner)
-    # Minibatch order from (seed, iteration): nothing drawn from the global RNG.
+    return run_minibatches(
+        config,
+        iteration,
+        rollouts,
+        lambda members: optimizer_step(learner, rollouts, advantages, ref_logps, members),
+    )
+
+
+def run_minibatches(config: GRPOConfig, iteration: int, rollouts: list[Rollout], step) -> dict:
+    """config.ppo_epochs passes of `step(members)` over minibatches of rollout indices, in an
+    order from (seed, iteration): nothing drawn from the global RNG. Returns the steps' mean
+    metrics, optimizer_steps and update_tokens (GRPO's and PPO's update share it)."""
+    n = len(rollouts)
+    minibatch = config.minibatch_size or n
     generator = torch.Generator().manual_seed(derive_seed(config.seed, "minibatch", iteration))
     sums: dict[str, float] = {}
     steps = 0
     for _epoch in range(config.ppo_epochs):
         order = torch.randperm(n, generator=generator).tolist()
         for start in range(0, n, minibatch):
-            step_metrics = optimizer_step(learner, rollouts, advantages, ref_logps,
-                                          order[start : start + minibatch])  # fmt: skip
-            for key, value in step_metrics.items():
+            for key, value in step(order[start : start + minibatch]).items():
                 sums[key] = sums.get(key, 0.0) + value
             steps += 1
     out = {key: value / steps for key, value in sums.items()}
