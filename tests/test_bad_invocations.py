@@ -777,7 +777,7 @@ COMMANDS = [("tasks", "generate"), ("tasks", "check"), ("tasks", "import"), ("ta
             ("data", "validate"), ("data", "snapshot"), ("data", "versions"),
             ("data", "rollback"), ("policy", "init"), ("policy", "merge"), ("train", "sft"),
             ("rollout", "sample"), ("train", "rs"), ("train", "dpo"), ("train", "grpo"),
-            ("evaluate", "run"), ("evaluate", "safety"), ("promote", "approve"),
+            ("train", "ppo"), ("evaluate", "run"), ("evaluate", "safety"), ("promote", "approve"),
             ("promote", "reject"), ("promote", "rollback"), ("promote", "request"),
             ("promote", "status"), ("promote", "history"), ("serve",), ("reproduce",),
             ("rescore",), ("demo",)]  # fmt: skip
@@ -787,7 +787,8 @@ REQUIRED = {("tasks", "generate"): "--out", ("tasks", "check"): "--tasks",
             ("tasks", "import"): "--out", ("data", "ingest"): "SRC", ("data", "rollback"): "VERSION", ("policy", "init"): "--out",
             ("policy", "merge"): "--policy", ("train", "sft"): "--out",
             ("rollout", "sample"): "--out", ("train", "rs"): "--out", ("train", "dpo"): "--out",
-            ("train", "grpo"): "--policy", ("evaluate", "run"): "--tasks",
+            ("train", "grpo"): "--policy", ("train", "ppo"): "--policy",
+            ("evaluate", "run"): "--tasks",
             ("promote", "approve"): "version", ("promote", "reject"): "version",
             ("promote", "rollback"): "--reason", ("promote", "request"): "--policy",
             ("serve",): "--model", ("reproduce",): "version", ("rescore",): "--tasks"}  # fmt: skip
