@@ -151,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="work folder (default: a temporary one)")
     p.add_argument("--secret-policy", choices=["redact", "reject"], default="redact")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
-    p.add_argument("--results", default=None,
-                   help="also write the table here (e.g. bench/results/data-throughput-DATE.md)")  # fmt: skip
+    p.add_argument(
+        "--results",
+        default=None,
+        help="also write the table here (e.g. bench/results/data-throughput-DATE.md)",
+    )
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         res = run(args.n, Path(args.out or tmp), args.secret_policy)

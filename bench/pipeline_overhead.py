@@ -60,22 +60,57 @@ def bare_run(preset_path: Path) -> float:
     steps = [
         ["tasks", "generate", "--out", w / "tasks"],
         ["tasks", "check", "--tasks", w / "tasks", "--report", w / "gate.json"],
-        ["env", "eval", "--tasks", w / "tasks", "--split", "train", "--policy",
-         p.section("pipeline").expert_policy,
-         "--out", w / "expert" / "results.json", "--trajectories-out",
-         w / "expert" / "expert.jsonl", "--quiet"],
+        [
+            "env",
+            "eval",
+            "--tasks",
+            w / "tasks",
+            "--split",
+            "train",
+            "--policy",
+            p.section("pipeline").expert_policy,
+            "--out",
+            w / "expert" / "results.json",
+            "--trajectories-out",
+            w / "expert" / "expert.jsonl",
+            "--quiet",
+        ],
         ["data", "ingest", w / "expert" / "expert.jsonl", "--overwrite"],
         ["data", "validate", "--eval-tasks", w / "tasks"],
         ["data", "snapshot", "-m", "bench"],
         ["policy", "init", "--records", w / "expert" / "expert.jsonl", "--out", w / "policy0"],
-        ["train", "sft", "--policy", w / "policy0" / "policy", "--records", "data/validated",
-         "--out", w / "sft"],
-        ["train", "grpo", "--policy", w / "sft" / "policy", "--tasks", w / "tasks", "--out",
-         w / "grpo"],
-        ["evaluate", "run", "--tasks", w / "tasks", "--model", w / "grpo" / "policy", "--out",
-         w / "eval"],
+        [
+            "train",
+            "sft",
+            "--policy",
+            w / "policy0" / "policy",
+            "--records",
+            "data/validated",
+            "--out",
+            w / "sft",
+        ],
+        [
+            "train",
+            "grpo",
+            "--policy",
+            w / "sft" / "policy",
+            "--tasks",
+            w / "tasks",
+            "--out",
+            w / "grpo",
+        ],
+        [
+            "evaluate",
+            "run",
+            "--tasks",
+            w / "tasks",
+            "--model",
+            w / "grpo" / "policy",
+            "--out",
+            w / "eval",
+        ],
         ["evaluate", "safety", "--out", w / "safety", "--model", w / "grpo" / "policy"],
-    ]  # fmt: skip
+    ]
     steps = [[*argv, "--preset", preset_path] for argv in steps]
     t0 = time.perf_counter()
     for argv in steps:
@@ -121,8 +156,11 @@ def stage_table(log: str, install_s: float, run_s: float) -> str:
     """The table of a `make run` log: install, each stage (seconds, share of the run), the
     flow's own time and the total."""
     stages = _stages(log)
-    lines = ["| step | seconds | share of `make run` |", "|---|---:|---:|",
-             f"| install (make install) | {install_s:.0f} | |"]  # fmt: skip
+    lines = [
+        "| step | seconds | share of `make run` |",
+        "|---|---:|---:|",
+        f"| install (make install) | {install_s:.0f} | |",
+    ]
     for name, seconds, how in stages:
         shown = f"{seconds:.0f}" + (" (cached)" if how == "cached" else "")
         lines.append(f"| {name} | {shown} | {seconds / run_s:.0%} |")
@@ -175,15 +213,18 @@ def make_run(out: Path, keep: Path | None = None) -> Path:
         install_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         with LoadSampler() as run_load:
-            proc = subprocess.run(["make", "run"], cwd=clone, env=env, capture_output=True,
-                                  text=True, check=False)  # fmt: skip
+            proc = subprocess.run(
+                ["make", "run"], cwd=clone, env=env, capture_output=True, text=True, check=False
+            )
         run_s = time.perf_counter() - t0
     sys.stdout.write(proc.stdout[-4000:])
     if proc.returncode != 0:
         raise SystemExit(f"make run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     table = stage_table(proc.stdout, install_s, run_s)
-    text = (f"# `make run` in a fresh clone ({os.cpu_count()} cores)\n\n"
-            f"install: {install_load.summary()}; run: {run_load.summary()}\n\n")  # fmt: skip
+    text = (
+        f"# `make run` in a fresh clone ({os.cpu_count()} cores)\n\n"
+        f"install: {install_load.summary()}; run: {run_load.summary()}\n\n"
+    )
     return write_table(text + table + "\n", out, "make-run")
 
 

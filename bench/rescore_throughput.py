@@ -78,8 +78,12 @@ def rescore_pass(records, tasks, env, sandbox, workers: int, cache: bool) -> dic
         episode_module.verify = original
     flips = sum(bool(r.flip) for r in rows)
     missing = sum(r.new is None for r in rows)
-    return {"seconds": seconds, "hits": verdict_cache_info()["hits"], "flips": flips,
-            "missing": missing}  # fmt: skip
+    return {
+        "seconds": seconds,
+        "hits": verdict_cache_info()["hits"],
+        "flips": flips,
+        "missing": missing,
+    }
 
 
 def main() -> None:
@@ -113,9 +117,11 @@ def main() -> None:
         )
         passes += [
             ("rescore, 1 worker, cache", rescore_pass(records, tasks, env, sandbox, 1, True)),
-            (f"rescore, {args.workers} workers, cache",
-             rescore_pass(records, tasks, env, sandbox, args.workers, True)),
-        ]  # fmt: skip
+            (
+                f"rescore, {args.workers} workers, cache",
+                rescore_pass(records, tasks, env, sandbox, args.workers, True),
+            ),
+        ]
     base = n / verify_s
     lines = [
         f"# rescore throughput ({n} stored episodes: {len(tasks)} tasks x {args.group}, "
@@ -131,16 +137,22 @@ def main() -> None:
     ]
     for name, m in passes:
         eps = n / m["seconds"]
-        lines.append(f"| {name} | {m['seconds']:.2f} | {eps:.2f} | {eps / base:.2f}x | "
-                     f"{eps / (n / original_s):.2f}x | {m['hits']} | {m['flips']} | "
-                     f"{m['missing']} |")  # fmt: skip
-    lines += ["", "Same verifier before and after: every flip or missing verdict would be a "
-              "replay that does not reproduce its episode (0 expected).", "",
-              f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, `--tasks {args.tasks} "
-              f"--group {args.group} --workers {args.workers}"
-              f"{' --no-uncached' if args.no_uncached else ''}`, {os.cpu_count()} CPUs, "
-              f"load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, "
-              f"{time.perf_counter() - t_start:.0f} s in all."]  # fmt: skip
+        lines.append(
+            f"| {name} | {m['seconds']:.2f} | {eps:.2f} | {eps / base:.2f}x | "
+            f"{eps / (n / original_s):.2f}x | {m['hits']} | {m['flips']} | "
+            f"{m['missing']} |"
+        )
+    lines += [
+        "",
+        "Same verifier before and after: every flip or missing verdict would be a "
+        "replay that does not reproduce its episode (0 expected).",
+        "",
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, `--tasks {args.tasks} "
+        f"--group {args.group} --workers {args.workers}"
+        f"{' --no-uncached' if args.no_uncached else ''}`, {os.cpu_count()} CPUs, "
+        f"load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, "
+        f"{time.perf_counter() - t_start:.0f} s in all.",
+    ]
     write_table("\n".join(lines) + "\n", args.out, "rescore-throughput")
 
 

@@ -59,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         generate_suite(Path(tmp) / "tasks", max(args.tasks, 3), 0)
         tasks = load_tasks(Path(tmp) / "tasks")[0][: args.tasks]
         quiet = slowest(tasks, sandbox)
-        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                   for _ in range(args.burners)]  # fmt: skip
+        burners = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(args.burners)
+        ]
         try:
             loaded = slowest(tasks, sandbox)
         finally:
@@ -69,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     floor = 0.01  # pytest prints durations in 10 ms steps
     rows = [
         ("slowest test phase vs fix-tool timeout", quiet[0], loaded[0], env.fix_test_timeout_s),
-        ("slowest test phase vs hidden-test timeout", quiet[0], loaded[0],
-         env.per_test_timeout_s),
+        ("slowest test phase vs hidden-test timeout", quiet[0], loaded[0], env.per_test_timeout_s),
         ("slowest pytest run vs command wall limit", quiet[1], loaded[1], sandbox.wall_time_s),
-    ]  # fmt: skip
+    ]
     print(f"{len(tasks)} tasks, {args.burners} CPU burners in the loaded column")
     print(f"{'':44} {'quiet s':>8} {'loaded s':>9} {'limit s':>8} {'margin':>8}")
     for name, q, lo, limit in rows:

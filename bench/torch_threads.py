@@ -51,19 +51,28 @@ print(json.dumps(rows))
 
 def measure(policy: str, steps: int, seq: int, hidden: int) -> list:
     env = {**os.environ, "OMP_WAIT_POLICY": policy}
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(steps), str(seq), str(hidden)],
-                         env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(steps), str(seq), str(hidden)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def table(results: dict[str, list], load: str) -> str:
-    lines = [f"# One training step, seconds ({os.cpu_count()} cores, load {load})", "",
-             "| cores | threads | ACTIVE (spin) | PASSIVE (sleep) | ACTIVE / PASSIVE |",
-             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"# One training step, seconds ({os.cpu_count()} cores, load {load})",
+        "",
+        "| cores | threads | ACTIVE (spin) | PASSIVE (sleep) | ACTIVE / PASSIVE |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for (one_core, threads, active), (_, _, passive) in zip(*results.values(), strict=True):
         cores = "one (pinned)" if one_core else "all"
-        lines.append(f"| {cores} | {threads} | {active:.2f} | {passive:.2f} | "
-                     f"{active / passive:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {cores} | {threads} | {active:.2f} | {passive:.2f} | {active / passive:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -74,8 +83,10 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args()
-    results = {policy: measure(policy, args.steps, args.seq, args.hidden)
-               for policy in ("ACTIVE", "PASSIVE")}  # fmt: skip
+    results = {
+        policy: measure(policy, args.steps, args.seq, args.hidden)
+        for policy in ("ACTIVE", "PASSIVE")
+    }
     load = Path("/proc/loadavg").read_text().split()[0]
     write_table(table(results, load), args.out, "threads")
 

@@ -165,8 +165,9 @@ def browse_model_view(page, base: str, runs: dict, known: dict, shot) -> list[st
         failures.append(f"parent run page: dead links {dead}")
     # An artifact table: every column shows a value in some row.
     # The evaluation's breakdown (its columns had dots: `cost.*`, ...), else the first.
-    shown = next((t for t in view["tables"] if "/tables/candidate.by_family" in t),
-                 view["tables"][0])  # fmt: skip
+    shown = next(
+        (t for t in view["tables"] if "/tables/candidate.by_family" in t), view["tables"][0]
+    )
     run_id, _, path = shown.partition("/")
     page.goto(f"{base}/#/experiments/{exp}/runs/{run_id}/artifacts/{path}")
     page.locator('[role="columnheader"]').first.wait_for(timeout=120_000)
