@@ -65,9 +65,12 @@ def episodes_per_second(tasks, workers: int) -> tuple[float, int]:
     clear_verdict_cache()  # each setting verifies every tree itself
     t0 = time.perf_counter()
     results = evaluate_policy(
-        tasks, lambda: make_policy("oracle"), EnvConfig(), SandboxConfig(),
+        tasks,
+        lambda: make_policy("oracle"),
+        EnvConfig(),
+        SandboxConfig(),
         EvalConfig(workers=workers),
-    )  # fmt: skip
+    )
     elapsed = time.perf_counter() - t0
     return len(results) / elapsed, sum(r.success for r in results)
 
@@ -87,10 +90,15 @@ def sandbox_vs_bare(tasks, repeats: int) -> tuple[float, float]:
             t0 = time.perf_counter()
             # Same pytest set-up as inside the sandbox (no plugin autoload), so the ratio
             # measures isolation alone.
-            env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                   "PYTEST_PLUGINS": "pytest_timeout", "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-            subprocess.run([sys.executable, *argv[1:]], cwd=repo, capture_output=True,
-                           check=False, env=env)  # fmt: skip
+            env = {
+                **os.environ,
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                "PYTEST_PLUGINS": "pytest_timeout",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+            subprocess.run(
+                [sys.executable, *argv[1:]], cwd=repo, capture_output=True, check=False, env=env
+            )
             bare.append(time.perf_counter() - t0)
     return statistics.median(sandboxed), statistics.median(bare)
 
@@ -112,9 +120,9 @@ def plain_verify(task: Task, repo: Path, env: EnvConfig, sandbox: SandboxConfig)
         for rel in task.hidden_test_files():
             shutil.copyfile(task.hidden_tests_dir / rel, tree / rel)
         introduced_findings(task.repo_dir, tree, [task.metadata.extra.get("module", "")])
-        tests = run_sandboxed(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
-                               "addopts=", f"--timeout={env.per_test_timeout_s:g}",
-                               *task.hidden_test_files()], tree, cfg)  # fmt: skip
+        pytest = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+        timeout = f"--timeout={env.per_test_timeout_s:g}"
+        tests = run_sandboxed([*pytest, timeout, *task.hidden_test_files()], tree, cfg)
         cases, _ = hidden_cases(task)
         if cases and tests.exit_code == 0:
             cases_tree = Path(tmp) / "cases"
@@ -124,8 +132,11 @@ def plain_verify(task: Task, repo: Path, env: EnvConfig, sandbox: SandboxConfig)
             (cases_tree / "args.json").write_text(
                 json.dumps([[c["module"], c["function"], c["args"]] for c in cases])
             )
-            run_sandboxed(["python", "runner.py", token, "args.json",
-                           f"{env.per_test_timeout_s:g}"], cases_tree, cfg)  # fmt: skip
+            run_sandboxed(
+                ["python", "runner.py", token, "args.json", f"{env.per_test_timeout_s:g}"],
+                cases_tree,
+                cfg,
+            )
 
 
 def verification_overhead(tasks, repeats: int) -> tuple[float, float]:
@@ -194,8 +205,14 @@ print(len(results) / elapsed, sum(r.success for r in results))
 
 def _measure(code_root: Path, tasks_dir: Path, n: int, workers: int) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(code_root)}
-    out = subprocess.run([sys.executable, "-c", _MEASURE, str(tasks_dir), str(n), str(workers)],
-                         cwd=code_root, env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(tasks_dir), str(n), str(workers)],
+        cwd=code_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"measurement at {code_root} failed: {out.stderr[-2000:]}")
     eps, ok = out.stdout.split()[-2:]
@@ -222,23 +239,30 @@ def vs_reference(ref: str, n: int, rounds: int, workers: int, out_dir: Path) -> 
                 print(f"  round {r + 1} {side:>6}: {eps:6.2f} verified episodes/s", flush=True)
     before, after = statistics.median(runs["before"]), statistics.median(runs["after"])
     ratio = after / before
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=False).stdout.strip()  # fmt: skip
-    text = "\n".join([
-        f"# env throughput: {ref} (before) vs {head} + working tree (after)",
-        "",
-        f"isolation: {isolation_report(SandboxConfig()).get('summary', '')}",
-        f"{n} oracle episodes per measurement, workers={workers}, {rounds} interleaved "
-        "rounds, each a fresh process (medians)",
-        "",
-        "| code | verified episodes/s (median) | runs |",
-        "|---|---|---|",
-        f"| before ({ref}) | {before:.2f} | {', '.join(f'{x:.2f}' for x in runs['before'])} |",
-        f"| after ({head}) | {after:.2f} | {', '.join(f'{x:.2f}' for x in runs['after'])} |",
-        "",
-        f"after/before: {ratio:.3f} (bar: >= 0.95)",
-        "",
-    ])  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    text = "\n".join(
+        [
+            f"# env throughput: {ref} (before) vs {head} + working tree (after)",
+            "",
+            f"isolation: {isolation_report(SandboxConfig()).get('summary', '')}",
+            f"{n} oracle episodes per measurement, workers={workers}, {rounds} interleaved "
+            "rounds, each a fresh process (medians)",
+            "",
+            "| code | verified episodes/s (median) | runs |",
+            "|---|---|---|",
+            f"| before ({ref}) | {before:.2f} | {', '.join(f'{x:.2f}' for x in runs['before'])} |",
+            f"| after ({head}) | {after:.2f} | {', '.join(f'{x:.2f}' for x in runs['after'])} |",
+            "",
+            f"after/before: {ratio:.3f} (bar: >= 0.95)",
+            "",
+        ]
+    )
     write_table(text, out_dir, "env-throughput-vs")
     return ratio
 
@@ -251,8 +275,9 @@ def main() -> None:
     p.add_argument("--vs", default="", help="git revision to compare episodes/s with")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds with --vs")
     p.add_argument("--workers", type=int, default=1, help="episode workers with --vs")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results",
-                   help="where --vs writes its table")  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results", help="where --vs writes its table"
+    )
     args = p.parse_args()
     if args.vs:
         vs_reference(args.vs, args.tasks, args.rounds, args.workers, args.out)
@@ -280,8 +305,10 @@ def main() -> None:
         print(f"  median verification, hardened (verify):        {hardened * 1000:7.1f} ms")
         print(f"  verification overhead ratio: {hardened / plain:.2f}x  (bar: <= 1.15x)\n")
         per, hit_rate, n = grpo_workload(tasks, args.group)
-        print(f"  GRPO-like workload ({n} verifications, groups of {args.group}): "
-              f"{per * 1000:.1f} ms per verification, cache hit rate {hit_rate:.0%}")  # fmt: skip
+        print(
+            f"  GRPO-like workload ({n} verifications, groups of {args.group}): "
+            f"{per * 1000:.1f} ms per verification, cache hit rate {hit_rate:.0%}"
+        )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,9 @@ def test_output(task: Task, timeout_s: float = 60.0) -> str:
         shutil.copytree(task.repo_dir, repo)
         # as list_fixes runs them: every failure, a per-test timeout
         argv = fix_test_argv(task.test_command, EnvConfig().fix_test_timeout_s, every_failure=True)
-        limits = dataclasses.replace(SandboxConfig(), wall_time_s=timeout_s,
-                                     cpu_time_s=int(timeout_s) + 1)  # fmt: skip
+        limits = dataclasses.replace(
+            SandboxConfig(), wall_time_s=timeout_s, cpu_time_s=int(timeout_s) + 1
+        )
         try:
             return run_sandboxed(argv, repo, limits).output
         except SandboxError:
@@ -113,20 +114,31 @@ def summarize(rows: list[dict], suite: str) -> list[dict]:
             continue
         hit = [g["rank"] for g in got if g["rank"] is not None]
         sizes = [g["size"] for g in got]
-        out.append({
-            "suite": suite, "listing": name, "n": len(got), "covered": len(hit),
-            "coverage": len(hit) / len(got), "ci": wilson_interval(len(hit), len(got)),
-            "size_p50": statistics.median(sizes), "size_p90": _quantile(sizes, 0.9),
-            "rank_p50": statistics.median(hit) + 1 if hit else None,
-            "full_p50": statistics.median(r["full"] for r in rows) if name != "operators" else None,
-            "full_p90": _quantile([r["full"] for r in rows], 0.9) if name != "operators" else None,
-        })  # fmt: skip
+        full = [r["full"] for r in rows] if name != "operators" else None
+        out.append(
+            {
+                "suite": suite,
+                "listing": name,
+                "n": len(got),
+                "covered": len(hit),
+                "coverage": len(hit) / len(got),
+                "ci": wilson_interval(len(hit), len(got)),
+                "size_p50": statistics.median(sizes),
+                "size_p90": _quantile(sizes, 0.9),
+                "rank_p50": statistics.median(hit) + 1 if hit else None,
+                "full_p50": statistics.median(full) if full is not None else None,
+                "full_p90": _quantile(full, 0.9) if full is not None else None,
+            }
+        )
     return out
 
 
 def table(summary: list[dict]) -> str:
-    lines = ["| suite | listing | n | fix listed [95% CI] | listing size p50 / p90 | "
-             "rank of the fix p50 | uncut neighbourhood p50 / p90 |", "|" + "---|" * 7]  # fmt: skip
+    lines = [
+        "| suite | listing | n | fix listed [95% CI] | listing size p50 / p90 | "
+        "rank of the fix p50 | uncut neighbourhood p50 / p90 |",
+        "|" + "---|" * 7,
+    ]
     for s in summary:
         full = f"{s['full_p50']:g} / {s['full_p90']:g}" if s["full_p50"] is not None else ""
         rank = f"{s['rank_p50']:g}" if s["rank_p50"] is not None else ""
@@ -143,10 +155,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-tasks", type=int, default=200, help="generated suite size")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=64, help="listing cut (EnvConfig.max_fixes)")
-    p.add_argument("--quixbugs", type=Path, default=ROOT / "tests/fixtures/external_quixbugs",
-                   help="folder of converted QuixBugs task folders")  # fmt: skip
-    p.add_argument("--no-localise", dest="localise", action="store_false",
-                   help="skip the test runs (no 'grammar localised' rows)")  # fmt: skip
+    p.add_argument(
+        "--quixbugs",
+        type=Path,
+        default=ROOT / "tests/fixtures/external_quixbugs",
+        help="folder of converted QuixBugs task folders",
+    )
+    p.add_argument(
+        "--no-localise",
+        dest="localise",
+        action="store_false",
+        help="skip the test runs (no 'grammar localised' rows)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench/results")
     p.add_argument("--name", default=f"fix-coverage-{time.strftime('%Y-%m-%d')}")
     args = p.parse_args(argv)
@@ -166,21 +186,30 @@ def main(argv: list[str] | None = None) -> int:
     summary += summarize(rows, f"QuixBugs ({len(rows)} programs)")
     rows_out["quixbugs"] = rows
     md = table(summary)
-    report = (f"# bench/fix_coverage.py\n\nsettings: n_tasks={args.n_tasks}, seed={args.seed}, "
-              f"limit={args.limit}, quixbugs={args.quixbugs.relative_to(ROOT) if args.quixbugs.is_relative_to(ROOT) else args.quixbugs}, "
-              f"localise={args.localise}\n\n{md}\n\nQuixBugs per program (rank of the fix, 1 = "
-              f"first; - = not listed): "
-              + ", ".join(f"{r['task']} " + "/".join(
-                  "-" if r[n]["rank"] is None else str(r[n]["rank"] + 1)
-                  for n in LISTINGS if n in r) for r in rows)
-              + f" ({' / '.join(n for n in LISTINGS if not rows or n in rows[0])})"
-              + f"\n\nwall {time.monotonic() - started:.0f} s\n")  # fmt: skip
+    quixbugs = args.quixbugs
+    if quixbugs.is_relative_to(ROOT):
+        quixbugs = quixbugs.relative_to(ROOT)
+    per_program = ", ".join(
+        f"{r['task']} "
+        + "/".join(
+            "-" if r[n]["rank"] is None else str(r[n]["rank"] + 1) for n in LISTINGS if n in r
+        )
+        for r in rows
+    )
+    report = (
+        f"# bench/fix_coverage.py\n\nsettings: n_tasks={args.n_tasks}, seed={args.seed}, "
+        f"limit={args.limit}, quixbugs={quixbugs}, "
+        f"localise={args.localise}\n\n{md}\n\nQuixBugs per program (rank of the fix, 1 = "
+        f"first; - = not listed): {per_program}"
+        f" ({' / '.join(n for n in LISTINGS if not rows or n in rows[0])})"
+        f"\n\nwall {time.monotonic() - started:.0f} s\n"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.md").write_text(report)
     (args.out / f"{args.name}.json").write_text(
         json.dumps(
             {"summary": summary, "rows": rows_out, "load_errors": errors}, indent=1, default=str
-        )  # fmt: skip
+        )
     )
     print(report)
     print(f"written: {args.out / args.name}.md, .json")

@@ -58,17 +58,23 @@ def bare_generate(model, tokenizer, prompts, caps, seed, temperature) -> int:
     # generate's own sampling from one seeded stream.
     per_row = not isinstance(seed, int)
     sampling = (
-        {"do_sample": False, "logits_processor": LogitsProcessorList(
-            [RowSampler(seed, temperature, 1.0)])}
-        if per_row else
-        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-    )  # fmt: skip
+        {
+            "do_sample": False,
+            "logits_processor": LogitsProcessorList([RowSampler(seed, temperature, 1.0)]),
+        }
+        if per_row
+        else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    )
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0 if per_row else seed)
         out = model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max(caps), eos_token_id=eos,
-            pad_token_id=pad, **sampling,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max(caps),
+            eos_token_id=eos,
+            pad_token_id=pad,
+            **sampling,
+        )
     total = 0
     for row, cap in zip(out[:, width:].tolist(), caps, strict=True):
         n = row.index(eos) + 1 if eos in row else len(row)
@@ -83,8 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8, help="episodes per batched generate call")
     p.add_argument("--steps", type=int, default=4, help="agent steps per episode")
     p.add_argument("--max-new-tokens", type=int, default=64, help="cap per assistant turn")
-    p.add_argument("--tokenizer-bytes", type=int, default=200_000,
-                   help="standard-library bytes the tokenizer is trained on")  # fmt: skip
+    p.add_argument(
+        "--tokenizer-bytes",
+        type=int,
+        default=200_000,
+        help="standard-library bytes the tokenizer is trained on",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     return p
@@ -100,10 +110,14 @@ def sample_side_by_side(model, tokenizer, tasks, args) -> dict:
     """Samples the episodes, each engine generate call paired with its bare replay: token
     counts and seconds of both sides, and the engine's wall without the replays."""
     rollout = RolloutConfig(
-        temperature=1.0, max_new_tokens=args.max_new_tokens, max_episode_tokens=2048,
-        batch_size=args.batch, samples_per_task=args.k, workers=2,
+        temperature=1.0,
+        max_new_tokens=args.max_new_tokens,
+        max_episode_tokens=2048,
+        batch_size=args.batch,
+        samples_per_task=args.k,
+        workers=2,
         constrain_fix_ids=False,  # the bare replay has no fix-id constraint to apply
-    )  # fmt: skip
+    )
     calls: list[tuple[float, int, float]] = []  # (engine s, bare tokens, bare s) per call
 
     def paired(prompts, caps, seed):
@@ -112,23 +126,38 @@ def sample_side_by_side(model, tokenizer, tasks, args) -> dict:
 
         bare_first = len(calls) % 2 == 1
         replay = bare() if bare_first else None
-        out, seconds = _timed(lambda: generate_transformers(
-            model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed))  # fmt: skip
+        out, seconds = _timed(
+            lambda: generate_transformers(
+                model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed
+            )
+        )
         if replay is None:
             replay = bare()
         calls.append((seconds, *replay))
         return out
 
     bare_generate(model, tokenizer, [[tokenizer.pad_token_id]], [1], 0, 1.0)  # warm-up
-    rollouts, wall = _timed(lambda: sample_episodes(
-        tasks, model, tokenizer, rollout, EnvConfig(max_steps=args.steps), SandboxConfig(),
-        generate_fn=paired))  # fmt: skip
+    rollouts, wall = _timed(
+        lambda: sample_episodes(
+            tasks,
+            model,
+            tokenizer,
+            rollout,
+            EnvConfig(max_steps=args.steps),
+            SandboxConfig(),
+            generate_fn=paired,
+        )
+    )
     bare_seconds = sum(c[2] for c in calls)
-    return {"episodes": len(rollouts), "calls": len(calls),
-            "engine_tokens": sum(r.num_generated_tokens for r in rollouts),
-            "engine_seconds": sum(c[0] for c in calls),
-            "bare_tokens": sum(c[1] for c in calls), "bare_seconds": bare_seconds,
-            "engine_wall": wall - bare_seconds}  # fmt: skip
+    return {
+        "episodes": len(rollouts),
+        "calls": len(calls),
+        "engine_tokens": sum(r.num_generated_tokens for r in rollouts),
+        "engine_seconds": sum(c[0] for c in calls),
+        "bare_tokens": sum(c[1] for c in calls),
+        "bare_seconds": bare_seconds,
+        "engine_wall": wall - bare_seconds,
+    }
 
 
 def table(m: dict) -> list[str]:
@@ -136,32 +165,42 @@ def table(m: dict) -> list[str]:
     bare = m["bare_tokens"] / m["bare_seconds"]
     calls = m["engine_tokens"] / m["engine_seconds"]
     whole = m["engine_tokens"] / m["engine_wall"]
-    return ["| what | tokens/s | / bare |", "|---|---|---|",
-            f"| bare model.generate (same calls replayed) | {bare:,.0f} | 1.00 |",
-            f"| engine generate calls (sampling + log-probs) | {calls:,.0f} | {calls / bare:.2f} |",
-            f"| engine end to end (+tools, verify) | {whole:,.0f} | {whole / bare:.2f} |"]  # fmt: skip
+    return [
+        "| what | tokens/s | / bare |",
+        "|---|---|---|",
+        f"| bare model.generate (same calls replayed) | {bare:,.0f} | 1.00 |",
+        f"| engine generate calls (sampling + log-probs) | {calls:,.0f} | {calls / bare:.2f} |",
+        f"| engine end to end (+tools, verify) | {whole:,.0f} | {whole / bare:.2f} |",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[1]  # other work on the machine competes for the cores
-    config = PolicyConfig(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                          intermediate_size=352, vocab_size=1024,
-                          tokenizer_stdlib_bytes=args.tokenizer_bytes)  # fmt: skip
+    config = PolicyConfig(
+        hidden_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=352,
+        vocab_size=1024,
+        tokenizer_stdlib_bytes=args.tokenizer_bytes,
+    )
     model, tokenizer = build_policy(config)
     model.eval()
     with tempfile.TemporaryDirectory() as tmp:
         generate_suite(Path(tmp) / "tasks", max(args.tasks, 3), 0)
         tasks = load_tasks(Path(tmp) / "tasks")[0][: args.tasks]
         m = sample_side_by_side(model, tokenizer, tasks, args)
-    settings = (f"{m['episodes']} episodes ({args.tasks} tasks x K={args.k}, {args.steps} "
-                f"steps x {args.max_new_tokens} tokens), {m['calls']} batched generate calls "
-                f"of up to {args.batch}, {m['engine_tokens']} sampled tokens (bare replay: "
-                f"{m['bare_tokens']}), {args.threads} torch threads, {os.cpu_count()} cores, "
-                f"5-min load average {load_before:.1f} before and {os.getloadavg()[1]:.1f} after")  # fmt: skip
-    text = "\n".join([f"# Rollout engine vs bare model.generate ({settings})", "",
-                      *table(m), ""])  # fmt: skip
+    settings = (
+        f"{m['episodes']} episodes ({args.tasks} tasks x K={args.k}, {args.steps} "
+        f"steps x {args.max_new_tokens} tokens), {m['calls']} batched generate calls "
+        f"of up to {args.batch}, {m['engine_tokens']} sampled tokens (bare replay: "
+        f"{m['bare_tokens']}), {args.threads} torch threads, {os.cpu_count()} cores, "
+        f"5-min load average {load_before:.1f} before and {os.getloadavg()[1]:.1f} after"
+    )
+    text = "\n".join([f"# Rollout engine vs bare model.generate ({settings})", "", *table(m), ""])
     write_table(text, args.out, "rollout-throughput")
     return 0
 

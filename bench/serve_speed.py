@@ -68,9 +68,15 @@ def default_checkpoint(work: Path) -> Path:
     from components.policy.config import PolicyConfig
     from components.policy.model import build_policy, save_policy
 
-    config = PolicyConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-                          intermediate_size=128, vocab_size=512,
-                          tokenizer_stdlib_bytes=50_000)  # fmt: skip
+    config = PolicyConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=128,
+        vocab_size=512,
+        tokenizer_stdlib_bytes=50_000,
+    )
     return save_policy(*build_policy(config), work / "tiny")
 
 
@@ -90,8 +96,9 @@ def prompt_batch(tokenizer, n: int) -> list[list[int]]:
     for i in range(n):
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-            tokenize=False, add_generation_prompt=True,
-        )  # fmt: skip
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     return out
 
@@ -113,8 +120,13 @@ def in_process(model, tokenizer, prompts, max_tokens: int, concurrency: int):
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
         with torch.no_grad():
-            rows = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens,
-                                  do_sample=False, pad_token_id=pad)[:, width:]  # fmt: skip
+            rows = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+            )[:, width:]
         for row in rows.tolist():
             end = next((i for i, t in enumerate(row) if t in eos), None)
             if end is None:
@@ -129,8 +141,12 @@ def served(url: str, prompts, max_tokens: int, concurrency: int):
 
     client = OpenAICompletionsClient(url, "policy", timeout_s=600, max_retries=0)
     with ThreadPoolExecutor(concurrency) as pool:
-        out = list(pool.map(lambda p: client.complete(p, max_tokens, temperature=0.0,
-                                                      top_p=1.0, seed=0), prompts))  # fmt: skip
+        out = list(
+            pool.map(
+                lambda p: client.complete(p, max_tokens, temperature=0.0, top_p=1.0, seed=0),
+                prompts,
+            )
+        )
     errors = [c.error for c in out if c.error]
     if errors:
         raise RuntimeError(f"{url}: {errors[0]}")
@@ -147,11 +163,25 @@ def start_agentrl(checkpoint: Path, threads: int, log: Path):
     from components.serve.vllm_launcher import _free_port
 
     port = _free_port()
-    argv = [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
-            str(port), "--threads", str(threads)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "components.serve",
+        "--model",
+        str(checkpoint),
+        "--port",
+        str(port),
+        "--threads",
+        str(threads),
+    ]
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -175,9 +205,13 @@ def table(rows: dict, engines: list[str], concurrency: list[int], header: str) -
     def ratio(a: float, b: float | None) -> str:
         return f"{a / b:.2f}x" if b else "-"
 
-    lines = [header, "", "| engine | concurrent | tokens/s | vs in-process | vs agentrl serve "
-             "| prompt tok | answer tok | stopped early | = in-process greedy |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        header,
+        "",
+        "| engine | concurrent | tokens/s | vs in-process | vs agentrl serve "
+        "| prompt tok | answer tok | stopped early | = in-process greedy |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in concurrency:
         base = rows.get(("in-process", c), [(0, [])])[-1][1]
         for engine in engines:
@@ -209,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     engines, notes, stops, urls = list(args.engines), [], [], {}
     try:
         if "agentrl serve" in engines:
-            proc, urls["agentrl serve"] = start_agentrl(checkpoint, args.threads,
-                                                        work / "agentrl.log")  # fmt: skip
+            proc, urls["agentrl serve"] = start_agentrl(
+                checkpoint, args.threads, work / "agentrl.log"
+            )
             stops.append(proc.kill)
         if "vLLM-CPU" in engines:
             if args.vllm_url:
@@ -220,13 +255,16 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"vLLM-CPU left out: {reason}")
             else:
                 started = time.monotonic()
-                server = start_vllm(checkpoint, VLLMConfig(
-                    startup_timeout_s=args.vllm_startup_s), work)  # fmt: skip
+                server = start_vllm(
+                    checkpoint, VLLMConfig(startup_timeout_s=args.vllm_startup_s), work
+                )
                 stops.append(server.stop)
                 urls["vLLM-CPU"] = server.url
-                notes.append(f"vLLM-CPU started in {time.monotonic() - started:.0f} s (its CPU "
-                             "threads bound by VLLM_CPU_OMP_THREADS_BIND=auto: on 2 cores, one "
-                             "engine core and one reserved)")  # fmt: skip
+                notes.append(
+                    f"vLLM-CPU started in {time.monotonic() - started:.0f} s (its CPU "
+                    "threads bound by VLLM_CPU_OMP_THREADS_BIND=auto: on 2 cores, one "
+                    "engine core and one reserved)"
+                )
         rows: dict = {"prompt_tokens": statistics.mean(len(p) for p in prompts)}
         for _ in range(args.rounds):
             for c in args.concurrency:
@@ -240,9 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for stop in stops:
             stop()
-    header = (f"# Serving speed: {checkpoint.name}, {len(prompts)} chat prompts, greedy, "
-              f"{args.max_tokens} max tokens, {args.rounds} interleaved rounds, torch threads "
-              f"{args.threads or torch.get_num_threads()}\n\n" + "\n".join(f"- {n}" for n in notes))  # fmt: skip
+    header = (
+        f"# Serving speed: {checkpoint.name}, {len(prompts)} chat prompts, greedy, "
+        f"{args.max_tokens} max tokens, {args.rounds} interleaved rounds, torch threads "
+        f"{args.threads or torch.get_num_threads()}\n\n" + "\n".join(f"- {n}" for n in notes)
+    )
     write_table(table(rows, engines, args.concurrency, header), args.out, args.name)
     return 0
 
