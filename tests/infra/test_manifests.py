@@ -252,3 +252,31 @@ def test_the_environment_server_needs_the_verdict_key_secret_outside_the_sandbox
     docs_text = (ROOT / "docs" / "scale-out.md").read_text()
     assert "create secret generic agentrl-verdict-key" in docs_text
     assert f"--from-literal={KEY_FILE}=" in docs_text
+
+
+@pytest.mark.parametrize("target", ["base", "overlays/dev", "overlays/gpu"])
+def test_the_trainer_checks_verdicts_with_the_servers_key(renders, target):
+    """issue 47: the multi-node trainer reads the records the environment server signed, so
+    it gets the same key the same way (the stage Jobs' pool templates too:
+    tests/launch/test_stage_verdict_key.py); a key of its own would quarantine them all."""
+    from components.verifier.provenance import STATE_DIR_ENV
+
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in renders[target]}
+    server = docs[("Deployment", "env-service")]["spec"]["template"]["spec"]
+    trainer = docs[("Job", "agentrl-trainer")]["spec"]["template"]["spec"]
+
+    def state(container):
+        return next(e["value"] for e in container["env"] if e["name"] == STATE_DIR_ENV)
+
+    def secrets(pod):
+        return {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+
+    (main,) = trainer["containers"]
+    (init,) = trainer["initContainers"]
+    assert state(main) == state(server["containers"][0])
+    assert init["args"] == server["initContainers"][0]["args"]
+    assert init["image"] == main["image"]  # the overlay's image in both
+    assert secrets(trainer) == secrets(server) == {"verdict-secret": "agentrl-verdict-key"}
+    assert not set(secrets(trainer)) & {m["name"] for m in main["volumeMounts"]}
+    mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
+    assert mounts[state(main)]["readOnly"] is True

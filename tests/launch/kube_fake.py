@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -137,11 +139,18 @@ class LocalKubelet:
     - the working directory: the container's `workingDir`, else `workdir` (the image's
       WORKDIR); this machine's file system stands in for the shared volume;
     - `activeDeadlineSeconds` kills the process (Job Failed, DeadlineExceeded), and deleting
-      the Job kills it too (the pod is garbage-collected).
+      the Job kills it too (the pod is garbage-collected);
+    - the pod's own folders: each `secret` volume (its keys written as files with its
+      `defaultMode`, from `secrets`; a missing one leaves the pod waiting in
+      ContainerCreating, as a real kubelet's failed mount does) and each memory-backed
+      `emptyDir` is a folder of this pod's, and every occurrence of its `mountPath` in a
+      container's command, args and env values is replaced by that folder (a process
+      cannot mount); the `initContainers` run first, in order, and one that fails fails
+      the pod (Job Failed), as on a cluster.
 
-    Not emulated: resources/limits, the security context, volumes and mounts (this
-    machine's file system stands in for them), the network policy. `runs` keeps every
-    pod's process by pod name.
+    Not emulated: resources/limits, the security context, the other volumes and mounts
+    (this machine's file system stands in for the shared volume and /tmp), the network
+    policy. `runs` keeps every pod's process by pod name.
     """
 
     # The image's ENV (Dockerfile); HOME is this user's, so caches stay where they are.
@@ -177,6 +186,76 @@ class LocalKubelet:
             env[item["name"]] = item.get("value", "")
         return env, ""
 
+    def pod_folders(self, pod: dict, root: Path) -> tuple[dict[str, Path], str]:
+        """(volume name -> this pod's folder, '' or why the volumes cannot be set up) for
+        the volumes emulated here (class docstring), written under `root`."""
+        folders: dict[str, Path] = {}
+        for volume in pod.get("volumes") or []:
+            name = volume["name"]
+            if "secret" in volume:
+                secret = volume["secret"]
+                values = self.sources["secretRef"].get(secret["secretName"])
+                if values is None and not secret.get("optional"):
+                    return folders, (
+                        f'MountVolume.SetUp failed for volume "{name}" : '
+                        f'secret "{secret["secretName"]}" not found'
+                    )
+                folder = folders[name] = root / name
+                folder.mkdir(parents=True)
+                for key, value in (values or {}).items():
+                    (folder / key).write_text(value)
+                    (folder / key).chmod(secret.get("defaultMode", 0o644))
+            elif (volume.get("emptyDir") or {}).get("medium") == "Memory":
+                folders[name] = root / name
+                folders[name].mkdir(parents=True)
+        return folders, ""
+
+    @staticmethod
+    def mounted(container: dict, folders: dict[str, Path]) -> dict:
+        """`container` with the mount paths of the emulated volumes replaced by their folders
+        in its command, args and env values."""
+        paths = {
+            m["mountPath"].rstrip("/"): str(folders[m["name"]])
+            for m in container.get("volumeMounts") or []
+            if m["name"] in folders
+        }
+        if not paths:
+            return container
+        pattern = re.compile("|".join(re.escape(p) + r"(?=/|\s|$)" for p in paths))
+
+        def local(text: str) -> str:
+            return pattern.sub(lambda m: paths[m.group(0)], text)
+
+        out = dict(container)
+        for key in ("command", "args"):
+            if out.get(key):
+                out[key] = [local(a) for a in out[key]]
+        out["env"] = [
+            {**e, "value": local(e["value"])} if "value" in e else e for e in out.get("env") or []
+        ]
+        return out
+
+    def init(self, pod: dict, folders: dict[str, Path]) -> tuple[str, int, str]:
+        """Run the pod's init containers in order: ('', 0, '') or (the failed one's name,
+        its exit code, its output's tail)."""
+        for container in pod.get("initContainers") or []:
+            container = self.mounted(container, folders)
+            env, error = self.environment(container)
+            argv = [*(container.get("command") or []), *(container.get("args") or [])]
+            if error:
+                return container["name"], 128, error
+            done = subprocess.run(
+                argv,
+                cwd=container.get("workingDir") or self.workdir,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if done.returncode != 0:
+                return container["name"], done.returncode, (done.stdout + done.stderr)[-500:]
+        return "", 0, ""
+
     def start(self, api, job, pod_name: str) -> None:
         """Run the pod of `job` (a V1Job) in a thread, reporting to the API server of `api`."""
         run = _Run(job=job.metadata.name, namespace=job.metadata.namespace)
@@ -195,7 +274,10 @@ class LocalKubelet:
 
         api = client.ApiClient(configuration)
         batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
-        container = api.sanitize_for_serialization(job.spec.template.spec.containers[0])
+        pod = api.sanitize_for_serialization(job.spec.template.spec)
+        root = Path(tempfile.mkdtemp(prefix=f"{pod_name}-"))  # the pod's own folders
+        folders, mount_error = self.pod_folders(pod, root)
+        container = self.mounted(pod["containers"][0], folders)
 
         def pod_status(phase: str, state: dict) -> None:
             status = {"phase": phase, "containerStatuses": [
@@ -213,6 +295,34 @@ class LocalKubelet:
             batch.patch_namespaced_job_status(run.job, run.namespace, body)
 
         try:
+            if mount_error:  # the pod stays in ContainerCreating (the launcher gives up on it)
+                run.reason = mount_error
+                return
+            failed, code, output = self.init(pod, folders)
+            if failed:
+                run.returncode, run.reason = code, f"init container {failed}: {output}"
+                status = {
+                    "phase": "Failed",
+                    "initContainerStatuses": [
+                        {
+                            "name": failed,
+                            "ready": False,
+                            "restartCount": 0,
+                            "image": "x",
+                            "imageID": "",
+                            "state": {
+                                "terminated": {
+                                    "exitCode": code,
+                                    "reason": "Error",
+                                    "message": output,
+                                }
+                            },
+                        }
+                    ],
+                }
+                core.patch_namespaced_pod_status(pod_name, run.namespace, {"status": status})
+                job_status("BackoffLimitExceeded")
+                return
             env, error = self.environment(container)
             argv = [*(container.get("command") or []), *(container.get("args") or [])]
             executable = shutil.which(argv[0], path=env["PATH"]) if argv else None
@@ -260,6 +370,7 @@ class LocalKubelet:
         finally:
             run.finished.set()
             api.close()
+            shutil.rmtree(root, ignore_errors=True)
 
     async def log(self, pod_name: str, follow: bool) -> AsyncIterator[bytes]:
         """The container's output; with `follow`, until the process ends (as the API does)."""

@@ -189,7 +189,9 @@ def test_three_stage_sequence_submits_the_expected_jobs():
 # -- kubernetes: a LocalKubelet runs the pods ---------------------------------------------
 
 SETTINGS = {"agentrl-settings": {}}
-SECRETS = {"agentrl-s3": {}}
+# The verdict key every stage pod's init container copies (docs/scale-out.md creates it).
+VERDICT_KEY = {"agentrl-verdict-key": {"verdict-mac.key": "ab" * 32 + "\n"}}
+SECRETS = {"agentrl-s3": {}, **VERDICT_KEY}
 
 
 def test_kubelet_runs_the_command_and_the_launcher_streams_its_log(tmp_path):
@@ -215,16 +217,42 @@ def test_kubelet_reports_the_exit_code_and_output_of_a_failing_command(tmp_path)
 
 
 def test_kubelet_needs_the_config_maps_the_pool_template_names(tmp_path):
-    kubelet = LocalKubelet(tmp_path)  # no agentrl-settings: the cpu pool's envFrom fails
+    # no agentrl-settings: the cpu pool's envFrom fails
+    kubelet = LocalKubelet(tmp_path, secrets=VERDICT_KEY)
     with FakeCluster(kubelet=kubelet) as cluster:
         expected = r'CreateContainerConfigError: configmap "agentrl-settings" not found'
         with pytest.raises(StageFailed, match=expected):
             run_stage("ingest", ["data", "ingest"], kube_config(cluster), log=lambda _: None)
-        # The sandbox pool mounts no settings and no secrets: it starts without them.
+        # The sandbox pool mounts no settings and no secret but the verdict key: it starts.
         argv = ["tasks", "check", "--tasks", "none"]
         with pytest.raises(StageFailed, match="exit code"):
             run_stage("gate", argv, kube_config(cluster), log=lambda _: None)
     assert [run.process is None for run in kubelet.runs.values()] == [True, False]
+
+
+def test_kubelet_waits_for_the_verdict_key_secret_every_pool_mounts(tmp_path):
+    """Without the Secret agentrl-verdict-key no stage pod starts (its volume cannot be
+    mounted: the pod stays in ContainerCreating), in every pool, the sandbox's included."""
+    kubelet = LocalKubelet(tmp_path, config_maps=SETTINGS, secrets={"agentrl-s3": {}})
+    with FakeCluster(kubelet=kubelet) as cluster:
+        config = kube_config(cluster, pending_timeout_s=1.0)
+        for name, argv in (
+            ("gate", ["tasks", "check", "--tasks", "none"]),
+            ("ingest", ["data", "ingest"]),
+        ):
+            with pytest.raises(StageFailed, match="no pod started within 1 s"):
+                run_stage(name, argv, config, log=lambda _: None)
+        assert cluster.live_jobs() == []
+    reasons = [run.reason for run in kubelet.runs.values()]
+    assert (
+        reasons
+        == [
+            'MountVolume.SetUp failed for volume "verdict-secret" : '
+            'secret "agentrl-verdict-key" not found'
+        ]
+        * 2
+    )
+    assert all(run.process is None for run in kubelet.runs.values())
 
 
 def test_a_stage_that_overruns_is_killed_with_its_job(tmp_path):

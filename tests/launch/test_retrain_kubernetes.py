@@ -266,7 +266,7 @@ def test_retrain_on_kubernetes_runs_the_expected_jobs_with_in_process_results(
         image_root=build_image(tmp_path / "image"),
         config_maps={"agentrl-settings": {
             "MLFLOW_TRACKING_URI": f"sqlite:///{kube_dir / 'mlruns' / 'mlflow.db'}"}},
-        secrets={"agentrl-s3": {}},
+        secrets={"agentrl-s3": {}, "agentrl-verdict-key": {"verdict-mac.key": "3c" * 32}},
     )  # fmt: skip
     with FakeCluster(kubelet=kubelet, poll_s=0.2) as cluster:
         launcher = {
