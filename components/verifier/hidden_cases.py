@@ -8,7 +8,10 @@ expected values come from running the reference fix (the task's repository with
 reference.patch applied) under the case runner, in the sandbox though it is trusted code;
 the task's own buggy repository runs them too, so the cases kept are first those on which
 the bug shows (a lookup table that falls back to the buggy code fails them). Both runs are
-cached per task and draw, so a verification pays only for the agent's own case run.
+cached per task and draw, so a verification pays only for the agent's own case run. A
+buggy run that hits its whole-run limit (code that loops past every call's limit) is that
+code's outcome: it answers no call and the cases keep draw order (issue 46: bounded, not
+refused); a reference fix's run that does is no expected value, so no verdict.
 
 The draw is a pure function of the task (a seed hashed from its id, reference fix and
 tests): `agentrl rescore` and `reproduce` see the same cases, and the verdict cache stays
@@ -229,6 +232,9 @@ def _judge_cases(cmd: CommandResult, token: str, cases: list[dict], comparison: 
         as_bug = sum(c["bug_shows"] and r.get("repr") == c["unfixed"]
                      for c, r in zip(cases, results, strict=True))  # fmt: skip
         check.detail += f" ({as_bug} answered as the unfixed code does)"
+        lost = cases[0].get("unfixed_lost") if cases else ""  # the ranking's own run
+        if lost:
+            check.detail += f"; {lost}, so it answers none"
         check.answered_otherwise = sum(
             "repr" in r and r["repr"] != c["unfixed"] and not _case_matches(r, c["expected"], comparison)
             for c, r in zip(cases, results, strict=True)
@@ -242,6 +248,7 @@ DIFFERENTIAL_SALT = "agentrl-differential/1"  # a new salt draws new cases for e
 MAX_CANDIDATES = 32  # argument tuples the reference fix and the buggy code answer
 MAX_DIFFERENTIAL = 12  # cases a verification runs: those the bug shows on first
 UNFIXED_CALL_S = 0.5  # CPU seconds a call of the task's buggy code gets when ranking cases
+ROOM_S = 30.0  # wall seconds a run of the task's own code gets beyond 2x its calls' limits
 _REFERENCE: dict[tuple[str, ...], list[dict]] = {}  # (task, draw, interpreter) -> cases
 _REFERENCE_LOCK = threading.Lock()
 
@@ -470,17 +477,17 @@ def _runner_results(tree: Path, calls: list[list[str]], per_call_s: float,
     return run_sandboxed(argv, tree, cfg, readonly=(tools,)), token
 
 
-def _answers(tree: Path, calls: list[list[str]], per_call_s: float,
-             cfg: SandboxConfig) -> list[str | None] | str:  # fmt: skip
-    """The repr each call returns in a trusted tree (None: it raised, ran past its limit or
-    gave no plain value), or why the run gave none."""
-    # Trusted code: room for every call to use its limit, so load costs no expected value.
-    wall = max(cfg.wall_time_s, 30 + 2 * len(calls) * per_call_s)
+def _answers(tree: Path, calls: list[list[str]], per_call_s: float, cfg: SandboxConfig,
+             what: str) -> list[str | None] | str:  # fmt: skip
+    """The repr each call returns in the task's own tree (None: it raised, ran past its
+    limit or gave no plain value), or why the run (`what` names it) gave none."""
+    # The task's own code: room for every call to use its limit, so load costs no answer.
+    wall = max(cfg.wall_time_s, ROOM_S + 2 * len(calls) * per_call_s)
     cfg = dataclasses.replace(cfg, wall_time_s=wall, cpu_time_s=max(cfg.cpu_time_s, int(wall)))
     cmd, token = _runner_results(tree, calls, per_call_s, cfg)
     _, got = last_marker(cmd.output, f"{CASES_MARKER} {token} ")
     if not isinstance(got, dict) or not isinstance(got.get("results"), list):
-        return no_verdict(cmd, "the reference fix's case run")
+        return no_verdict(cmd, what)
     out = [r.get("repr") if isinstance(r, dict) else None for r in got["results"]]
     return (out + [None] * len(calls))[: len(calls)]
 
@@ -509,12 +516,18 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
             return f"the reference fix does not apply: {e}"
         # The reference answers every call twice, in one process: an answer that changes
         # (time, randomness, state kept between calls) is no expected value.
-        twice = _answers(fixed, calls + calls, env.per_test_timeout_s, cfg)
+        reference = "the reference fix's case run"
+        twice = _answers(fixed, calls + calls, env.per_test_timeout_s, cfg, reference)
+        if isinstance(twice, str):  # no expected value: the task cannot be checked
+            return twice
         # The buggy code only ranks the cases (a bug that loops ends at a short limit).
-        once = _answers(buggy, calls, min(env.per_test_timeout_s, UNFIXED_CALL_S), cfg)
-    lost = next((r for r in (twice, once) if isinstance(r, str)), "")
-    if lost:
-        return lost
+        per_call = min(env.per_test_timeout_s, UNFIXED_CALL_S)
+        once = _answers(buggy, calls, per_call, cfg, "the unfixed code's case run")
+    # A buggy run that loops past the whole run's limit (or crashes) is the buggy code's
+    # own outcome (issue 46: bounded, not refused): it answers none of the calls.
+    unfixed_lost = once if isinstance(once, str) else ""
+    if unfixed_lost:
+        once = [None] * len(calls)
     fixed_out, again_out, buggy_out = twice[: len(calls)], twice[len(calls) :], once
     unfixed = {id(c): b for c, b in zip(drawn, buggy_out, strict=True)}
     answered = [(c, f, f != b) for c, f, g, b in zip(drawn, fixed_out, again_out, buggy_out,
@@ -523,8 +536,8 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
     telling = [c for c, _, shows in answered if shows]
     chosen = (telling + [c for c, _, shows in answered if not shows])[:MAX_DIFFERENTIAL]
     # "unfixed": what the task's buggy code answers (None: it raised), for the detail.
-    cases = [{**c, "expected": f, "bug_shows": shows, "unfixed": unfixed[id(c)]}
-             for c, f, shows in answered if c in chosen]  # fmt: skip
+    cases = [{**c, "expected": f, "bug_shows": shows, "unfixed": unfixed[id(c)],
+              "unfixed_lost": unfixed_lost} for c, f, shows in answered if c in chosen]  # fmt: skip
     with _REFERENCE_LOCK:
         _REFERENCE[key] = [dict(c) for c in cases]
     return cases
