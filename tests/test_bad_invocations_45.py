@@ -204,6 +204,15 @@ ROWS = [
         "full/sft: no space left on device",
         needs="disk+policy",
     ),
+    # issue 46: a named evaluation run that is not in the store (here: no store at all) is
+    # refused before the evidence is read; nothing written, no store created
+    Row(
+        "46",
+        "promote request --policy suite --eval suite --safety suite --validation file.txt "
+        "--data-version v --config-hash h --evaluation-run-id no-such-run --out pout",
+        1,
+        "--evaluation-run-id no-such-run: no such run",
+    ),
     Row(
         "7",
         "policy merge --policy tiny_adapter --out full/merged",

@@ -68,6 +68,24 @@ def check_store(config: PromotionConfig) -> None:
         checked_sqlite_store(Path(uri.removeprefix("sqlite:///")), create=False)
 
 
+def check_run(run_id: str, config: PromotionConfig, what: str) -> None:
+    """Before anything is written: run `run_id` (given as option `what`) is in the config's
+    store, else a PromotionError naming the id and the store. Creates nothing: an absent
+    local store has no run."""
+    from mlflow.exceptions import MlflowException
+
+    uri = config.resolved_tracking_uri()
+    client = read_client(config)
+    if client is None:
+        raise PromotionError(f"{what} {run_id}: no such run (there is no MLflow store at {uri})")
+    try:
+        client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise PromotionError(f"{what} {run_id}: no such run in {uri}") from e
+        raise PromotionError(f"{what} {run_id}: cannot look it up in {uri} ({e})") from e
+
+
 def checked_sqlite_store(db: Path, create: bool) -> bool:
     """Whether the SQLite store `db` holds a database (False: absent or empty). With
     `create`, an absent one's folder is made and the file created empty (MLflow fills it).

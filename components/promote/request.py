@@ -110,8 +110,9 @@ def _request_parser() -> ArgumentParser:
     )
     p.add_argument("--pipeline-run-id", default="", help="the pipeline (parent) MLflow run")
     p.add_argument("--evaluation-run-id", default="",
-                   help="the MLflow run of the evaluation: the logged model's metrics are "
-                        "logged on it (default: the version's source run)")  # fmt: skip
+                   help="the MLflow run of the evaluation, in the promotion store (refused "
+                        "when it is not there): the logged model's metrics are logged on it "
+                        "(default: the version's source run)")  # fmt: skip
     p.add_argument("--fingerprints", type=existing_file,
                    help="the run's stage fingerprints (JSON from the retrain flow), kept as "
                         "lineage so `agentrl reproduce` can compare a rerun")  # fmt: skip
@@ -135,6 +136,14 @@ def main_request(argv: list[str]) -> int:
     )
 
     config = promotion_config(args.preset)
+    if args.evaluation_run_id:  # named, then it must exist: no silent fallback, nothing written
+        from components.promote.client import check_run
+
+        try:
+            check_run(args.evaluation_run_id, config, "--evaluation-run-id")
+        except PromotionError as e:
+            print(f"refused: {e}", file=sys.stderr)
+            return 1
     candidate, data_validation, safety = _evidence(args)
     prints = json.loads(args.fingerprints.read_text()) if args.fingerprints else {}
     lineage = Lineage(

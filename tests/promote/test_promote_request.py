@@ -90,3 +90,36 @@ def test_a_standalone_request_records_the_evaluation_on_the_logged_model(cfg, ch
     assert metrics["success_rate"] == (0.25, evaluation.info.run_id)
     assert metrics["episodes"] == (20, evaluation.info.run_id)
     assert model.params["sft.max_steps"] == "7"
+
+
+def test_an_evaluation_run_not_in_the_store_is_refused_before_anything_is_written(
+    cfg, checkpoint, tmp_path, capsys
+):
+    """Issue 46: `--evaluation-run-id` naming a run the store does not hold used to fall
+    back silently to the version's source run; now one line naming the id, exit 1, and no
+    version, registered model, audit record or output."""
+    from mlflow import MlflowClient
+
+    from components.promote.client import find_model, read_client
+
+    keys = ("model_name", "tracking_uri", "artifact_root", "audit_path")
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump({"promote": {k: getattr(cfg, k) for k in keys}}))
+    validation = tmp_path / "report.json"
+    validation.write_text(json.dumps({"passed": True, "failure_rate": 0.0}))
+    client = MlflowClient(cfg.tracking_uri)  # the store exists and holds a run, not that one
+    real = client.create_run(client.create_experiment(f"eval-{cfg.model_name}")).info.run_id
+    missing = "0" * 31 + ("1" if real[-1] != "1" else "2")
+    ev, sf = _stage_outputs(tmp_path, "lost", 0.25)
+    out = tmp_path / "lost-out"
+    capsys.readouterr()
+    code = main_request(
+        f"--policy {checkpoint} --eval {ev} --safety {sf} --validation {validation} "
+        f"--data-version d1 --config-hash c1 --evaluation-run-id {missing} --preset {preset} "
+        f"--out {out}".split()
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 1, err
+    assert "\n" not in err and f"--evaluation-run-id {missing}: no such run in" in err, err
+    assert find_model(read_client(cfg), cfg) is None  # not even the registered model
+    assert not out.exists() and not Path(cfg.audit_path).exists()
