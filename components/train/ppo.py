@@ -32,16 +32,17 @@ Shifted positions: position t of every [B, T-1] tensor here is the state before 
 t + 1 (the logits at t score token t + 1, as losses.token_logprobs), so the action mask is
 assistant_mask[:, 1:].
 
-The rest is GRPO's recipe, inherited (`PPORecipe` overrides its learning step and its
-checkpoint): sampling, dynamic sampling, served sampling and policy sync, verification and
-quarantine of unsigned verdicts, checkpoints and resume, metrics.jsonl and MLflow. The
-head and its optimizer are written to output_dir/value/iter-NNNNNN.pt before each
-checkpoint (so a complete checkpoint always has its head) and restored with it.
+The rest is GRPO's recipe, composed: `train_ppo` is grpo.recipe.train_grpo with `PPO`, the
+record of PPO's own part (`ppo_steps`: the learning step above and the head's file in each
+checkpoint). Sampling, dynamic sampling, served sampling and policy sync, verification and
+quarantine of unsigned verdicts, checkpoints and resume, metrics.jsonl and MLflow are the
+recipe's. The head and its optimizer are written to output_dir/value/iter-NNNNNN.pt before
+each checkpoint (so a complete checkpoint always has its head) and restored with it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
 import os
 import time
@@ -53,23 +54,18 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
-from components.env.config import EnvConfig
 from components.policy.lora import reference_or_base
-from components.rollout.completion import GenerateFn
-from components.rollout.config import RolloutConfig
 from components.rollout.engine import Rollout
-from components.sandbox.config import SandboxConfig
-from components.tasks.task import Task
 from components.train.checkpoints import checkpoint_root
 from components.train.config import PPOConfig
 from components.train.grpo.advantages import pad_rows, rollout_rewards
 from components.train.grpo.recipe import (
-    GRPORecipe,
+    Algorithm,
     GRPOResult,
-    _check_inputs,
+    Steps,
     rollout_metrics,
+    train_grpo,
 )
-from components.train.grpo.sources import EpisodeSettings
 from components.train.grpo.update import (
     TOKEN_LOSSES,
     Learner,
@@ -400,89 +396,61 @@ def _micro_batch_loss(
 
 
 # ---------------------------------------------------------------------------------------
-# The recipe: GRPO's, with PPO's learning step and the head in its checkpoints
+# PPO's part of the recipe: the learning step, the head in each checkpoint
 
 
-@dataclass
-class PPORecipe(GRPORecipe):
-    """One PPO run's state: GRPO's (sampling, stepper, checkpoints, metrics) and the head."""
-
-    critic: Critic | None = None
-
-    @classmethod
-    def setup(
-        cls, model, tokenizer, episodes: EpisodeSettings, reference, resume: bool
-    ) -> PPORecipe:
-        """GRPO's setup, then the value head (restored with the checkpoint it resumes)."""
-        recipe = super().setup(model, tokenizer, episodes, reference, resume)
-        learner, start = recipe.learner, recipe.start
-        recipe.critic = Critic.of(learner.stepper.model, episodes.config, learner.device)
-        if start["checkpoint"] is not None:
-            recipe.critic.load(value_file(recipe.output_dir, start["iteration"]))
-        if recipe.mlflow is not None:
-            recipe.mlflow.set_tag("mlflow.runName", f"ppo-{recipe.fingerprint}")
-        return recipe
-
-    def _learn(self, rollouts: list[Rollout], iteration: int) -> dict:
-        """GAE and the PPO update on the iteration's valid episodes; returns its metrics.
-        Infra failures and unsigned verdicts are dropped, as GRPO drops them."""
-        t0 = time.perf_counter()
-        _, _, valid = rollout_rewards(rollouts)
-        row = rollout_metrics(rollouts, valid)
-        kept = [
-            r
-            for r, ok in zip(rollouts, valid.tolist(), strict=True)
-            if ok and any(r.assistant_mask)
-        ]
-        if kept:
-            row.update(ppo_update(self.learner, self.critic, kept, iteration))
-        else:
-            logging.getLogger(__name__).warning(
-                "PPO iteration %d: no valid episode with a sampled token: no update", iteration
-            )
-            row.update(optimizer_steps=0, update_tokens=0)
-        row["update_seconds"] = time.perf_counter() - t0
-        return row
-
-    def _checkpoint(self, iteration: int, position: int) -> Path:
-        """The head first (a complete checkpoint always has one), then GRPO's checkpoint;
-        heads whose checkpoint is gone are deleted."""
-        rank = self.learner.stepper.rank
-        if rank == 0:
-            self.critic.save(value_file(self.output_dir, iteration))
-        path = super()._checkpoint(iteration, position)
-        if rank == 0:
-            kept = {p.name for p in checkpoint_root(self.output_dir).glob("iter-*")}
-            for head in (self.output_dir / "value").glob("iter-*.pt"):
-                if head.stem not in kept:
-                    head.unlink()
-        return path
-
-
-# long: the stage's entry point: the model, its tasks, the four configs it reads, options
-def train_ppo(
-    model,
-    tokenizer,
-    tasks: Sequence[Task],
-    config: PPOConfig,
-    rollout_config: RolloutConfig,
-    env_config: EnvConfig,
-    sandbox_config: SandboxConfig,
-    *,
-    reference=None,
-    resume: bool = True,
-    generate_fn: GenerateFn | None = None,
-) -> GRPOResult:
-    """Train `model` in place for `config.iterations` PPO iterations; save it to
-    output_dir/policy (without the head, which stays in output_dir/value/). Arguments as
-    grpo.recipe.train_grpo's: `reference` the KL reference (None: a frozen copy of `model`,
-    with LoRA the base), `generate_fn` replaces in-process sampling (tests)."""
-    _check_inputs(tasks, config, rollout_config, generate_fn)
-    rollout_config = dataclasses.replace(rollout_config, samples_per_task=config.group_size)
-    episodes = EpisodeSettings(
-        tasks, config, rollout_config, env_config, sandbox_config, generate_fn
+def ppo_steps(learner: Learner, output_dir: Path, start: dict) -> Steps:
+    """A run's value head (restored with the checkpoint the run resumes), the PPO update as
+    its learning step, and the head saved before each checkpoint, pruned after."""
+    critic = Critic.of(learner.stepper.model, learner.config, learner.device)
+    if start["checkpoint"] is not None:
+        critic.load(value_file(output_dir, start["iteration"]))
+    return Steps(
+        learn=functools.partial(learn_ppo, learner, critic),
+        save=lambda iteration: critic.save(value_file(output_dir, iteration)),
+        prune=functools.partial(prune_heads, output_dir),
     )
-    return PPORecipe.setup(model, tokenizer, episodes, reference, resume).train()
+
+
+def learn_ppo(learner: Learner, critic: Critic, rollouts: list[Rollout], iteration: int) -> dict:
+    """GAE and the PPO update on the iteration's valid episodes; returns its metrics.
+    Infra failures and unsigned verdicts are dropped, as GRPO drops them."""
+    t0 = time.perf_counter()
+    _, _, valid = rollout_rewards(rollouts)
+    row = rollout_metrics(rollouts, valid)
+    kept = [
+        r for r, ok in zip(rollouts, valid.tolist(), strict=True) if ok and any(r.assistant_mask)
+    ]
+    if kept:
+        row.update(ppo_update(learner, critic, kept, iteration))
+    else:
+        logging.getLogger(__name__).warning(
+            "PPO iteration %d: no valid episode with a sampled token: no update", iteration
+        )
+        row.update(optimizer_steps=0, update_tokens=0)
+    row["update_seconds"] = time.perf_counter() - t0
+    return row
+
+
+def prune_heads(output_dir: Path) -> None:
+    """Delete the heads whose checkpoint is gone (checkpoints.save_checkpoint keeps the last
+    keep_checkpoints)."""
+    kept = {p.name for p in checkpoint_root(output_dir).glob("iter-*")}
+    for head in (output_dir / "value").glob("iter-*.pt"):
+        if head.stem not in kept:
+            head.unlink()
+
+
+PPO = Algorithm("ppo", ppo_steps)
+
+
+def train_ppo(model, tokenizer, tasks, config: PPOConfig, *configs, **options) -> GRPOResult:
+    """Train `model` in place for `config.iterations` PPO iterations; save it to
+    output_dir/policy (without the head, which stays in output_dir/value/). grpo.recipe.
+    train_grpo with PPO's part: `configs` (rollout, env, sandbox) and `options` (reference,
+    resume, generate_fn) are its: `reference` the KL reference (None: a frozen copy of
+    `model`, with LoRA the base), `generate_fn` replaces in-process sampling (tests)."""
+    return train_grpo(model, tokenizer, tasks, config, *configs, algorithm=PPO, **options)
 
 
 def main_ppo(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """GRPO on multi-turn sandboxed episodes, as a recipe and its parts:
 
 - recipe.py: `train_grpo` and `GRPORecipe` (state built from the configs; the iterations,
-  checkpoints, metrics);
+  checkpoints, metrics), with the algorithm's own part (update, checkpoint state) passed in
+  as an `Algorithm`: `GRPO` there, `PPO` in ../ppo.py;
 - sources.py: which tasks an iteration trains on and where its episodes come from
   (in-process, on a server, or ahead in a rollout process: ../async_rollouts.py; the task
   stream and dynamic sampling: ../task_stream.py);
@@ -19,14 +20,25 @@ from components.train.grpo.advantages import (
 )
 from components.train.grpo.cli import main_grpo
 from components.train.grpo.curriculum import curriculum_order, pass_rates, write_pass_rates
-from components.train.grpo.recipe import GRPORecipe, GRPOResult, config_hash, train_grpo
+from components.train.grpo.recipe import (
+    GRPO,
+    Algorithm,
+    GRPORecipe,
+    GRPOResult,
+    Steps,
+    config_hash,
+    train_grpo,
+)
 from components.train.grpo.sources import drop_stale
 from components.train.grpo.update import collate_rollouts
 from components.train.task_stream import informative_groups, pick_tasks
 
 __all__ = [
+    "GRPO",
+    "Algorithm",
     "GRPORecipe",
     "GRPOResult",
+    "Steps",
     "collate_rollouts",
     "config_hash",
     "curriculum_order",

@@ -22,6 +22,11 @@ recomputes old log-probs instead of training on the sampler's, and resumes by op
 step, while our data position, sampling seed and sandbox live outside it. The loss is
 our pure tensor code, tested equal to TRL's on identical inputs (tests/train/test_losses.py).
 
+The recipe is shared by composition, not inheritance: what is GRPO's own, the update of
+an iteration (steps 2 and 3) and any state a checkpoint holds beside the stepper's, is an
+`Algorithm` record, `GRPO` here; train/ppo.py passes `PPO` (GAE and a value head, saved
+with each checkpoint) to `train_grpo`, and the rest of the run is the same code.
+
 Checkpoints (every `checkpoint_every` iterations and at the end; checkpoints.py) hold
 everything a resumed run needs: `resume=True` continues from the latest one, and a run
 killed and resumed ends with the same weights and metrics as an uninterrupted run. Metrics
@@ -40,11 +45,12 @@ iterations are sampled in a rollout process while this one updates, each at most
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +109,7 @@ def train_grpo(
     reference=None,
     resume: bool = True,
     generate_fn: GenerateFn | None = None,
+    algorithm: Algorithm | None = None,
 ) -> GRPOResult:
     """Train `model` in place for `config.iterations` iterations; save it to output_dir/policy.
 
@@ -114,17 +121,91 @@ def train_grpo(
     rollout_config.base_url (openai backend), which must start from the same weights (LoRA:
     the same base) and allow runtime updates.
     `resume=True` continues from the latest checkpoint in output_dir, if any.
+    `algorithm`: the learning step and checkpoint state; None is GRPO's (`GRPO` below),
+    ppo.train_ppo passes PPO's.
     """
     _check_inputs(tasks, config, rollout_config, generate_fn)
     rollout_config = dataclasses.replace(rollout_config, samples_per_task=config.group_size)
-    episodes = EpisodeSettings(tasks, config, rollout_config, env_config, sandbox_config,
-                               generate_fn)  # fmt: skip
-    return GRPORecipe.setup(model, tokenizer, episodes, reference, resume).train()
+    episodes = EpisodeSettings(
+        tasks, config, rollout_config, env_config, sandbox_config, generate_fn
+    )
+    recipe = GRPORecipe.setup(model, tokenizer, episodes, reference, resume, algorithm or GRPO)
+    return recipe.train()
+
+
+def _nothing(*_args) -> None:
+    """A Steps hook for an algorithm with no state of its own."""
+
+
+@dataclass(frozen=True)
+class Steps:
+    """One run's algorithm-specific part of the recipe, built by `Algorithm.steps` at the end
+    of setup: its update on an iteration's episodes, and what its checkpoints hold beside
+    the stepper's state (the recipe calls save and prune on rank 0 only)."""
+
+    learn: Callable[[list[Rollout], int], dict]  # (episodes, iteration) -> the metrics row
+    save: Callable[[int], None] = _nothing  # before the checkpoint of an iteration
+    prune: Callable[[], None] = _nothing  # after a checkpoint (older ones may be gone)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """An episode trainer: its name (runs are tracked as NAME-<config hash>) and how a run
+    builds its Steps from the learner, output_dir and the restored start (restore's dict).
+    Sampling, the stepper, resume and metrics are the recipe's, shared: GRPO is `GRPO`
+    below, PPO ppo.PPO."""
+
+    name: str
+    steps: Callable[[Learner, Path, dict], Steps]
+
+
+def grpo_steps(learner: Learner, output_dir: Path, start: dict) -> Steps:
+    """GRPO's: group-relative advantages and the clipped update; no state of its own."""
+    return Steps(learn=functools.partial(learn_grpo, learner))
+
+
+def learn_grpo(learner: Learner, rollouts: list[Rollout], iteration: int) -> dict:
+    """Advantages and the update on this iteration's episodes. Returns its metrics
+    (episodes, rewards, the update's means, its duration)."""
+    config = learner.config
+    t0 = time.perf_counter()
+    if not rollouts:  # dynamic sampling found no group with reward variance
+        logging.getLogger(__name__).warning(
+            "GRPO iteration %d: no group with reward variance after the resample rounds: no update",
+            iteration,
+        )
+        empty = rollout_metrics([], torch.zeros(0, dtype=torch.bool))
+        return {
+            **empty,
+            "advantage_abs_mean": 0.0,
+            "optimizer_steps": 0,
+            "update_tokens": 0,
+            "update_seconds": time.perf_counter() - t0,
+        }
+    advantages, episode_advantages, valid, keep = advantages_of(rollouts, config)
+    row = rollout_metrics(rollouts, valid)
+    row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
+    if keep:
+        batch, batch_advantages = [rollouts[i] for i in keep], advantages[keep]
+        if config.stale_importance_cap > 0:
+            batch, batch_advantages, row["decoupled_episodes"] = decouple_stale(
+                learner, batch, batch_advantages, iteration
+            )
+        learner.stepper.model.train()
+        row.update(update(learner, batch, batch_advantages, iteration))
+    else:
+        row.update(optimizer_steps=0, update_tokens=0)
+    row["update_seconds"] = time.perf_counter() - t0
+    return row
+
+
+GRPO = Algorithm("grpo", grpo_steps)
 
 
 @dataclass
 class GRPORecipe:
-    """One GRPO run's state: built once by `setup`, advanced by `train`."""
+    """One run's state, GRPO's or another `Algorithm`'s: built once by `setup`, advanced by
+    `train`."""
 
     episodes: EpisodeSettings
     tokenizer: object
@@ -135,13 +216,22 @@ class GRPORecipe:
     history: list[dict]  # metrics.jsonl's rows so far
     mlflow: object = None  # the tracking module with a started run (rank 0), or None
     source: object = None  # where episodes come from (on a server: rank 0's only)
+    steps: Steps | None = None  # the algorithm's own part, built last by setup
 
     @classmethod
-    def setup(cls, model, tokenizer, episodes: EpisodeSettings, reference,
-              resume: bool) -> GRPORecipe:  # fmt: skip
+    def setup(
+        cls,
+        model,
+        tokenizer,
+        episodes: EpisodeSettings,
+        reference,
+        resume: bool,
+        algorithm: Algorithm,
+    ) -> GRPORecipe:
         """LoRA adapters if configured (then the KL reference is the base itself, adapters
         off), the model on this rank's device, the optimizer, the checkpoint to resume,
-        the metrics so far, tracking and the episode source."""
+        the metrics so far, tracking, the episode source, and last the algorithm's steps
+        (which may restore state of their own from the checkpoint)."""
         from components.policy.lora import add_adapters, without_adapters
 
         config = episodes.config
@@ -168,13 +258,14 @@ class GRPORecipe:
         recipe = cls(episodes, tokenizer, learner, output_dir, fingerprint, start, history)
         if rank == 0:
             write_metrics(output_dir / "metrics.jsonl", history)
-            recipe.mlflow = _start_tracking(recipe, len(episodes.tasks))
+            recipe.mlflow = _start_tracking(recipe, algorithm.name, len(episodes.tasks))
         if episodes.served and start["checkpoint"] is None:  # the starting policy, for the server
             save_version(stepper, output_dir, 0, probe_prompt(tokenizer))
         # On a server, rank 0 samples (and syncs) alone and hands the episodes to the others.
         if rank == 0 or not episodes.served:
             recipe.source = episode_source(episodes, stepper, tokenizer, output_dir,
                                            fingerprint, start["iteration"])  # fmt: skip
+        recipe.steps = algorithm.steps(learner, output_dir, start)
         return recipe
 
     @property
@@ -222,7 +313,7 @@ class GRPORecipe:
         row.update(sampled.numbers)
         rollouts, row["stale_dropped"], row["policy_lag"] = drop_stale(sampled.rollouts, iteration,
                                                                        self.lag)  # fmt: skip
-        row.update(self._learn(rollouts, iteration))
+        row.update(self.steps.learn(rollouts, iteration))
         if served:  # the new weights, for the server to load when they are needed
             save_version(stepper, self.output_dir, iteration, probe_prompt(self.tokenizer))
             if self.source is not None:
@@ -236,41 +327,20 @@ class GRPORecipe:
                 self.mlflow.log_metrics({k: float(v) for k, v in row.items()}, step=iteration)
         return row
 
-    def _learn(self, rollouts: list[Rollout], iteration: int) -> dict:
-        """Advantages and the update on this iteration's episodes. Returns its metrics
-        (episodes, rewards, the update's means, its duration)."""
-        config = self.episodes.config
-        t0 = time.perf_counter()
-        if not rollouts:  # dynamic sampling found no group with reward variance
-            logging.getLogger(__name__).warning(
-                "GRPO iteration %d: no group with reward variance after the resample "
-                "rounds: no update", iteration)  # fmt: skip
-            return {**rollout_metrics([], torch.zeros(0, dtype=torch.bool)),
-                    "advantage_abs_mean": 0.0, "optimizer_steps": 0, "update_tokens": 0,
-                    "update_seconds": time.perf_counter() - t0}  # fmt: skip
-        advantages, episode_advantages, valid, keep = advantages_of(rollouts, config)
-        row = rollout_metrics(rollouts, valid)
-        row["advantage_abs_mean"] = float(episode_advantages[keep].abs().mean()) if keep else 0.0
-        if keep:
-            batch, batch_advantages = [rollouts[i] for i in keep], advantages[keep]
-            if config.stale_importance_cap > 0:
-                batch, batch_advantages, row["decoupled_episodes"] = decouple_stale(
-                    self.learner, batch, batch_advantages, iteration)  # fmt: skip
-            self.learner.stepper.model.train()
-            row.update(update(self.learner, batch, batch_advantages, iteration))
-        else:
-            row.update(optimizer_steps=0, update_tokens=0)
-        row["update_seconds"] = time.perf_counter() - t0
-        return row
-
     def _checkpoint(self, iteration: int, position: int) -> Path:
-        """Save everything a resumed run needs; drop versions no resumed run samples with."""
+        """Save everything a resumed run needs, the algorithm's state first (a complete
+        checkpoint always has it); drop versions no resumed run samples with, and the
+        algorithm's state of checkpoints gone."""
         config, stepper = self.episodes.config, self.learner.stepper
+        if stepper.rank == 0:
+            self.steps.save(iteration)
         state = {"iteration": iteration, "data_position": position,
                  "config_hash": self.fingerprint, "seed": config.seed}  # fmt: skip
         path = save_checkpoint(stepper, self.output_dir, state, config.keep_checkpoints)
         if self.episodes.served and stepper.rank == 0:
             prune_versions(self.output_dir, iteration - self.lag)
+        if stepper.rank == 0:
+            self.steps.prune()
         return path
 
 
@@ -344,11 +414,11 @@ def config_hash(
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _start_tracking(recipe: GRPORecipe, num_tasks: int):
+def _start_tracking(recipe: GRPORecipe, name: str, num_tasks: int):
     """The mlflow module with a started run, or None when no tracking URI is configured."""
     config, start = recipe.episodes.config, recipe.start
     resumed_from = start["iteration"] if start["checkpoint"] is not None else None
     params = {**dataclasses.asdict(config), "config_hash": recipe.fingerprint,
               "resumed_from": resumed_from, "num_tasks": num_tasks}  # fmt: skip
     return start_trainer_run(config.mlflow_tracking_uri, config.mlflow_experiment,
-                             f"grpo-{recipe.fingerprint}", params)  # fmt: skip
+                             f"{name}-{recipe.fingerprint}", params)  # fmt: skip
