@@ -37,7 +37,15 @@ class Preset:
         from components.stage_contract import check_read
 
         check_read(name, self.path)
-        return self._build(name)
+        config = self._build(name)
+        if name == "env" and getattr(config, "remote", "") == "local":
+            # The environment server this process may start for it waits this preset's
+            # start-up budget (components/env_service/local.py). Read past the stage's
+            # declared sections: how long a start may take changes no result to cache on.
+            from components.env_service.local import SERVERS
+
+            SERVERS.use_preset(self._build("runtime").startup_timeout_s, self.path)
+        return config
 
     def _build(self, name: str):
         cls = SECTIONS[name]()

@@ -6,10 +6,12 @@ verdict in `agentrl env serve`'s worker processes, none in the trainer's) withou
 server itself. The first episode of a task suite starts `python -m components.env_service`
 on that suite's folder (the folder holding the task's folder: the server reads tasks by id
 from its own side), on a free loopback port, with this process's sandbox settings, and
-waits for `/readyz` within the start-up budget (`runtime.startup_timeout_s`: the flow sets
-it from its preset with `local_env_servers`, a stage run alone gets RuntimeConfig's
-default), retried once, its output appended to runs/env-serve/<suite folder>.log. Later episodes of that
-suite use the same server. It is stopped when the scope that started it ends
+waits for `/readyz` within the start-up budget, retried once, its output appended to
+runs/env-serve/<suite folder>.log. The budget is the preset's `runtime.startup_timeout_s`:
+the flow sets it for its scope (`local_env_servers`); a stage run as its own process gets
+the one of the preset whose `env: {remote: local}` it read (components/preset.py calls
+`use_preset` when it builds that section), and RuntimeConfig's default only where neither
+said one. Later episodes of that suite use the same server. It is stopped when the scope that started it ends
 (`local_env_servers`, which `python -m flows.retrain` wraps its run in), when the process
 exits (atexit), on Ctrl-C or SIGTERM (components/shutdown.py: every process a run started
 is stopped), and it dies with the process on SIGKILL (PR_SET_PDEATHSIG).
@@ -50,9 +52,26 @@ class LocalServers:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.servers: dict[tuple[str, str], _Server] = {}
-        self.budget_s: float | None = None  # None: RuntimeConfig's default
+        self.budget_s: float | None = None  # a flow's scope (local_env_servers)
+        self.preset_budget: tuple[float, str] | None = None  # (seconds, preset) of a stage
         self.workers = 2
         self.log_dir: str | Path = LOG_DIR  # each server's output: <suite folder name>.log
+
+    def use_preset(self, startup_timeout_s: float, preset_path: str) -> None:
+        """The start-up budget of the servers this process starts outside a flow's scope:
+        the preset's `runtime.startup_timeout_s` (that preset names `env.remote: local`)."""
+        self.preset_budget = (float(startup_timeout_s), str(preset_path))
+
+    def budget(self) -> tuple[float, str]:
+        """(seconds a server gets to answer /readyz per try, where that number is set)."""
+        if self.budget_s is not None:
+            return self.budget_s, "runtime.startup_timeout_s of the run's preset"
+        if self.preset_budget is not None:
+            seconds, preset = self.preset_budget
+            return seconds, f"runtime.startup_timeout_s of {preset}"
+        from components.runtime import RuntimeConfig
+
+        return RuntimeConfig().startup_timeout_s, "RuntimeConfig's default startup_timeout_s"
 
     def url_for(self, tasks_dir: str | Path, sandbox_values: dict) -> str:
         """The URL of the server on `tasks_dir`, started (health-waited) when there is none."""
@@ -66,9 +85,14 @@ class LocalServers:
 
     def _start(self, tasks_dir: str, sandbox_values: dict) -> _Server:
         from components import shutdown
-        from components.runtime import RuntimeConfig, die_with_parent, http_probe, start_service
+        from components.runtime import (
+            ServiceStartError,
+            die_with_parent,
+            http_probe,
+            start_service,
+        )
 
-        budget = self.budget_s or RuntimeConfig().startup_timeout_s
+        budget, where = self.budget()
         preset_dir = tempfile.TemporaryDirectory(prefix="agentrl-env-local-")
         preset = Path(preset_dir.name) / "sandbox.yaml"  # JSON is YAML: the sandbox section
         preset.write_text(json.dumps({"name": "env-local", "sandbox": sandbox_values}))
@@ -102,6 +126,9 @@ class LocalServers:
             proc = start_service(
                 name, argv, ready, budget, log, start_new_session=True, preexec_fn=die_with_parent
             )
+        except ServiceStartError as e:
+            preset_dir.cleanup()
+            raise ServiceStartError(f"{e}; the budget is the {where}") from None
         except BaseException:
             preset_dir.cleanup()
             raise

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -107,3 +108,93 @@ def test_the_server_stops_when_its_stage_is_signalled(suite, tmp_path, sig):
         if stage.poll() is None:
             stage.kill()
             stage.wait()
+
+
+# A server that can never answer: its interpreter sleeps before it runs (sitecustomize sees
+# the command line), so only the start-up budget ends the wait.
+_NEVER_READY = """import sys, time
+if "components.env_service" in sys.orig_argv:
+    time.sleep(600)
+"""
+BUDGET_S = 1.5
+
+
+def _never_ready_servers(tmp_path) -> str:
+    """A PYTHONPATH whose environment servers never become ready."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_NEVER_READY)
+    return os.pathsep.join([str(site), str(REPO)])
+
+
+def _preset(tmp_path):
+    path = tmp_path / "local.yaml"
+    path.write_text(
+        f"name: local\nenv: {{remote: local}}\nruntime: {{startup_timeout_s: {BUDGET_S}}}\n"
+    )
+    return path
+
+
+def test_a_stage_alone_waits_its_presets_startup_budget(suite, tmp_path, monkeypatch):
+    """Outside a flow's scope the local server gets the preset's runtime.startup_timeout_s
+    (was RuntimeConfig's 180 s): the error comes after two tries of 1.5 s and names it."""
+    from components.preset import load_preset
+    from components.runtime import ServiceStartError
+
+    monkeypatch.setenv("PYTHONPATH", _never_ready_servers(tmp_path))
+    monkeypatch.setattr(local.SERVERS, "preset_budget", None)
+    monkeypatch.setattr(local.SERVERS, "log_dir", tmp_path)
+    preset = _preset(tmp_path)
+    env = load_preset(preset).section("env")  # as a stage command reads it
+    outcome: list = []
+
+    def start() -> None:
+        t0 = time.monotonic()
+        try:
+            local.remote_url(env.remote, suite[1][0], SandboxConfig())
+        except ServiceStartError as e:
+            outcome.append((str(e), time.monotonic() - t0))
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(90)
+    assert not thread.is_alive(), "still waiting after 90 s: not the preset's 1.5 s budget"
+    ((message, took),) = outcome
+    assert 2 * BUDGET_S <= took < 2 * BUDGET_S + 20, took  # two tries, each stopped
+    assert f"within {BUDGET_S:g}s (runtime.startup_timeout_s)" in message
+    assert f"the budget is the runtime.startup_timeout_s of {preset}" in message
+    assert not local.SERVERS.servers
+
+
+@pytest.mark.integration  # a stage command started (its imports: seconds on a busy machine)
+def test_a_stage_process_with_local_env_fails_within_its_presets_budget(suite, tmp_path):
+    """`agentrl env eval` as its own process, preset `env.remote: local` and a 1.5 s budget,
+    a server that never answers: one line naming the setting, long before 2 x 180 s."""
+    environ = {**os.environ, "PYTHONPATH": _never_ready_servers(tmp_path)}
+    preset = _preset(tmp_path)
+    argv = [
+        sys.executable,
+        "-m",
+        "components.cli",
+        "env",
+        "eval",
+        "--tasks",
+        str(suite[0]),
+        "--policy",
+        "oracle",
+        "--preset",
+        str(preset),
+        "--out",
+        str(tmp_path / "o.json"),
+    ]
+    t0 = time.monotonic()
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300
+    )
+    took = time.monotonic() - t0
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert f"within {BUDGET_S:g}s (runtime.startup_timeout_s)" in done.stderr, done.stderr
+    assert f"runtime.startup_timeout_s of {preset}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert took < 150, took  # the default budget would wait 360 s before the first line
+    assert (tmp_path / "runs" / "env-serve" / f"{suite[0].name}.log").is_file()
