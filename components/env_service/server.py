@@ -22,7 +22,6 @@ Binds 127.0.0.1 unless told otherwise.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,10 +118,13 @@ def serve(
     port: int = 8100,
 ) -> None:
     """Start the workers, serve until interrupted, stop the workers and remove their
-    folders."""
+    folders (Ctrl-C or SIGTERM too: components/shutdown.py unmounts and removes the
+    server's folder, which the handler's exit would skip)."""
     import uvicorn
 
-    with tempfile.TemporaryDirectory(prefix="agentrl-env-service-") as tmp_root:
+    from components import shutdown
+
+    with shutdown.temporary_folder("agentrl-env-service-") as tmp_root:
         pool = WorkerPool(
             config.workers,
             tasks_dir,

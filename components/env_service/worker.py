@@ -7,7 +7,8 @@ context and talks to each over a pipe: a request is `(op, session_id, body)`, th
 (from the server's folder, by id), keeps its sessions in memory and writes every temporary
 folder (workspaces, verifier snapshots) under a folder of its own, so whoever kills it can
 remove everything it left. It dies with its server (PR_SET_PDEATHSIG: SIGTERM), and on
-SIGTERM or a closed pipe it frees its sessions' workspaces and its folder before it exits.
+SIGTERM, SIGINT or a closed pipe it frees its sessions' workspaces and its folder before
+it exits.
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ def worker_main(conn, tasks_dir: str, sandbox_values: dict, tmp_dir: str) -> Non
     """The worker's loop (a spawned process's target): answer requests until the pipe
     closes or SIGTERM; everything under `tmp_dir` is removed on the way out."""
     _die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(0)))
+    # SIGTERM (its server's stop) and SIGINT (a Ctrl-C reaches the terminal's whole process
+    # group, workers included): a quiet exit through the `finally` below, no traceback
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: (_ for _ in ()).throw(SystemExit(0)))
     Path(tmp_dir).mkdir(parents=True, exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = tmp_dir  # workspaces, snapshots: all below it
     sessions = None
