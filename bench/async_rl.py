@@ -64,14 +64,29 @@ def start_server(checkpoint: Path, threads: int, budget_s: float | None = None):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
-        return [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
-                str(ports[-1]), "--threads", str(threads), "--allow-runtime-updates"]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "components.serve",
+            "--model",
+            str(checkpoint),
+            "--port",
+            str(ports[-1]),
+            "--threads",
+            str(threads),
+            "--allow-runtime-updates",
+        ]
 
     budget = budget_s or RuntimeConfig().startup_timeout_s
-    proc = start_service("agentrl serve", argv,
-                         lambda: http_probe(f"http://127.0.0.1:{ports[-1]}/health")(), budget,
-                         REPO / "runs" / "bench-serve.log", cwd=REPO,
-                         env={**os.environ, "OMP_NUM_THREADS": str(threads)})  # fmt: skip
+    proc = start_service(
+        "agentrl serve",
+        argv,
+        lambda: http_probe(f"http://127.0.0.1:{ports[-1]}/health")(),
+        budget,
+        REPO / "runs" / "bench-serve.log",
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+    )
     return proc, f"http://127.0.0.1:{ports[-1]}/v1"
 
 
@@ -86,18 +101,35 @@ def one_run(checkpoint, url, tasks, out: Path, args, overrides: dict) -> dict:
 
     model, tokenizer = load_policy(checkpoint)
     config = GRPOConfig(
-        iterations=args.iterations, tasks_per_iteration=args.tasks, group_size=args.group,
-        learning_rate=1e-3, ppo_epochs=args.ppo_epochs, micro_batch_size=4,
-        checkpoint_every=args.iterations, output_dir=str(out), **overrides,
-    )  # fmt: skip
+        iterations=args.iterations,
+        tasks_per_iteration=args.tasks,
+        group_size=args.group,
+        learning_rate=1e-3,
+        ppo_epochs=args.ppo_epochs,
+        micro_batch_size=4,
+        checkpoint_every=args.iterations,
+        output_dir=str(out),
+        **overrides,
+    )
     rollout = RolloutConfig(
-        backend="openai", base_url=url, max_new_tokens=args.max_new_tokens,
-        max_episode_tokens=1024, batch_size=args.tasks * args.group, workers=4,
+        backend="openai",
+        base_url=url,
+        max_new_tokens=args.max_new_tokens,
+        max_episode_tokens=1024,
+        batch_size=args.tasks * args.group,
+        workers=4,
         temperature=1.0,
-    )  # fmt: skip
+    )
     t0 = time.perf_counter()
-    result = train_grpo(model, tokenizer, tasks, config, rollout,
-                        EnvConfig(max_steps=args.max_steps), SandboxConfig())  # fmt: skip
+    result = train_grpo(
+        model,
+        tokenizer,
+        tasks,
+        config,
+        rollout,
+        EnvConfig(max_steps=args.max_steps),
+        SandboxConfig(),
+    )
     wall = time.perf_counter() - t0
     rows = result.metrics
     steady = rows[1:] or rows
@@ -118,8 +150,11 @@ def _spread(values: list[float], digits: int = 2) -> str:
 
 def table(runs: dict[str, list[dict]]) -> list[str]:
     """Markdown rows: per mode, then the async/sync ratio per repeat (mean ± std)."""
-    lines = ["| mode | run wall s | episodes/s | s/iteration (steady) | sample s/iter | "
-             "update s/iter | mean lag |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| mode | run wall s | episodes/s | s/iteration (steady) | sample s/iter | "
+        "update s/iter | mean lag |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for mode, rs in runs.items():
         lines.append(
             f"| {mode} | {_spread([r['wall'] for r in rs], 1)} | "
@@ -171,10 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         config = PolicyConfig(
-            hidden_size=args.hidden, num_layers=args.layers, num_heads=4, num_kv_heads=2,
-            intermediate_size=2 * args.hidden, vocab_size=512, tokenizer_stdlib_bytes=20_000,
+            hidden_size=args.hidden,
+            num_layers=args.layers,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=2 * args.hidden,
+            vocab_size=512,
+            tokenizer_stdlib_bytes=20_000,
             max_position_embeddings=1024,
-        )  # fmt: skip
+        )
         checkpoint = save_policy(*build_policy(config), tmp / "start")
         generate_suite(tmp / "tasks", max(2 * args.tasks, 3), 0)
         tasks, errors = load_tasks(tmp / "tasks", split="train")
@@ -191,14 +231,24 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(timeout=30)
     lines = table(runs)
-    settings = (f"{args.iterations} iterations x {args.tasks} tasks x G={args.group}, "
-                f"{args.max_steps} steps x {args.max_new_tokens} tokens, policy "
-                f"{args.layers}x{args.hidden}, ppo_epochs {args.ppo_epochs}, {args.threads} "
-                f"torch thread(s) each for trainer and server, {args.repeats} repeats, "
-                f"{os.cpu_count()} cores, 5-min load average {load_before:.1f} before and "
-                f"{os.getloadavg()[1]:.1f} after")  # fmt: skip
-    text = "\n".join([f"# Sync vs async GRPO through `agentrl serve` ({settings})", "",
-                      *lines, "", *prediction(runs), ""])  # fmt: skip
+    settings = (
+        f"{args.iterations} iterations x {args.tasks} tasks x G={args.group}, "
+        f"{args.max_steps} steps x {args.max_new_tokens} tokens, policy "
+        f"{args.layers}x{args.hidden}, ppo_epochs {args.ppo_epochs}, {args.threads} "
+        f"torch thread(s) each for trainer and server, {args.repeats} repeats, "
+        f"{os.cpu_count()} cores, 5-min load average {load_before:.1f} before and "
+        f"{os.getloadavg()[1]:.1f} after"
+    )
+    text = "\n".join(
+        [
+            f"# Sync vs async GRPO through `agentrl serve` ({settings})",
+            "",
+            *lines,
+            "",
+            *prediction(runs),
+            "",
+        ]
+    )
     write_table(text, args.out, "async-rl")
     return 0
 

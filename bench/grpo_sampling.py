@@ -38,11 +38,16 @@ ENGINES = ("in-process", "agentrl-serve", "vllm")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", type=Path, default=None,
-                   help="HF folder (e.g. models/smollm2-135m-instruct); default: a tiny "
-                        "random policy (head size 32, which vLLM's CPU attention needs)")  # fmt: skip
-    p.add_argument("--engines", default="in-process,vllm",
-                   help=f"comma-separated, of {', '.join(ENGINES)}")  # fmt: skip
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="HF folder (e.g. models/smollm2-135m-instruct); default: a tiny "
+        "random policy (head size 32, which vLLM's CPU attention needs)",
+    )
+    p.add_argument(
+        "--engines", default="in-process,vllm", help=f"comma-separated, of {', '.join(ENGINES)}"
+    )
     p.add_argument("--iterations", type=int, default=2, help="GRPO iterations per run")
     p.add_argument("--repeats", type=int, default=1, help="runs per engine (order alternates)")
     p.add_argument("--tasks", type=int, default=2, help="tasks per iteration")
@@ -51,8 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=3, help="agent steps per episode")
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--threads", type=int, default=2, help="torch threads of the trainer")
-    p.add_argument("--startup-s", type=float, default=0.0,
-                   help="servers' start-up budget (0: the runtime section's default)")  # fmt: skip
+    p.add_argument(
+        "--startup-s",
+        type=float,
+        default=0.0,
+        help="servers' start-up budget (0: the runtime section's default)",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     return p
 
@@ -62,9 +71,15 @@ def tiny_checkpoint(folder: Path) -> Path:
     from components.policy.model import build_policy, save_policy
 
     config = PolicyConfig(
-        hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
-        vocab_size=512, tokenizer_stdlib_bytes=20_000, max_position_embeddings=2048,
-    )  # fmt: skip
+        hidden_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        vocab_size=512,
+        tokenizer_stdlib_bytes=20_000,
+        max_position_embeddings=2048,
+    )
     return save_policy(*build_policy(config), folder)
 
 
@@ -76,16 +91,33 @@ def start_engine(engine: str, checkpoint: Path, budget_s: float, logs: Path, lor
     if engine == "in-process":
         return (lambda: None), ""
     if engine == "vllm":
-        server = start_vllm(checkpoint, VLLMConfig(startup_timeout_s=budget_s,
-                                                   max_lora_rank=lora_rank_for(lora_r)), logs)  # fmt: skip
+        server = start_vllm(
+            checkpoint,
+            VLLMConfig(startup_timeout_s=budget_s, max_lora_rank=lora_rank_for(lora_r)),
+            logs,
+        )
         return server.stop, server.url
     from components.serve.vllm_launcher import _free_port
 
     port = _free_port()
-    argv = [sys.executable, "-m", "components.serve", "--model", str(checkpoint), "--port",
-            str(port), "--allow-runtime-updates"]  # fmt: skip
-    proc = start_service("agentrl serve", argv, http_probe(f"http://127.0.0.1:{port}/health"),
-                         budget_s, logs / f"serve-{port}.log", cwd=REPO)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "components.serve",
+        "--model",
+        str(checkpoint),
+        "--port",
+        str(port),
+        "--allow-runtime-updates",
+    ]
+    proc = start_service(
+        "agentrl serve",
+        argv,
+        http_probe(f"http://127.0.0.1:{port}/health"),
+        budget_s,
+        logs / f"serve-{port}.log",
+        cwd=REPO,
+    )
     return (lambda: stop_process(proc, 10.0)), f"http://127.0.0.1:{port}/v1"
 
 
@@ -101,23 +133,46 @@ def one_run(engine: str, url: str, checkpoint: Path, tasks, out: Path, args) -> 
 
     model, tokenizer = load_policy(checkpoint)
     config = GRPOConfig(
-        iterations=args.iterations, tasks_per_iteration=args.tasks, group_size=args.group,
-        learning_rate=2e-5, beta=0.0, micro_batch_size=1, checkpoint_every=args.iterations,
-        lora=LoRAConfig(r=args.lora_r, alpha=2 * args.lora_r), output_dir=str(out),
-    )  # fmt: skip
+        iterations=args.iterations,
+        tasks_per_iteration=args.tasks,
+        group_size=args.group,
+        learning_rate=2e-5,
+        beta=0.0,
+        micro_batch_size=1,
+        checkpoint_every=args.iterations,
+        lora=LoRAConfig(r=args.lora_r, alpha=2 * args.lora_r),
+        output_dir=str(out),
+    )
     served = {"backend": "openai", "base_url": url} if url else {}
-    rollout = RolloutConfig(max_new_tokens=args.max_new_tokens, max_episode_tokens=4096,
-                            batch_size=args.tasks * args.group, temperature=1.0, **served)  # fmt: skip
+    rollout = RolloutConfig(
+        max_new_tokens=args.max_new_tokens,
+        max_episode_tokens=4096,
+        batch_size=args.tasks * args.group,
+        temperature=1.0,
+        **served,
+    )
     t0 = time.perf_counter()
-    result = train_grpo(model, tokenizer, tasks, config, rollout,
-                        EnvConfig(max_steps=args.max_steps), SandboxConfig())  # fmt: skip
+    result = train_grpo(
+        model,
+        tokenizer,
+        tasks,
+        config,
+        rollout,
+        EnvConfig(max_steps=args.max_steps),
+        SandboxConfig(),
+    )
     wall = time.perf_counter() - t0
     rows = result.metrics
     mean = lambda key: statistics.mean(r[key] for r in rows)  # noqa: E731
-    return {"wall": wall, "iteration_s": mean("iteration_seconds"),
-            "sample_s": mean("sample_seconds"), "update_s": mean("update_seconds"),
-            "tokens": mean("generated_tokens"), "sample_tok_s": mean("sample_tokens_per_s"),
-            "valid": mean("episodes") - mean("infra_failures")}  # fmt: skip
+    return {
+        "wall": wall,
+        "iteration_s": mean("iteration_seconds"),
+        "sample_s": mean("sample_seconds"),
+        "update_s": mean("update_seconds"),
+        "tokens": mean("generated_tokens"),
+        "sample_tok_s": mean("sample_tokens_per_s"),
+        "valid": mean("episodes") - mean("infra_failures"),
+    }
 
 
 def _spread(values: list[float], digits: int = 1) -> str:
@@ -129,9 +184,11 @@ def _spread(values: list[float], digits: int = 1) -> str:
 def table(runs: dict[str, list[dict]], starts: dict[str, list[float]]) -> list[str]:
     """Markdown rows, one per engine; the ratio is in-process's s/iteration over the engine's."""
     base = runs.get("in-process")
-    lines = ["| engine | server start s | s/iteration | sample s/iter | update s/iter | "
-             "generated tok/iter | sample tok/s | in-process / engine (s/iter) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| engine | server start s | s/iteration | sample s/iter | update s/iter | "
+        "generated tok/iter | sample tok/s | in-process / engine (s/iter) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for engine, rs in runs.items():
         ratio = "n/a"
         if base:
@@ -186,13 +243,16 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(os.getloadavg()[1])
                 print(f"repeat {repeat} {engine}: {runs[engine][-1]}", flush=True)
     name = args.checkpoint.name if args.checkpoint else "tiny random policy"
-    settings = (f"{name}, LoRA r={args.lora_r}, {args.iterations} synchronous iterations x "
-                f"{args.tasks} tasks x G={args.group}, {args.max_steps} steps x "
-                f"{args.max_new_tokens} tokens, trainer torch threads {args.threads}, "
-                f"{args.repeats} repeat(s), {os.cpu_count()} cores, 5-min load average "
-                f"{min(loads):.1f}-{max(loads):.1f} over the run")  # fmt: skip
-    text = "\n".join([f"# GRPO iteration wall by sampling engine ({settings})", "",
-                      *table(runs, starts), ""])  # fmt: skip
+    settings = (
+        f"{name}, LoRA r={args.lora_r}, {args.iterations} synchronous iterations x "
+        f"{args.tasks} tasks x G={args.group}, {args.max_steps} steps x "
+        f"{args.max_new_tokens} tokens, trainer torch threads {args.threads}, "
+        f"{args.repeats} repeat(s), {os.cpu_count()} cores, 5-min load average "
+        f"{min(loads):.1f}-{max(loads):.1f} over the run"
+    )
+    text = "\n".join(
+        [f"# GRPO iteration wall by sampling engine ({settings})", "", *table(runs, starts), ""]
+    )
     write_table(text, args.out, "grpo-sampling")
     return 0
 

@@ -52,8 +52,16 @@ def _torchrun(nproc: int, args: list[str]) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_USE_CPU": "1", "PYTHONPATH": str(REPO)}
     # --standalone: torchrun picks a free port, so two runs at once on a shared machine
     # (another bench, a test) do not collide on a fixed one.
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-               str(nproc), __file__, *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        __file__,
+        *args,
+    ]
     return _run_worker(command, env, out)
 
 
@@ -61,38 +69,74 @@ def distributed_rows(policy_dir: Path, rollouts, pairs, steps: int, root: Path) 
     """A table: GRPO and DPO update tokens/s with 1 and 2 processes."""
     data = root / "update-data.pkl"
     data.write_bytes(pickle.dumps({"rollouts": rollouts, "pairs": pairs}))
-    lines = ["| update | 1 process tokens/s | 2 processes tokens/s | 2 / 1 | tokens per run |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| update | 1 process tokens/s | 2 processes tokens/s | 2 / 1 | tokens per run |",
+        "|---|---|---|---|---|",
+    ]
     for stage in ("grpo", "dpo"):
         rates = []
         for nproc in (1, 2):
-            args = ["--update", stage, "--policy", str(policy_dir), "--data", str(data),
-                    "--steps", str(steps), "--out", str(root / f"{stage}-{nproc}.json")]  # fmt: skip
+            args = [
+                "--update",
+                stage,
+                "--policy",
+                str(policy_dir),
+                "--data",
+                str(data),
+                "--steps",
+                str(steps),
+                "--out",
+                str(root / f"{stage}-{nproc}.json"),
+            ]
             got = _torchrun(nproc, args)
             rates.append((got["tokens"], got["tokens"] / got["seconds"]))
-        lines.append(f"| {stage.upper()} ({steps} steps) | {rates[0][1]:,.0f} | "
-                     f"{rates[1][1]:,.0f} | {rates[1][1] / rates[0][1]:.2f} | "
-                     f"{rates[0][0]:,} / {rates[1][0]:,} |")  # fmt: skip
+        lines.append(
+            f"| {stage.upper()} ({steps} steps) | {rates[0][1]:,.0f} | "
+            f"{rates[1][1]:,.0f} | {rates[1][1] / rates[0][1]:.2f} | "
+            f"{rates[0][0]:,} / {rates[1][0]:,} |"
+        )
     return lines
 
 
-def lora_rows(tokenizer_dir: Path, records_file: Path, policy: dict, max_seq_len: int,
-              steps: int, root: Path) -> list[str]:  # fmt: skip
+def lora_rows(
+    tokenizer_dir: Path, records_file: Path, policy: dict, max_seq_len: int, steps: int, root: Path
+) -> list[str]:
     """A table: full vs LoRA SFT on the same model and data."""
-    lines = ["| SFT | trainable parameters | of | weights + grads + AdamW (GiB) "
-             "| peak memory (GiB, training's own) | tokens/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| SFT | trainable parameters | of | weights + grads + AdamW (GiB) "
+        "| peak memory (GiB, training's own) | tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for kind in ("full", "lora"):
         out = root / f"memory-{kind}.json"
-        args = [sys.executable, __file__, "--memory", kind, "--tokenizer", str(tokenizer_dir),
-                "--records", str(records_file), "--policy-json", json.dumps(policy),
-                "--steps", str(steps), "--out", str(out), "--root", str(root / kind),
-                "--max-seq-len", str(max_seq_len)]  # fmt: skip
+        args = [
+            sys.executable,
+            __file__,
+            "--memory",
+            kind,
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--records",
+            str(records_file),
+            "--policy-json",
+            json.dumps(policy),
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+            "--root",
+            str(root / kind),
+            "--max-seq-len",
+            str(max_seq_len),
+        ]
         got = _run_worker(args, {**os.environ, "PYTHONPATH": str(REPO)}, out)
         # fp32: 4 bytes per weight; 4 (gradient) + 8 (AdamW moments) per trainable one.
         state = (4 * got["total_parameters"] + 12 * got["trainable_parameters"]) / 2**30
-        lines.append(f"| {kind} | {got['trainable_parameters']:,} | {got['total_parameters']:,} "
-                     f"| {state:.3f} | {got['peak_gib']:.3f} ({got['where']}) "
-                     f"| {got['tokens_per_s']:,.0f} |")  # fmt: skip
+        lines.append(
+            f"| {kind} | {got['trainable_parameters']:,} | {got['total_parameters']:,} "
+            f"| {state:.3f} | {got['peak_gib']:.3f} ({got['where']}) "
+            f"| {got['tokens_per_s']:,.0f} |"
+        )
     return lines
 
 
@@ -111,8 +155,9 @@ def _update_worker(args) -> dict:
     model, tokenizer = load_policy(args.policy)
     data = pickle.loads(Path(args.data).read_bytes())
     device, pad = torch.device("cpu"), tokenizer.pad_token_id
-    stepper = make_stepper(model, None, learning_rate=1e-5, weight_decay=0.0, max_grad_norm=1.0,
-                           micro_batch_size=4)  # fmt: skip
+    stepper = make_stepper(
+        model, None, learning_rate=1e-5, weight_decay=0.0, max_grad_norm=1.0, micro_batch_size=4
+    )
     if args.update == "dpo":
         config = DPOConfig(batch_size=4)
         _score_reference(model, data["pairs"], pad, config, device)
@@ -123,8 +168,17 @@ def _update_worker(args) -> dict:
     t0, tokens = time.perf_counter(), 0
     for step in range(args.steps):
         if args.update == "grpo":
-            out = _update(stepper, None, rollouts, advantages, GRPOConfig(micro_batch_size=4),
-                          RolloutConfig(), pad, device, step + 1)  # fmt: skip
+            out = _update(
+                stepper,
+                None,
+                rollouts,
+                advantages,
+                GRPOConfig(micro_batch_size=4),
+                RolloutConfig(),
+                pad,
+                device,
+                step + 1,
+            )
             tokens += out["update_tokens"]
         else:
             tokens += _accumulate(stepper, batches, pad, config, device)[3]
@@ -146,9 +200,15 @@ def _memory_worker(args) -> dict:
     model, tokenizer = build_policy(policy)
     records = [json.loads(x) for x in Path(args.records).read_text().splitlines() if x.strip()]
     cuda = torch.cuda.is_available()
-    config = SFTConfig(max_steps=args.steps, batch_size=2, max_seq_len=args.max_seq_len,
-                       pad_to_multiple_of=0, output_dir=args.root, bf16=cuda,
-                       lora=LoRAConfig() if args.memory == "lora" else None)  # fmt: skip
+    config = SFTConfig(
+        max_steps=args.steps,
+        batch_size=2,
+        max_seq_len=args.max_seq_len,
+        pad_to_multiple_of=0,
+        output_dir=args.root,
+        bf16=cuda,
+        lora=LoRAConfig() if args.memory == "lora" else None,
+    )
     baseline = _rss_gib()
     if cuda:
         model.cuda()
@@ -159,8 +219,12 @@ def _memory_worker(args) -> dict:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20 - baseline
         where = "CPU peak RSS - RSS before"
-    return {**result.metrics, "peak_gib": peak, "where": where,
-            "tokens_per_s": result.tokens_per_second}  # fmt: skip
+    return {
+        **result.metrics,
+        "peak_gib": peak,
+        "where": where,
+        "tokens_per_s": result.tokens_per_second,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,8 +81,14 @@ def shuffled_batches(items: list, batch: int, seed: int):
 # ------------------------------------------------------------------------------ SFT
 
 
-def bare_sft(model, examples: list[dict], windows: list[list[list[int]]], lr: float,
-             pad_id: int, multiple: int) -> tuple[int, float]:  # fmt: skip
+def bare_sft(
+    model,
+    examples: list[dict],
+    windows: list[list[list[int]]],
+    lr: float,
+    pad_id: int,
+    multiple: int,
+) -> tuple[int, float]:
     """(non-padding tokens, seconds) of plain AdamW steps on the same micro-batches as ours
     (`windows`: per step, its micro-batches of example indices), HF's own loss on labels."""
     model.train()
@@ -93,8 +99,9 @@ def bare_sft(model, examples: list[dict], windows: list[list[list[int]]], lr: fl
         for indices in window:
             b = collate([examples[i] for i in indices], pad_id, multiple)
             tokens += int(b["attention_mask"].sum())
-            loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                         labels=b["labels"]).loss  # fmt: skip
+            loss = model(
+                input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]
+            ).loss
             (loss / len(window)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -115,14 +122,21 @@ def interleaved(ours, bare, repeats: int) -> dict:
         for name, (tokens, seconds) in got.items():
             rates[name].append(tokens / seconds)
         ratios.append(rates["ours"][-1] / rates["bare"][-1])
-    return {"ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-            "ours": statistics.median(rates["ours"]), "bare": statistics.median(rates["bare"]),
-            "repeats": repeats}  # fmt: skip
+    return {
+        "ratio": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "ours": statistics.median(rates["ours"]),
+        "bare": statistics.median(rates["bare"]),
+        "repeats": repeats,
+    }
 
 
 def _spread_row(name: str, m: dict) -> str:
-    return (f"| {name} | {m['ours']:,.0f} | {m['bare']:,.0f} | {m['ratio']:.2f} "
-            f"(min {m['min']:.2f}, max {m['max']:.2f}, {m['repeats']} interleaved runs) | |")  # fmt: skip
+    return (
+        f"| {name} | {m['ours']:,.0f} | {m['bare']:,.0f} | {m['ratio']:.2f} "
+        f"(min {m['min']:.2f}, max {m['max']:.2f}, {m['repeats']} interleaved runs) | |"
+    )
 
 
 # ------------------------------------------------------------------------------ DPO
@@ -136,8 +150,9 @@ def _seq_logps(model, seqs: list[dict], pad_id: int) -> torch.Tensor:
     return (picked * b["assistant_mask"][:, 1:]).sum(-1)
 
 
-def bare_dpo(model, pairs: list[dict], steps: int, batch: int, lr: float, beta: float,
-             pad_id: int, seed: int) -> tuple[int, float]:  # fmt: skip
+def bare_dpo(
+    model, pairs: list[dict], steps: int, batch: int, lr: float, beta: float, pad_id: int, seed: int
+) -> tuple[int, float]:
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     with torch.no_grad():  # outside the clock, as in train_dpo
         for p in pairs:
@@ -166,8 +181,9 @@ def bare_dpo(model, pairs: list[dict], steps: int, batch: int, lr: float, beta: 
 # ------------------------------------------------------------------------------ GRPO
 
 
-def bare_grpo(model, rollouts, advantages: torch.Tensor, lr: float, micro: int, pad_id: int,
-              eps: float = 0.2) -> tuple[int, float]:  # fmt: skip
+def bare_grpo(
+    model, rollouts, advantages: torch.Tensor, lr: float, micro: int, pad_id: int, eps: float = 0.2
+) -> tuple[int, float]:
     """One optimizer step over all rollouts (micro-batched), the clipped-ratio loss."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -223,8 +239,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", nargs="*", default=[], choices=ROWS, help="these rows only")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
-                   help="folder the table is written to (train-throughput-run-<date>.md)")  # fmt: skip
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results",
+        help="folder the table is written to (train-throughput-run-<date>.md)",
+    )
     return p.parse_args(argv)
 
 
@@ -241,8 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         train = load_tasks(root / "tasks", split="train")[0]
         tasks = train[: args.tasks]
         # SFT data: enough transcripts that every SFT batch is full on both sides.
-        expert = evaluate_policy(train[: max(args.tasks, args.sft_tasks)], lambda: make_policy("oracle", seed=args.seed),
-                                 EnvConfig(), SandboxConfig(), EvalConfig(workers=2))  # fmt: skip
+        expert = evaluate_policy(
+            train[: max(args.tasks, args.sft_tasks)],
+            lambda: make_policy("oracle", seed=args.seed),
+            EnvConfig(),
+            SandboxConfig(),
+            EvalConfig(workers=2),
+        )
         records = [r.record for r in expert]
         model, tokenizer = build_policy(preset.section("policy"), records=records)
         initial = copy.deepcopy(model.state_dict())
@@ -252,11 +277,16 @@ def main(argv: list[str] | None = None) -> int:
             return model
 
         # Unconstrained sampling: the bare replay has no try_fix-id constraint to apply.
-        rollout_cfg = dataclasses.replace(preset.section("rollout"), temperature=1.0,
-                                          max_new_tokens=args.max_new_tokens,
-                                          samples_per_task=args.k,
-                                          batch_size=args.tasks * args.k, workers=2,
-                                          seed=args.seed, constrain_fix_ids=False)  # fmt: skip
+        rollout_cfg = dataclasses.replace(
+            preset.section("rollout"),
+            temperature=1.0,
+            max_new_tokens=args.max_new_tokens,
+            samples_per_task=args.k,
+            batch_size=args.tasks * args.k,
+            workers=2,
+            seed=args.seed,
+            constrain_fix_ids=False,
+        )
         rollouts = []
         if {"sampling", "dpo", "grpo", "distributed"} & set(rows):
             env = EnvConfig(max_steps=args.steps)
@@ -275,12 +305,18 @@ def main(argv: list[str] | None = None) -> int:
             notes += bench_lora(tokenizer, records, args, root)
 
     params = sum(t.numel() for t in model.parameters())
-    text = [f"model: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch "
-            f"threads; {len(rollouts)} rollouts ({args.tasks} tasks x {args.k}), "
-            f"{len(records)} oracle transcripts, {len(pairs)} DPO pairs", ""]  # fmt: skip
+    text = [
+        f"model: {params:,} parameters, vocab {len(tokenizer)}; {args.threads} torch "
+        f"threads; {len(rollouts)} rollouts ({args.tasks} tasks x {args.k}), "
+        f"{len(records)} oracle transcripts, {len(pairs)} DPO pairs",
+        "",
+    ]
     if lines:
-        text += ["| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |",
-                 "|---|---|---|---|---|", *lines]  # fmt: skip
+        text += [
+            "| what | ours tokens/s | bare tokens/s | ours / bare | tokens (ours / bare) |",
+            "|---|---|---|---|---|",
+            *lines,
+        ]
     text += notes
     command = " ".join(["bench/train_throughput.py", *(argv if argv is not None else sys.argv[1:])])
     write_table(f"<!-- {command} -->\n" + "\n".join(text) + "\n", args.out, "train-throughput-run")
@@ -293,25 +329,36 @@ def bench_sampling(model, tokenizer, tasks, rollout_cfg, env) -> tuple[list, lis
     calls, gen_time = [], [0.0]
 
     def recorded(prompts, caps, seed):
-        out, dt = _timed(lambda: generate_transformers(
-            model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed))  # fmt: skip
+        out, dt = _timed(
+            lambda: generate_transformers(
+                model, tokenizer, prompts, caps, temperature=1.0, top_p=1.0, seed=seed
+            )
+        )
         gen_time[0] += dt
         calls.append((prompts, caps, seed))
         return out
 
-    rollouts, wall = _timed(lambda: sample_episodes(
-        tasks, model, tokenizer, rollout_cfg, env, SandboxConfig(),
-        generate_fn=recorded))  # fmt: skip
+    rollouts, wall = _timed(
+        lambda: sample_episodes(
+            tasks, model, tokenizer, rollout_cfg, env, SandboxConfig(), generate_fn=recorded
+        )
+    )
     engine_tokens = sum(r.num_generated_tokens for r in rollouts)
     bare_tokens, bare_time = _timed(
         lambda: sum(bare_generate(model, tokenizer, *c, 1.0) for c in calls)
     )
     return rollouts, [
-        _row("sampling: engine generate calls vs bare model.generate",
-             (engine_tokens, gen_time[0]), (bare_tokens, bare_time)),
-        _row("sampling: engine end to end (+tools, verify) vs bare generate",
-             (engine_tokens, wall), (bare_tokens, bare_time)),
-    ]  # fmt: skip
+        _row(
+            "sampling: engine generate calls vs bare model.generate",
+            (engine_tokens, gen_time[0]),
+            (bare_tokens, bare_time),
+        ),
+        _row(
+            "sampling: engine end to end (+tools, verify) vs bare generate",
+            (engine_tokens, wall),
+            (bare_tokens, bare_time),
+        ),
+    ]
 
 
 def bench_sft(fresh, tokenizer, records: list[dict], sft_cfg, args, root: Path) -> str:
@@ -319,8 +366,9 @@ def bench_sft(fresh, tokenizer, records: list[dict], sft_cfg, args, root: Path) 
     interleaved and repeated: a table row with the ratio's spread."""
     from components.train.sft import step_windows, train_sft
 
-    sft_cfg = dataclasses.replace(sft_cfg, max_steps=args.sft_steps, batch_size=args.batch,
-                                  warmup_steps=0, seed=args.seed)  # fmt: skip
+    sft_cfg = dataclasses.replace(
+        sft_cfg, max_steps=args.sft_steps, batch_size=args.batch, warmup_steps=0, seed=args.seed
+    )
     examples = sft_examples(records, tokenizer, sft_cfg.max_seq_len)
     stream, steps = step_windows(len(examples), sft_cfg)
     windows = [next(stream) for _ in range(steps)]
@@ -332,8 +380,14 @@ def bench_sft(fresh, tokenizer, records: list[dict], sft_cfg, args, root: Path) 
         return result.tokens, result.train_seconds
 
     def bare():
-        return bare_sft(fresh(), examples, windows, sft_cfg.learning_rate,
-                        tokenizer.pad_token_id, sft_cfg.pad_to_multiple_of)  # fmt: skip
+        return bare_sft(
+            fresh(),
+            examples,
+            windows,
+            sft_cfg.learning_rate,
+            tokenizer.pad_token_id,
+            sft_cfg.pad_to_multiple_of,
+        )
 
     return _spread_row("SFT step: train_sft vs bare loop", interleaved(ours, bare, args.repeats))
 
@@ -341,24 +395,47 @@ def bench_sft(fresh, tokenizer, records: list[dict], sft_cfg, args, root: Path) 
 def dpo_pairs(records: list[dict], rollouts) -> list[dict]:
     """Oracle success (chosen) vs the untrained model's failed rollout (rejected)."""
     failed = {r.group_id: r.result.record for r in rollouts if not r.result.success}
-    return [{"task_id": r["task_id"], "chosen": r, "rejected": failed[r["task_id"]]}
-            for r in records if r["task_id"] in failed]  # fmt: skip
+    return [
+        {"task_id": r["task_id"], "chosen": r, "rejected": failed[r["task_id"]]}
+        for r in records
+        if r["task_id"] in failed
+    ]
 
 
 def bench_dpo(fresh, tokenizer, pairs: list[dict], dpo_cfg, args, root: Path) -> str:
     """train_dpo vs bare loop, each from the initial weights: a table row."""
     from components.train.dpo import train_dpo
 
-    dpo_cfg = dataclasses.replace(dpo_cfg, max_steps=args.dpo_steps, batch_size=args.batch,
-                                  warmup_steps=0, output_dir=str(root / "dpo"),
-                                  seed=args.seed)  # fmt: skip
+    dpo_cfg = dataclasses.replace(
+        dpo_cfg,
+        max_steps=args.dpo_steps,
+        batch_size=args.batch,
+        warmup_steps=0,
+        output_dir=str(root / "dpo"),
+        seed=args.seed,
+    )
     result = train_dpo(fresh(), None, tokenizer, pairs, dpo_cfg)
     ours_tokens = int(result.tokens_per_second * result.train_seconds)
-    tok = [{side: {k: v[: dpo_cfg.max_seq_len] for k, v in
-                   trajectory_tokens(tokenizer, pr[side]).items()}
-            for side in ("chosen", "rejected")} for pr in pairs]  # fmt: skip
-    bare = bare_dpo(fresh(), tok, args.dpo_steps, args.batch, dpo_cfg.learning_rate,
-                    dpo_cfg.beta, tokenizer.pad_token_id, args.seed)  # fmt: skip
+    tok = [
+        {
+            side: {
+                k: v[: dpo_cfg.max_seq_len]
+                for k, v in trajectory_tokens(tokenizer, pr[side]).items()
+            }
+            for side in ("chosen", "rejected")
+        }
+        for pr in pairs
+    ]
+    bare = bare_dpo(
+        fresh(),
+        tok,
+        args.dpo_steps,
+        args.batch,
+        dpo_cfg.learning_rate,
+        dpo_cfg.beta,
+        tokenizer.pad_token_id,
+        args.seed,
+    )
     return _row("DPO step: train_dpo vs bare loop", (ours_tokens, result.train_seconds), bare)
 
 
@@ -369,11 +446,27 @@ def bench_grpo_update(fresh, tokenizer, rollouts, rollout_cfg, root: Path) -> st
     m = fresh().train()
     optimizer = torch.optim.AdamW(m.parameters(), lr=grpo_cfg.learning_rate, weight_decay=0)
     stepper = Stepper(m, m, optimizer, max_grad_norm=grpo_cfg.max_grad_norm)
-    out, dt = _timed(lambda: _update(stepper, None, rollouts, advantages, grpo_cfg,
-                                     rollout_cfg, tokenizer.pad_token_id,
-                                     torch.device("cpu"), 1))  # fmt: skip
-    bare = bare_grpo(fresh(), rollouts, advantages, grpo_cfg.learning_rate,
-                     grpo_cfg.micro_batch_size, tokenizer.pad_token_id)  # fmt: skip
+    out, dt = _timed(
+        lambda: _update(
+            stepper,
+            None,
+            rollouts,
+            advantages,
+            grpo_cfg,
+            rollout_cfg,
+            tokenizer.pad_token_id,
+            torch.device("cpu"),
+            1,
+        )
+    )
+    bare = bare_grpo(
+        fresh(),
+        rollouts,
+        advantages,
+        grpo_cfg.learning_rate,
+        grpo_cfg.micro_batch_size,
+        tokenizer.pad_token_id,
+    )
     return _row("GRPO update: grpo._update vs bare loop", (out["update_tokens"], dt), bare)
 
 
@@ -386,8 +479,13 @@ def bench_distributed(model, tokenizer, rollouts, pairs, args, root: Path) -> li
     policy_dir = save_policy(model, tokenizer, root / "distributed-policy")
     examples = [e for e in (_pair_tokens(p, tokenizer, 2048) for p in pairs) if e]
     rows = distributed_rows(policy_dir, rollouts, examples, args.update_steps, root)
-    return ["", "Data-parallel updates (train/parallel.py: plain AdamW, gradients all-reduced "
-            "over gloo; 1 torch thread per process):", "", *rows]  # fmt: skip
+    return [
+        "",
+        "Data-parallel updates (train/parallel.py: plain AdamW, gradients all-reduced "
+        "over gloo; 1 torch thread per process):",
+        "",
+        *rows,
+    ]
 
 
 def bench_lora(tokenizer, records: list[dict], args, root: Path) -> list[str]:
@@ -400,14 +498,25 @@ def bench_lora(tokenizer, records: list[dict], args, root: Path) -> list[str]:
     records_file = root / "memory-records.jsonl"
     records_file.write_text("\n".join(json.dumps(r) for r in records))
     heads = max(args.memory_hidden // 64, 1)
-    policy = {"hidden_size": args.memory_hidden, "num_layers": args.memory_layers,
-              "num_heads": heads, "num_kv_heads": heads, "max_position_embeddings": 4096,
-              "intermediate_size": args.memory_hidden * 11 // 4}  # fmt: skip
-    rows = lora_rows(root / "memory-tokenizer", records_file, policy, args.memory_seq,
-                     args.memory_steps, root)  # fmt: skip
-    return ["", f"Full vs LoRA SFT (r=16 on every attention and MLP projection; "
-            f"{args.memory_hidden} wide, {args.memory_layers} layers, batch 2 x "
-            f"{args.memory_seq} tokens, {args.memory_steps} steps, AdamW):", "", *rows]  # fmt: skip
+    policy = {
+        "hidden_size": args.memory_hidden,
+        "num_layers": args.memory_layers,
+        "num_heads": heads,
+        "num_kv_heads": heads,
+        "max_position_embeddings": 4096,
+        "intermediate_size": args.memory_hidden * 11 // 4,
+    }
+    rows = lora_rows(
+        root / "memory-tokenizer", records_file, policy, args.memory_seq, args.memory_steps, root
+    )
+    return [
+        "",
+        f"Full vs LoRA SFT (r=16 on every attention and MLP projection; "
+        f"{args.memory_hidden} wide, {args.memory_layers} layers, batch 2 x "
+        f"{args.memory_seq} tokens, {args.memory_steps} steps, AdamW):",
+        "",
+        *rows,
+    ]
 
 
 if __name__ == "__main__":
