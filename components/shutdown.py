@@ -117,6 +117,12 @@ def install(prog: str) -> Callable[[], None]:
     return restore
 
 
+def handles_signals() -> bool:
+    """Whether SIGINT and SIGTERM are this module's in this process (`install` took them):
+    a library that would install its own (uvicorn's graceful shutdown) can leave them."""
+    return all(signal.getsignal(sig) is _on_signal for sig in (signal.SIGINT, signal.SIGTERM))
+
+
 def _on_signal(signum: int, frame) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up
