@@ -46,13 +46,17 @@ def suite(tmp_path_factory) -> Path:
     return out
 
 
-def wait_for_a_sandbox(tmp: Path, budget_s: float = 240) -> None:
-    """Until the command has a workspace or a work area in its TMPDIR `tmp` (mounted where
-    it may mount): it is in its work."""
+def wait_for_a_sandbox(
+    tmp: Path,
+    budget_s: float = 240,
+    prefixes: tuple[str, ...] = ("agentrl-ws-", "agentrl-verify-", "agentrl-mine-"),
+) -> None:
+    """Until the command has a workspace or a work area (named by one of `prefixes`) in its
+    TMPDIR `tmp` (mounted where it may mount): it is in its work."""
     deadline = time.monotonic() + budget_s
     while time.monotonic() < deadline:
         names = [p.name for p in tmp.iterdir()]
-        if any(n.startswith(("agentrl-ws-", "agentrl-verify-", "agentrl-mine-")) for n in names):
+        if any(n.startswith(prefixes) for n in names):
             time.sleep(1.0)  # a few more start
             return
         time.sleep(0.1)

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import ast
 import json
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components import shutdown
 from components.tasks.generate import instruction_text, unified_diff
 from components.tasks.task import (
     DEFAULT_TEST_COMMAND,
@@ -204,7 +204,7 @@ def evaluate_cases(
     budgets = budgets or [STEP_BUDGET] * len(cases)
     texts = [[repr(tuple(args)), b] for args, b in zip(cases, budgets, strict=True)]
     results: dict[int, Outcome] = {}
-    with tempfile.TemporaryDirectory(prefix="agentrl-convert-") as tmp:
+    with shutdown.temporary_folder("agentrl-convert-") as tmp:
         folder = Path(tmp)
         for rel, text in {**files, _SCRIPT: EVAL_SCRIPT, _CASES: json.dumps(texts)}.items():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)

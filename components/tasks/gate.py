@@ -33,7 +33,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
@@ -41,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from components import shutdown
 from components.tasks.external import RunPython
 from components.tasks.patching import PatchError, apply_unified_diff, parse_unified_diff
 from components.tasks.task import Task
@@ -168,7 +168,7 @@ def subprocess_run_tests(
     if task.environment is not None:
         raise ValueError(f"{task.id}: a task with an environment is gated by the sandboxed "
                          "verifier (agentrl tasks check), which runs its interpreter")  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix=f"gate-{task.id}-") as tmp:
+    with shutdown.temporary_folder(f"agentrl-gate-{task.id}-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(repo_dir, work, symlinks=True)
         overlay_hidden_tests(task, work)
@@ -266,7 +266,7 @@ def hanging_tests(task: Task, run_python: RunPython, timeout_s: float) -> list[s
     """The visible tests the task's test command runs and the hidden tests that run past
     `timeout_s` on the unmodified repository, as "visible <test id>" / "hidden <test id>"."""
     hidden = task.hidden_test_files() if task.verify_command is None else []
-    with tempfile.TemporaryDirectory(prefix=f"gate-hangs-{task.id}-") as tmp:
+    with shutdown.temporary_folder(f"agentrl-gate-hangs-{task.id}-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(task.repo_dir, work, symlinks=True)
         overlay_hidden_tests(task, work)
@@ -294,7 +294,7 @@ def hanging_cases(task: Task, run_python: RunPython, timeout_s: float) -> list[s
     spec = json.loads(task.hidden_cases_path.read_text())
     args = [c["args"] for c in spec["cases"]]
     token = f"{_HANGS_MARKER}-{secrets.token_hex(8)}"
-    with tempfile.TemporaryDirectory(prefix=f"gate-cases-{task.id}-") as tmp:
+    with shutdown.temporary_folder(f"agentrl-gate-cases-{task.id}-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(task.repo_dir, work, symlinks=True)
         (work / "_agentrl_case_scan.py").write_text(_CASE_SCAN)
@@ -365,7 +365,7 @@ def check_task(
         protected = sorted({p for p in touched if p and task.is_protected(p)})
         if protected:
             return done(False, f"reference.patch modifies protected paths: {', '.join(protected)}")
-        with tempfile.TemporaryDirectory(prefix=f"gate-fix-{task.id}-") as tmp:
+        with shutdown.temporary_folder(f"agentrl-gate-fix-{task.id}-") as tmp:
             fixed = Path(tmp) / "repo"
             shutil.copytree(task.repo_dir, fixed, symlinks=True)
             try:

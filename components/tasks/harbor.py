@@ -63,10 +63,10 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from components import shutdown
 from components.sandbox.environ import HARNESS_PLUGINS
 from components.tasks.generate import unified_diff
 from components.tasks.task import (
@@ -355,7 +355,7 @@ def _cases_check(task: Task, tree: Path, cfg) -> tuple[int, str, object, str]:
     spec = json.loads(task.hidden_cases_path.read_text())
     cases = spec["cases"]
     token = "AGENTRL-CASES-" + secrets.token_hex(8)
-    with tempfile.TemporaryDirectory(prefix="agentrl-harbor-cases-") as tmp:
+    with shutdown.temporary_folder("agentrl-harbor-cases-") as tmp:
         ws, calls = Path(tmp) / "ws", Path(tmp) / "calls"
         shutil.copytree(tree, ws / "app", symlinks=True, ignore=_ignore_reserved)
         calls.mkdir()
@@ -394,7 +394,7 @@ def run_verifier(task: Task, tree: Path, cfg) -> HarborRun:
 
     forged = [f"{rel} would shadow the harness's own module (tampering; not taken)"
               for rel in reserved_names(tree)]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="agentrl-harbor-") as tmp:
+    with shutdown.temporary_folder("agentrl-harbor-") as tmp:
         ws, tests = Path(tmp) / "ws", Path(tmp) / "tests"
         shutil.copytree(tree, ws / "app", symlinks=True, ignore=_ignore_reserved)
         _tests_copy(task, tests)
@@ -458,7 +458,7 @@ def add_reference_from_solution(folder: Path, cfg) -> str | None:
     if not solve.is_file():
         return None
     workdir = task_workdir(load_task(folder))
-    with tempfile.TemporaryDirectory(prefix="agentrl-harbor-solve-") as tmp:
+    with shutdown.temporary_folder("agentrl-harbor-solve-") as tmp:
         ws = Path(tmp) / "ws"
         shutil.copytree(folder / "repo", ws / "app", symlinks=True)
         mounts = ((str(ws / "app"), workdir, True), (str(folder / "solution"), "/solution", False))

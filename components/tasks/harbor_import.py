@@ -26,10 +26,10 @@ import json
 import re
 import shutil
 import sys
-import tempfile
 import tomllib
 from pathlib import Path, PurePosixPath
 
+from components import shutdown
 from components.tasks.folder_safety import UnsafeTaskFolder, refuse_unsafe_entries
 from components.tasks.harbor import (
     CASES_FILE,
@@ -303,7 +303,7 @@ def determinism_problem(task: Task, cfg, runs: int = 3) -> str | None:
     of test.sh; else what is wrong, in words. A state stopped by the sandbox's time limit
     (a program that loops) fails, once: the limit bounds it (harbor.run_verifier)."""
     passed: dict[str, bool] = {}
-    with tempfile.TemporaryDirectory(prefix="agentrl-harbor-gate-") as tmp:
+    with shutdown.temporary_folder("agentrl-harbor-gate-") as tmp:
         buggy = Path(tmp) / "buggy"
         shutil.copytree(task.repo_dir, buggy, symlinks=True)
         shutil.copytree(task.hidden_tests_dir, buggy, dirs_exist_ok=True)

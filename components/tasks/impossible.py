@@ -58,12 +58,11 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components import pyast
+from components import pyast, shutdown
 from components.tasks.patching import PatchError, apply_unified_diff
 from components.tasks.task import HIDDEN_CASES_FILE, Task, load_task
 
@@ -341,7 +340,7 @@ def check_impossible(variant: Task, run_tests: RunTests) -> str:
     patch = variant.reference_patch()
     if patch is None:
         return "no reference fix to check the variant with"
-    with tempfile.TemporaryDirectory(prefix="agentrl-impossible-") as tmp:
+    with shutdown.temporary_folder("agentrl-impossible-") as tmp:
         fixed = Path(tmp) / "repo"
         shutil.copytree(variant.repo_dir, fixed, symlinks=True)
         try:

@@ -21,13 +21,12 @@ import ast
 import difflib
 import io
 import json
-import tempfile
 import tokenize
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from components import pyast
+from components import pyast, shutdown
 from components.tasks.external import (
     BOUNDED_CASES,
     PROTECTED_PATHS,
@@ -336,7 +335,7 @@ def run_test_file(
     run_python: RunPython, files: dict[str, str], test_rel: str, timeout_s: float
 ) -> dict[str, str]:
     """test function -> passed | failed | timeout, from one sandboxed pytest run."""
-    with tempfile.TemporaryDirectory(prefix="agentrl-convert-") as tmp:
+    with shutdown.temporary_folder("agentrl-convert-") as tmp:
         folder = Path(tmp)
         for rel, text in files.items():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,10 @@ import json
 import random
 import secrets
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
-from components import pyast
+from components import pyast, shutdown
 from components.sandbox.config import SandboxConfig
 from components.sandbox.process import CommandResult, run_sandboxed
 from components.tasks.families import FAMILIES
@@ -506,7 +505,7 @@ def reference_cases(task: Task, drawn: list[dict], env: VerifierSettings,
         kept = _REFERENCE.get(key)
     if kept is not None:
         return [dict(c) for c in kept]
-    with tempfile.TemporaryDirectory(prefix="agentrl-reference-") as tmp:
+    with shutdown.temporary_folder("agentrl-reference-") as tmp:
         fixed, buggy = Path(tmp) / "fixed", Path(tmp) / "buggy"
         for tree in (fixed, buggy):
             shutil.copytree(task.repo_dir, tree, symlinks=True)

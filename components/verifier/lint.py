@@ -13,10 +13,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
+from components import shutdown
 from components.runtime import refuse_if_stopping
 from components.tasks.task import Task
 
@@ -61,7 +61,7 @@ def reference_findings(task: Task) -> Counter:
         from components.tasks.patching import PatchError, apply_unified_diff
 
         refuse_if_stopping("a reference lint")  # Ctrl-C: no new folder in the run's tmp
-        with tempfile.TemporaryDirectory(prefix="agentrl-reflint-") as tmp:
+        with shutdown.temporary_folder("agentrl-reflint-") as tmp:
             repo = Path(tmp) / "repo"
             shutil.copytree(task.repo_dir, repo, symlinks=True)
             try:
