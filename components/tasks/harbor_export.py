@@ -23,9 +23,9 @@ import json
 import shlex
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
+from components import shutdown
 from components.tasks.harbor import (
     CASE_CHILD,
     CASES_FILE,
@@ -147,7 +147,7 @@ def fixed_files(task: Task, patch: str) -> tuple[dict[str, bytes], list[str]]:
     """({path: bytes} the reference fix writes, [paths it deletes]) under repo/."""
     from components.tasks.patching import apply_unified_diff
 
-    with tempfile.TemporaryDirectory(prefix="agentrl-harbor-export-") as tmp:
+    with shutdown.temporary_folder("agentrl-harbor-export-") as tmp:
         fixed = Path(tmp) / "repo"
         shutil.copytree(task.repo_dir, fixed, symlinks=True)
         changed = apply_unified_diff(fixed, patch)
@@ -175,8 +175,10 @@ def _write_solution(out: Path, task: Task, patch: str) -> None:
 
 def _dockerfile(task: Task) -> str:
     """environment/Dockerfile: the task's Python, its pins (the harness's once: pytest and
-    pytest-timeout at the project's versions, a requirement naming them left out), its ENV
-    and WORKDIR, the repo copied there."""
+    pytest-timeout at the project's versions, a requirement naming them left out; a task
+    imported from Harbor: its own pins as imported, whose test.sh needs no pytest-timeout,
+    so that importing the export gives the same environment), its ENV and WORKDIR, the repo
+    copied there."""
     from importlib.metadata import version
 
     from components.tasks.environments import HARNESS_DISTRIBUTIONS, _requirement_name
@@ -186,8 +188,11 @@ def _dockerfile(task: Task) -> str:
     own = [r for r in (env.requirements if env is not None else ())
            if _requirement_name(r) not in HARNESS_DISTRIBUTIONS]  # fmt: skip
     pins = [f"pytest=={version('pytest')}", f"pytest-timeout=={version('pytest-timeout')}", *own]
+    if is_harbor_task(task):  # the project's interpreter with the harness only: pytest
+        pins = list(dict.fromkeys(env.requirements)) if env is not None else pins[:1]
     workdir = task_workdir(task)
-    lines = [f"FROM python:{python}-slim", "", f"RUN pip install --no-cache-dir {' '.join(pins)}"]
+    lines = [f"FROM python:{python}-slim", ""]
+    lines += [f"RUN pip install --no-cache-dir {' '.join(pins)}"] if pins else []
     lines += [f"ENV {k}={shlex.quote(v)}" for k, v in task_env(task).items()]
     lines += ["", f"WORKDIR {workdir}", "", f"COPY app/ {workdir}/"]
     return "\n".join(lines) + "\n"

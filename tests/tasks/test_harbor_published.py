@@ -171,7 +171,7 @@ def test_export_keeps_metadata_limits_env_and_tests_and_pins_pytest_once(tmp_pat
         ("environment", "build_timeout_sec"),
     ):
         assert first["task_toml"][section][key] == second["task_toml"][section][key], key
-    assert back.limits == task.limits and back.environment.python == task.environment.python
+    assert back.limits == task.limits and back.environment == task.environment  # same pins
     assert back.instruction == task.instruction
     assert (back.repo_dir / "has_close_elements.py").read_text() == (
         task.repo_dir / "has_close_elements.py"
