@@ -1,10 +1,10 @@
 """Ctrl-C and SIGTERM of the model-driven long commands (issue 45, deliverable 3 and its
-acceptance): `agentrl train sft` on a tiny policy with an MLflow store (its trainer run
-open), `agentrl evaluate run` of that policy on a generated suite (its sandboxes mounted)
+acceptance): `agentrl train sft|rs|dpo` on a tiny policy with an MLflow store (its trainer
+run open), `agentrl evaluate run` of that policy on a generated suite (its sandboxes mounted)
 and `agentrl serve` of it with a request being answered. Each is stopped by SIGINT or
 SIGTERM to its process group once it is well into its work: exit 130 / 143 within a few
 seconds, one line, no `agentrl-*` mount, no process of its group, no temporary folder, no
-RUNNING MLflow run (SFT's trainer run is there, KILLED). `tasks check`, `tasks mine` and
+RUNNING MLflow run (the trainer's run is there, KILLED). `tasks check`, `tasks mine` and
 `env eval` are tests/test_signals_commands.py's; the helpers are tests/test_signals.py's.
 """
 
@@ -38,14 +38,14 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
-    """A tiny saved policy (policy/), expert records (records.jsonl) and a generated suite
-    (suite/)."""
+    """A tiny saved policy (policy/), expert records (records.jsonl), those and failed
+    episodes of the same tasks (samples.jsonl) and a generated suite (suite/)."""
     import torch
 
     from components.policy.config import PolicyConfig
     from components.policy.model import build_policy, save_policy
     from components.tasks.generate import generate_suite
-    from tests.train.conftest import EXPERT_RECORDS
+    from tests.train.conftest import EXPERT_RECORDS, FAILED_RECORDS
 
     w = tmp_path_factory.mktemp("signals_stages")
     torch.set_num_threads(1)
@@ -61,6 +61,8 @@ def world(tmp_path_factory) -> Path:
     )
     save_policy(*build_policy(config, records=EXPERT_RECORDS), w / "policy")
     (w / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in EXPERT_RECORDS))
+    pairs = EXPERT_RECORDS + FAILED_RECORDS  # verified successes and failures of each task
+    (w / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))
     generate_suite(w / "suite", 40, seed=7)
     return w
 
@@ -85,6 +87,7 @@ def stopped_cleanly(proc, tmp_path: Path, how, command: str) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             unmount_below(tmp_path)
+    print(f"agentrl {command}, {how.name}: exit {proc.returncode} after {took:.1f}s")
     assert proc.returncode == 128 + how, rest[-3000:]
     # ~1-3 s on a quiet machine; up to 10 s niced beside a running suite
     assert took < 12, f"{took:.1f}s: {rest[-3000:]}"
@@ -105,32 +108,48 @@ def _runs(db: Path) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.integration  # a tiny policy, torch and MLflow imported: a minute on a busy machine
-@pytest.mark.timeout(900)
-@SIGNALS
-def test_train_sft_stopped_mid_training_kills_its_run_and_leaves_its_folder_resumable(
-    world, tmp_path, how
-):
-    out = tmp_path / "sft"
-    db = tmp_path / "mlruns" / "mlflow.db"  # the store `start` names (the trainer's own here)
-    sft = {
+# The training stages: their preset (training far longer than the test waits, logging to
+# the test's store), the input option and file, the name of their trainer's MLflow run.
+TRAINERS = {
+    "sft": ("sft", "--records", "records.jsonl", "sft"),
+    "rs": ("rejection_sampling", "--samples", "samples.jsonl", "sft"),
+    "dpo": ("dpo", "--samples", "samples.jsonl", "dpo"),
+}
+
+
+def _trainer_preset(stage: str, db: Path) -> dict:
+    settings = {
         "max_steps": 100_000,
         "batch_size": 2,
         "max_seq_len": 768,
         "use_cpu": True,
         "mlflow_tracking_uri": f"sqlite:///{db}",
     }
-    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({"sft": sft}))
+    section = TRAINERS[stage][0]
+    return {section: {"sft": settings}} if section == "rejection_sampling" else {section: settings}
+
+
+@pytest.mark.integration  # a tiny policy, torch and MLflow imported: a minute on a busy machine
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("stage", list(TRAINERS))
+@SIGNALS
+def test_a_trainer_stopped_mid_training_kills_its_run_and_leaves_its_folder_resumable(
+    world, tmp_path, stage, how
+):
+    section, option, inputs, run_name = TRAINERS[stage]
+    out = tmp_path / stage
+    db = tmp_path / "mlruns" / "mlflow.db"  # the store `start` names (the trainer's own here)
+    (tmp_path / "preset.yaml").write_text(yaml.safe_dump(_trainer_preset(stage, db)))
     argv = [
         *AGENTRL,
         "train",
-        "sft",
+        stage,
         "--preset",
-        str(tmp_path / "sft.yaml"),
+        str(tmp_path / "preset.yaml"),
         "--policy",
         str(world / "policy"),
-        "--records",
-        str(world / "records.jsonl"),
+        option,
+        str(world / inputs),
         "--out",
         str(out),
     ]
@@ -146,8 +165,8 @@ def test_train_sft_stopped_mid_training_kills_its_run_and_leaves_its_folder_resu
     wait_for(training, "logged training step", proc)
     time.sleep(1.0)  # a few steps more
     assert proc.poll() is None, "it ended before it was stopped"
-    stopped_cleanly(proc, tmp_path, how, "train sft")
-    assert _runs(db) == [("sft", "KILLED")]
+    stopped_cleanly(proc, tmp_path, how, f"train {stage}")
+    assert _runs(db) == [(run_name, "KILLED")]
     # what it leaves is its own folder (the manifest from its start): a rerun resumes it
     assert not out.exists() or (out / ".agentrl-outputs.json").is_file()
     assert not (out / "result.json").exists()
