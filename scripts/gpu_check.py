@@ -35,10 +35,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # Modules the check cannot run without; pytest and pytest_timeout run the tasks' tests.
-REQUIRED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "yaml", "jinja2",
-            "pytest", "pytest_timeout")  # fmt: skip
+REQUIRED = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "numpy",
+    "yaml",
+    "jinja2",
+    "pytest",
+    "pytest_timeout",
+)
 ENGINES = {"peft": "LoRA SFT", "deepspeed": "ZeRO-2 SFT", "vllm": "vLLM sampling"}
 # Sizes: (policy, data, SFT steps, GRPO) per device kind.
+# fmt: off
 SIZES = {
     "cuda": {"policy": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
                             intermediate_size=1408, vocab_size=4096,
@@ -49,7 +59,8 @@ SIZES = {
                            intermediate_size=128, vocab_size=600, tokenizer_stdlib_bytes=20_000),
             "tasks": 6, "transcripts": 2, "sft_steps": 2, "batch": 2, "groups": 1,
             "group_size": 2, "new_tokens": 16, "env_steps": 2},
-}  # fmt: skip
+}
+# fmt: on
 
 
 def present(module: str) -> bool:
@@ -100,8 +111,11 @@ class Legs:
         start = time.time()
         out = fn(*args)
         numbers = out[1] if isinstance(out, tuple) else {}
-        numbers = {**numbers, "seconds": round(time.time() - start, 1),
-                   "peak_memory_gib": round(peak_memory_gib(self.device), 3)}  # fmt: skip
+        numbers = {
+            **numbers,
+            "seconds": round(time.time() - start, 1),
+            "peak_memory_gib": round(peak_memory_gib(self.device), 3),
+        }
         self.report[name] = numbers
         print(f"[{time.time() - self.t0:5.0f} s] {name}: {json.dumps(numbers)}", flush=True)
         if time.time() - self.t0 > self.budget_s:
@@ -117,11 +131,15 @@ def environment(device: str) -> tuple[None, dict]:
     import torch
     import transformers
 
-    info = {"python": sys.version.split()[0], "torch": torch.__version__,
-            "cuda": torch.version.cuda, "transformers": transformers.__version__,
-            "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-            "bf16": bool(device == "cuda" and torch.cuda.is_bf16_supported()),
-            "engines": {m: present(m) for m in ENGINES}}  # fmt: skip
+    info = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "bf16": bool(device == "cuda" and torch.cuda.is_bf16_supported()),
+        "engines": {m: present(m) for m in ENGINES},
+    }
     return None, info
 
 
@@ -135,8 +153,13 @@ def build_data(out: Path, size: dict) -> tuple[tuple, dict]:
 
     generate_suite(out / "tasks", size["tasks"], 0)
     train = load_tasks(out / "tasks", split="train")[0]
-    results = evaluate_policy(train[: size["transcripts"]], lambda: make_policy("oracle-fixes"),
-                              EnvConfig(), SandboxConfig(), EvalConfig(workers=8))  # fmt: skip
+    results = evaluate_policy(
+        train[: size["transcripts"]],
+        lambda: make_policy("oracle-fixes"),
+        EnvConfig(),
+        SandboxConfig(),
+        EvalConfig(workers=8),
+    )
     records = [r.record for r in results]
     solved = sum(bool((r.get("metadata") or {}).get("success")) for r in records)
     return (train, records), {"tasks": len(train), "transcripts": len(records), "solved": solved}
@@ -147,14 +170,24 @@ def run_sft(preset, model_tokenizer, records, size: dict, out: Path, lora: bool)
 
     model, tokenizer = model_tokenizer
     config = dataclasses.replace(
-        preset.section("sft"), max_steps=size["sft_steps"], batch_size=size["batch"],
-        grad_accum=1, warmup_steps=0, max_seq_len=4096, bf16=size is SIZES["cuda"],
-        output_dir=str(out), **({} if lora else {"lora": None}),
-    )  # fmt: skip
+        preset.section("sft"),
+        max_steps=size["sft_steps"],
+        batch_size=size["batch"],
+        grad_accum=1,
+        warmup_steps=0,
+        max_seq_len=4096,
+        bf16=size is SIZES["cuda"],
+        output_dir=str(out),
+        **({} if lora else {"lora": None}),
+    )
     result = train_sft(model, tokenizer, records, config)
-    return result, {"steps": result.steps, "tokens_per_s": round(result.tokens_per_second),
-                    "loss_first": round(result.losses[0], 4),
-                    "loss_last": round(result.losses[-1], 4), **result.metrics}  # fmt: skip
+    return result, {
+        "steps": result.steps,
+        "tokens_per_s": round(result.tokens_per_second),
+        "loss_first": round(result.losses[0], 4),
+        "loss_last": round(result.losses[-1], 4),
+        **result.metrics,
+    }
 
 
 def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]:
@@ -180,10 +213,13 @@ def logprob_agreement(policy_dir: str, tasks, rollout, env) -> tuple[None, dict]
             mask = batch["assistant_mask"][0, 1:].bool()
             diffs.append((trained - batch["sampling_logprobs"][0, 1:])[mask])
     d = torch.cat(diffs)
-    return None, {"tokens": d.numel(), "max_abs_diff": round(d.abs().max().item(), 5),
-                  "mean_abs_diff": round(d.abs().mean().item(), 6),
-                  "mean_ratio": round(d.exp().mean().item(), 6),
-                  "dtype": str(next(model.parameters()).dtype)}  # fmt: skip
+    return None, {
+        "tokens": d.numel(),
+        "max_abs_diff": round(d.abs().max().item(), 5),
+        "mean_abs_diff": round(d.abs().mean().item(), 6),
+        "mean_ratio": round(d.exp().mean().item(), 6),
+        "dtype": str(next(model.parameters()).dtype),
+    }
 
 
 def run_grpo(preset, policy_dir: str, tasks, rollout, env, size: dict, out: Path):
@@ -193,16 +229,31 @@ def run_grpo(preset, policy_dir: str, tasks, rollout, env, size: dict, out: Path
 
     model, tokenizer = load_policy(policy_dir)
     config = dataclasses.replace(
-        preset.section("grpo"), iterations=1, tasks_per_iteration=size["groups"],
-        group_size=size["group_size"], output_dir=str(out),
-    )  # fmt: skip
-    result = train_grpo(model, tokenizer, tasks, config, rollout, env, SandboxConfig(),
-                        resume=False)  # fmt: skip
+        preset.section("grpo"),
+        iterations=1,
+        tasks_per_iteration=size["groups"],
+        group_size=size["group_size"],
+        output_dir=str(out),
+    )
+    result = train_grpo(
+        model, tokenizer, tasks, config, rollout, env, SandboxConfig(), resume=False
+    )
     row = result.metrics[0]
-    keys = ("episodes", "infra_failures", "success_rate", "generated_tokens",
-            "sample_tokens_per_s", "update_tokens", "tokens_per_s", "ratio", "kl", "loss")  # fmt: skip
-    return None, {k: round(row[k], 4) if isinstance(row.get(k), float) else row.get(k)
-                  for k in keys}  # fmt: skip
+    keys = (
+        "episodes",
+        "infra_failures",
+        "success_rate",
+        "generated_tokens",
+        "sample_tokens_per_s",
+        "update_tokens",
+        "tokens_per_s",
+        "ratio",
+        "kl",
+        "loss",
+    )
+    return None, {
+        k: round(row[k], 4) if isinstance(row.get(k), float) else row.get(k) for k in keys
+    }
 
 
 def zero2_sft(preset, policy_dir: str, records, size: dict, out: Path):
@@ -211,15 +262,26 @@ def zero2_sft(preset, policy_dir: str, records, size: dict, out: Path):
     from components.train.config import DeepSpeedConfig
     from components.train.sft import train_sft
 
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                       ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29555")):  # fmt: skip
+    for key, value in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29555"),
+    ):
         os.environ.setdefault(key, value)
     model, tokenizer = load_policy(policy_dir)
     config = dataclasses.replace(
-        preset.section("sft"), max_steps=size["sft_steps"], batch_size=size["batch"],
-        grad_accum=1, warmup_steps=0, max_seq_len=4096, lora=None, output_dir=str(out),
+        preset.section("sft"),
+        max_steps=size["sft_steps"],
+        batch_size=size["batch"],
+        grad_accum=1,
+        warmup_steps=0,
+        max_seq_len=4096,
+        lora=None,
+        output_dir=str(out),
         deepspeed=DeepSpeedConfig(zero_stage=2),
-    )  # fmt: skip
+    )
     result = train_sft(model, tokenizer, records, config)
     return None, {"steps": result.steps, "tokens_per_s": round(result.tokens_per_second)}
 
@@ -230,9 +292,12 @@ def _initial_policy(preset, records, size: dict, device: str, out: Path) -> str:
     from components.policy.model import build_policy, save_policy
 
     policy = dataclasses.replace(
-        preset.section("policy"), pretrained_path="", max_position_embeddings=8192,
-        dtype="bfloat16" if device == "cuda" else "float32", **size["policy"],
-    )  # fmt: skip
+        preset.section("policy"),
+        pretrained_path="",
+        max_position_embeddings=8192,
+        dtype="bfloat16" if device == "cuda" else "float32",
+        **size["policy"],
+    )
     model, tokenizer = build_policy(policy, records)
     save_policy(model, tokenizer, out)
     params = sum(p.numel() for p in model.parameters())
@@ -260,8 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     absent = [m for m in REQUIRED if not present(m)]
     if absent:
-        raise SystemExit(f"gpu_check: missing {absent}: put their pure-Python wheels in the "
-                         "wheelhouse (scripts/gpu_check.sh --wheelhouse DIR)")  # fmt: skip
+        raise SystemExit(
+            f"gpu_check: missing {absent}: put their pure-Python wheels in the "
+            "wheelhouse (scripts/gpu_check.sh --wheelhouse DIR)"
+        )
     return run_legs(args)
 
 
@@ -283,24 +350,36 @@ def run_legs(args) -> int:
 
     full = legs.run("sft", run_sft, preset, load_policy(start), records, size, out / "sft", False)
     if present("peft"):
-        legs.run("sft_lora", run_sft, preset, load_policy(start), records, size,
-                 out / "sft_lora", True)  # fmt: skip
+        legs.run(
+            "sft_lora", run_sft, preset, load_policy(start), records, size, out / "sft_lora", True
+        )
     else:
         legs.skip("sft_lora", "peft is not installed (LoRA needs it)")
     env = EnvConfig(max_steps=size["env_steps"])
-    rollout = dataclasses.replace(preset.section("rollout"), max_new_tokens=size["new_tokens"],
-                                  samples_per_task=size["group_size"], batch_size=16)  # fmt: skip
+    rollout = dataclasses.replace(
+        preset.section("rollout"),
+        max_new_tokens=size["new_tokens"],
+        samples_per_task=size["group_size"],
+        batch_size=16,
+    )
     picked = train[: size["groups"]]
     legs.run("logprob_agreement", logprob_agreement, full.checkpoint_dir, picked, rollout, env)
-    legs.run("grpo", run_grpo, preset, full.checkpoint_dir, picked, rollout, env, size,
-             out / "grpo")  # fmt: skip
+    legs.run(
+        "grpo", run_grpo, preset, full.checkpoint_dir, picked, rollout, env, size, out / "grpo"
+    )
     if present("deepspeed"):
         legs.run("zero2_sft", zero2_sft, preset, start, records, size, out / "zero2")
     else:
-        legs.skip("zero2_sft", "DeepSpeed is not installed (the ZeRO legs need it; "
-                               "tests/train/test_parallel.py runs them on CPU)")  # fmt: skip
-    legs.skip("vllm", "not exercised by this check (vLLM installed: "
-                      f"{present('vllm')}; docs/scale-out.md says how to check serving)")  # fmt: skip
+        legs.skip(
+            "zero2_sft",
+            "DeepSpeed is not installed (the ZeRO legs need it; "
+            "tests/train/test_parallel.py runs them on CPU)",
+        )
+    legs.skip(
+        "vllm",
+        "not exercised by this check (vLLM installed: "
+        f"{present('vllm')}; docs/scale-out.md says how to check serving)",
+    )
     (out / "report.json").write_text(json.dumps(legs.report, indent=1) + "\n")
     print(f"gpu_check passed in {time.time() - legs.t0:.0f} s; report: {out / 'report.json'}")
     return 0

@@ -11,7 +11,8 @@ data all inside it. The check starts `mlflow ui` on that store and asserts, thro
 tracking API first (`facts`, what the default test tier also checks on logged runs) and
 then on the pages a user opens:
 
-- the two parent runs compared side by side at the URL `agentrl reproduce` prints: the
+- the two parent runs compared side by side (scripts/ui_compare.py) at the URL `agentrl
+  reproduce` prints: the
   compare page's metrics grid (virtualised: scrolled through, row by row) shows
   success_rate, _lo and _hi for both runs as logged, its tags table the weights hash of
   both, and "show diff only" leaves exactly the metrics that differ;
@@ -49,10 +50,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripts.ui_compare import SIDE_BY_SIDE_METRICS  # noqa: E402
 from scripts.ui_model_view import browse_model_view, model_view_facts  # noqa: E402
 
-# What the compare page must show side by side for the two parents (plus the weights hash).
-SIDE_BY_SIDE_METRICS = ("success_rate", "success_rate_lo", "success_rate_hi")
 # The stages a candidate can come from (SFT, or the last of `pipeline.algorithms`).
 TRAINING_STAGES = ("sft", "rs", "dpo", "grpo")
 
@@ -79,8 +79,9 @@ def build(workdir: Path) -> dict:
     import mlflow
 
     mlflow.set_tracking_uri(store_uri(workdir))
-    mlflow.create_experiment(tracking.EXPERIMENT,
-                             artifact_location=(workdir / "mlruns" / "artifacts").as_uri())  # fmt: skip
+    mlflow.create_experiment(
+        tracking.EXPERIMENT, artifact_location=(workdir / "mlruns" / "artifacts").as_uri()
+    )
     preset = tiny_preset({"mode": "in-process"})
     preset["name"] = "ui-check"
     # The UI tier runs on whatever machine it is given: a loaded one starts Prefect's
@@ -98,8 +99,12 @@ def build(workdir: Path) -> dict:
         original = retrain("preset.yaml")
         version = str(original["promotion"]["version"])
         report = reproduce(version, preset="preset.yaml")
-    out = {"original": original["run_id"], "reproduction": report.get("run_id"),
-           "version": version, "verdict": report["verdict"]}  # fmt: skip
+    out = {
+        "original": original["run_id"],
+        "reproduction": report.get("run_id"),
+        "version": version,
+        "verdict": report["verdict"],
+    }
     (workdir / "ui-check-runs.json").write_text(json.dumps(out, indent=2) + "\n")
     return out
 
@@ -110,16 +115,50 @@ def facts(uri: str, runs: dict) -> dict:
 
     `runs`: the two parent run ids (`original`, `reproduction`), the registered `version`
     and `workdir_original`, the original's pipeline folder (its eval/results.json)."""
-    import mlflow
     from mlflow import MlflowClient
-    from mlflow.models import Model
 
     from components import tracking
     from components.promote.config import PromotionConfig
 
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     exp = client.get_experiment_by_name(tracking.EXPERIMENT)
-    parents = client.search_runs([exp.experiment_id], tracking.pipeline_search_filter())
+    parents, (a, b), differing = _parent_facts(client, exp.experiment_id, runs)
+    stages = _stage_facts(client, exp.experiment_id, runs)
+    trace, row = _trace_facts(client, exp.experiment_id, runs, stages["evaluate"]["run_id"])
+    model = PromotionConfig().model_name
+    mv, trained_by = _version_facts(client, uri, runs, stages, model)
+    view = model_view_facts(client, uri, runs, exp.experiment_id, model)
+    return {
+        "experiment": exp.experiment_id,
+        "model_view": view,
+        "differing": differing,
+        "stages": stages,
+        "trace": {
+            "id": trace.info.trace_id,
+            "wall_s": row["wall_s"],
+            "duration_ms": trace.info.execution_duration,
+            "success": row["success"],
+        },
+        "version_run": mv.run_id,
+        "version_stage": trained_by,
+        "parents": len(parents),
+        "names": {r.info.run_id: r.info.run_name for r in (a, b)},
+        "values": {
+            r.info.run_id: {
+                **{k: r.data.metrics[k] for k in SIDE_BY_SIDE_METRICS},
+                "weights_sha256": r.data.tags["weights_sha256"],
+            }
+            for r in (a, b)
+        },
+    }
+
+
+def _parent_facts(client, experiment_id: str, runs: dict) -> tuple[list, tuple, list[str]]:
+    """The pipeline filter's parent runs, the two compared ones (their side-by-side metrics
+    and weights digest checked) and the metrics in which they differ."""
+    from components import tracking
+
+    parents = client.search_runs([experiment_id], tracking.pipeline_search_filter())
     ids = {r.info.run_id for r in parents}
     assert {runs["original"], runs["reproduction"]} <= ids, "parent runs missing from the filter"
     assert all(r.data.tags.get("stage") == "pipeline" for r in parents), "a stage run listed"
@@ -134,8 +173,14 @@ def facts(uri: str, runs: dict) -> dict:
     ma, mb = a.data.metrics, b.data.metrics
     differing = sorted(k for k in ma.keys() | mb.keys() if ma.get(k) != mb.get(k))
     assert any(k in ma and k in mb for k in differing), "no metric of both parents differs"
-    children = client.search_runs([exp.experiment_id],
-                                  f"tags.mlflow.parentRunId = '{runs['original']}'")  # fmt: skip
+    return parents, (a, b), differing
+
+
+def _stage_facts(client, experiment_id: str, runs: dict) -> dict:
+    """The original parent's stage runs by name: id, spanned and recorded seconds."""
+    children = client.search_runs(
+        [experiment_id], f"tags.mlflow.parentRunId = '{runs['original']}'"
+    )
     stages = {}
     for child in children:
         seconds = (child.info.end_time - child.info.start_time) / 1000
@@ -144,12 +189,20 @@ def facts(uri: str, runs: dict) -> dict:
         if child.data.tags.get("cached") != "True":
             # The floor: the run spans at least the stage's own measured time.
             assert seconds >= recorded - 0.5, f"{child.info.run_name}: {seconds}s < {recorded}s"
-        stages[child.info.run_name] = {"run_id": child.info.run_id, "seconds": seconds,
-                                       "recorded": recorded}  # fmt: skip
-    evaluate = stages["evaluate"]["run_id"]
+        stages[child.info.run_name] = {
+            "run_id": child.info.run_id,
+            "seconds": seconds,
+            "recorded": recorded,
+        }
+    return stages
+
+
+def _trace_facts(client, experiment_id: str, runs: dict, evaluate: str) -> tuple:
+    """Every trace on the evaluate run matches its episode's row (duration, status, pipeline
+    run); the first trace and its row, the ones the pages show."""
     rows = json.loads(Path(runs["workdir_original"], "eval", "results.json").read_text())
     by_episode = {r["episode_id"]: r for r in rows["results"]}
-    traces = client.search_traces(locations=[exp.experiment_id], run_id=evaluate)
+    traces = client.search_traces(locations=[experiment_id], run_id=evaluate)
     assert traces, "no trace on the evaluate run"
     for trace in traces:  # every one; the pages show the first
         root = next(s for s in trace.data.spans if s.parent_id is None)
@@ -159,10 +212,15 @@ def facts(uri: str, runs: dict) -> dict:
         assert trace.info.state.value == ("OK" if row["success"] else "ERROR"), f"{where}: status"
         assert trace.info.tags.get("pipeline_run_id") == runs["original"], f"{where}: pipeline run"
     trace = traces[0]
-    row = by_episode[
-        next(s for s in trace.data.spans if s.parent_id is None).attributes["episode_id"]
-    ]
-    model = PromotionConfig().model_name
+    root = next(s for s in trace.data.spans if s.parent_id is None)
+    return trace, by_episode[root.attributes["episode_id"]]
+
+
+def _version_facts(client, uri: str, runs: dict, stages: dict, model: str) -> tuple:
+    """The registered version, trained by a training stage; its MLmodel loads."""
+    import mlflow
+    from mlflow.models import Model
+
     mv = client.get_model_version(model, runs["version"])
     trained_by = next((k for k, v in stages.items() if v["run_id"] == mv.run_id), None)
     assert trained_by in TRAINING_STAGES, f"source run is {trained_by}, not a training stage"
@@ -173,16 +231,7 @@ def facts(uri: str, runs: dict) -> dict:
     meta = Model.load(f"{local}/MLmodel")
     assert meta.signature is not None and meta.run_id == mv.run_id, "MLmodel"
     mlflow.pyfunc.load_model(local)
-    view = model_view_facts(client, uri, runs, exp.experiment_id, model)
-    return {"experiment": exp.experiment_id, "model_view": view, "differing": differing, "stages": stages,
-            "trace": {"id": trace.info.trace_id, "wall_s": row["wall_s"],
-                      "duration_ms": trace.info.execution_duration,
-                      "success": row["success"]},
-            "version_run": mv.run_id, "version_stage": trained_by, "parents": len(parents),
-            "names": {r.info.run_id: r.info.run_name for r in (a, b)},
-            "values": {r.info.run_id: {**{k: r.data.metrics[k] for k in SIDE_BY_SIDE_METRICS},
-                                       "weights_sha256": r.data.tags["weights_sha256"]}
-                       for r in (a, b)}}  # fmt: skip
+    return mv, trained_by
 
 
 def _free_port() -> int:
@@ -198,9 +247,22 @@ def mlflow_ui(uri: str, port: int, log: Path):
     import urllib.request
 
     out = log.open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                             "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 600
         while True:
@@ -240,73 +302,6 @@ def chromium() -> str:
     raise RuntimeError("no chromium on PATH: run `make ui-deps`")
 
 
-# The compare page's metrics table is two react-virtualized grids side by side (names, then
-# one column per run), 300 px tall: only the rows in view are in the DOM. This scrolls the
-# values grid to `to` px and reads the rows in view: {rows: {name: [values]}, at: {name:
-# its offset}, top, max}.
-# The page moves the names grid to where the values grid was one scroll event earlier,
-# so it scrolls twice, one pixel apart, to leave both grids (and the screenshot) aligned.
-METRIC_GRID = """async (to) => {
-  const link = document.querySelector('a[title="Plot chart"]');
-  if (!link) return null;
-  const names = link.closest('.ReactVirtualized__Grid');
-  const grids = names.parentElement.parentElement.querySelectorAll('.ReactVirtualized__Grid');
-  const values = grids[grids.length - 1];
-  const max = values.scrollHeight - values.clientHeight;
-  const sleep = ms => new Promise(r => setTimeout(r, ms));
-  to = Math.min(to, max);
-  values.scrollTop = to > 0 ? to - 1 : 1;
-  await sleep(250);
-  values.scrollTop = to;
-  await sleep(500);
-  const rows = {}, byTop = {}, at = {};
-  for (const cell of names.querySelectorAll('a[title="Plot chart"]')) {
-    const top = cell.parentElement.style.top, name = cell.textContent.trim();
-    byTop[top] = name; rows[name] = []; at[name] = parseFloat(top);
-  }
-  const cells = [...values.querySelectorAll('.ReactVirtualized__Grid__innerScrollContainer > div')]
-    .sort((a, b) => parseFloat(a.style.left) - parseFloat(b.style.left));
-  for (const cell of cells) if (byTop[cell.style.top] !== undefined)
-    rows[byTop[cell.style.top]].push(cell.textContent.trim());
-  return {rows, at, top: values.scrollTop, max};
-}"""
-
-# One row of a plain compare table (parameters, tags): its cells' text, or null.
-TABLE_ROW = """(name) => {
-  const th = [...document.querySelectorAll('table.mlflow-compare-table th')]
-    .find(h => h.textContent.trim() === name);
-  return th ? [...th.parentElement.querySelectorAll('td')].map(td => td.textContent.trim()) : null;
-}"""
-
-
-# Scrolls a plain compare table's row into view, at the bottom of the screen.
-SHOW_ROW = """(name) => [...document.querySelectorAll('table.mlflow-compare-table th')]
-  .find(h => h.textContent.trim() === name)?.scrollIntoView({block: 'end'})"""
-
-
-def metric_rows(page) -> tuple[dict[str, list[str]], dict[str, float]]:
-    """Every row of the compare page's metrics table (its cells, its offset), scrolled
-    through from the top, three rows (135 px) at a time."""
-    rows: dict[str, list[str]] = {}
-    at: dict[str, float] = {}
-    top = 0
-    while (seen := page.evaluate(METRIC_GRID, top)) is not None:
-        rows.update(seen["rows"])
-        at.update(seen["at"])
-        if seen["top"] >= seen["max"]:
-            break
-        top = seen["top"] + 135
-    return rows, at
-
-
-def shown(value: float, text: str) -> bool:
-    """Does `text` show `value` as MLflow's formatMetric rounds it (3 decimals below 10)?"""
-    try:
-        return abs(float(text) - value) <= 0.0005 + 0.005 * abs(value)
-    except ValueError:
-        return False
-
-
 def run_page_duration(text: str) -> float | None:
     """The duration a run page shows after "Duration" (MLflow writes `8.1s`, `2.5min`, `1.2h`)."""
     import re
@@ -319,15 +314,11 @@ def run_page_duration(text: str) -> float | None:
 
 def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
     """The checks on the pages; returns the failures (empty: all hold)."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
-    from components import tracking
+    from scripts.ui_compare import compare_page
 
     shots.mkdir(parents=True, exist_ok=True)
-    failures: list[str] = []
-    exp = known["experiment"]
-    pair = [runs["original"], runs["reproduction"]]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
@@ -341,105 +332,93 @@ def browse(base: str, runs: dict, known: dict, shots: Path) -> list[str]:
             page.wait_for_timeout(settle)  # the tables fill in after the page's first paint
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
-        # The two parents compared side by side, at the URL `agentrl reproduce` prints.
-        page.goto(tracking.compare_url(pair, exp, base))
-        page.get_by_text("Run details").first.wait_for(timeout=120_000)
-        page.locator('a[title="Plot chart"]').first.wait_for(timeout=120_000)
-        page.wait_for_timeout(3000)
-        if "Nothing to compare" in page.inner_text("body"):
-            failures.append("compare page: 'Nothing to compare!'")
-        # Fold what is not compared here, so the metrics and tags share the screen.
-        for section in ("Visualizations", "Parameters", "Artifacts"):
-            page.get_by_text(section, exact=True).first.click()
-        assistant = page.get_by_label("Close")  # MLflow's assistant panel, when it opens
-        if assistant.count():
-            assistant.first.click()
-        page.wait_for_timeout(1000)
-        rows, at = metric_rows(page)
-        for key in SIDE_BY_SIDE_METRICS:
-            cells = rows.get(key)
-            want = [known["values"][r][key] for r in pair]
-            if cells is None:
-                failures.append(f"compare page: no {key} row (rows: {sorted(rows)})")
-            elif len(cells) != 2 or not all(map(shown, want, cells)):
-                failures.append(f"compare page: {key} shows {cells}, logged {want}")
-        tags = page.evaluate(TABLE_ROW, "weights_sha256")
-        want = [known["values"][r]["weights_sha256"] for r in pair]
-        if tags != want:
-            failures.append(f"compare page: weights_sha256 shows {tags}, logged {want}")
-        # In one screenshot: the success rows (two above them) and the weights hash row.
-        page.evaluate(METRIC_GRID, max(0, at.get("success_rate", 0) - 90))
-        page.evaluate(SHOW_ROW, "weights_sha256")
-        shot("compare-parents", 2000)
-        # "Show diff only" on the metrics: what differs between the two, and nothing else.
-        page.get_by_label("Metrics - Show diff only").click()
-        page.wait_for_timeout(2000)
-        diff, _ = metric_rows(page)
-        if sorted(diff) != known["differing"]:
-            failures.append(f"compare page, diff only: {sorted(diff)}, "
-                            f"differing {known['differing']}")  # fmt: skip
-        page.evaluate(METRIC_GRID, 0)
-        shot("compare-parents-diff", 2000)
-
-        # The runs table at the URL the flow prints: parents only, no stage runs.
-        page.goto(tracking.pipeline_runs_url(exp, base))
-        page.get_by_text(known["names"][runs["original"]]).first.wait_for(timeout=120_000)
-        shot("runs-parents")
-        listed = page.inner_text("body")
-        for key in ("original", "reproduction"):
-            if known["names"][runs[key]] not in listed:
-                failures.append(f"runs table (pipeline filter): no {known['names'][runs[key]]}")
-        if f"{known['parents']} matching runs" not in listed:
-            failures.append(f"runs table (pipeline filter): not {known['parents']} matching runs")
-        stage_names = [s for s in known["stages"] if "-" in s]  # distinctive: policy-init, ...
-        if any(s in listed for s in stage_names):
-            failures.append(f"runs table (pipeline filter) lists stage runs {stage_names}")
-
-        # Stage durations: a stage run's page shows a duration at least its recorded time.
-        sft = known["stages"]["sft"]
-        page.goto(f"{base}/#/experiments/{exp}/runs/{sft['run_id']}")
-        page.get_by_text("Duration").first.wait_for(timeout=120_000)
-        shot("stage-run-sft")
-        text = page.inner_text("body")
-        duration = run_page_duration(text)
-        # MLflow shows one decimal (`4.9s`, `2.5min`): a floor below the recorded time by
-        # at most that rounding.
-        if duration is None or duration < sft["recorded"] - max(0.1, 0.02 * sft["recorded"]):
-            failures.append(f"sft run page: duration {duration}s, recorded {sft['recorded']}s")
-
-        # The trace: its header shows the episode's recorded wall time and its outcome.
-        trace = known["trace"]
-        page.goto(f"{base}/#/experiments/{exp}/traces?selectedEvaluationId={trace['id']}")
-        ms = f"{trace['duration_ms']:.2f}ms"  # as the header writes it (facts: = the wall time)
-        state = "OK" if trace["success"] else "Error"
-        try:
-            page.get_by_text(ms, exact=True).first.wait_for(timeout=120_000)
-            header = page.get_by_text(ms, exact=True).first.locator("xpath=../..").inner_text()
-        except PlaywrightTimeout:
-            header = ""
-        shot("trace", 3000)
-        if trace["id"].removeprefix("tr-")[:8] not in header or state not in header.split("\n"):
-            failures.append(f"trace page: header {header!r}, expected {ms} and {state}")
-        # The registered version: its MLmodel loads (no 404), its source run is the training
-        # stage's, its schema is not empty.
-        before = len(responses)
-        page.goto(f"{base}/#/models/agentrl-coder/versions/{runs['version']}")
-        page.get_by_text("Source Run", exact=False).first.wait_for(timeout=120_000)
-        shot("model-version")
-        asked = [(u, code) for u, code in responses[before:] if "MLmodel" in u or "artifact" in u]
-        if not any("MLmodel" in u and code == 200 for u, code in asked):
-            failures.append(f"model version page: no MLmodel loaded ({asked})")
-        if any(code == 404 for _, code in asked):
-            failures.append(f"model version page: 404 for {[u for u, c in asked if c == 404]}")
-        source = page.locator(f'a[href*="{known["version_run"]}"]')
-        if not source.count() or source.first.inner_text().strip() != known["version_stage"]:
-            failures.append(
-                f"model version page: no link to its source run, {known['version_stage']}"
-            )
-        if not page.get_by_text("Inputs (1)").count():
-            failures.append("model version page: no input schema")
+        failures = compare_page(page, shot, base, runs, known)
+        failures += runs_table_page(page, shot, base, runs, known)
+        failures += stage_run_page(page, shot, base, known)
+        failures += trace_page(page, shot, base, known)
+        failures += version_page(page, shot, base, runs, known, responses)
         failures += browse_model_view(page, base, runs, known, shot)
         browser.close()
+    return failures
+
+
+def runs_table_page(page, shot, base: str, runs: dict, known: dict) -> list[str]:
+    """The runs table at the URL the flow prints: parents only, no stage runs."""
+    from components import tracking
+
+    failures: list[str] = []
+    exp = known["experiment"]
+    page.goto(tracking.pipeline_runs_url(exp, base))
+    page.get_by_text(known["names"][runs["original"]]).first.wait_for(timeout=120_000)
+    shot("runs-parents")
+    listed = page.inner_text("body")
+    for key in ("original", "reproduction"):
+        if known["names"][runs[key]] not in listed:
+            failures.append(f"runs table (pipeline filter): no {known['names'][runs[key]]}")
+    if f"{known['parents']} matching runs" not in listed:
+        failures.append(f"runs table (pipeline filter): not {known['parents']} matching runs")
+    stage_names = [s for s in known["stages"] if "-" in s]  # distinctive: policy-init, ...
+    if any(s in listed for s in stage_names):
+        failures.append(f"runs table (pipeline filter) lists stage runs {stage_names}")
+    return failures
+
+
+def stage_run_page(page, shot, base: str, known: dict) -> list[str]:
+    """A stage run's page shows a duration at least its recorded time (the SFT run's)."""
+    failures: list[str] = []
+    exp = known["experiment"]
+    sft = known["stages"]["sft"]
+    page.goto(f"{base}/#/experiments/{exp}/runs/{sft['run_id']}")
+    page.get_by_text("Duration").first.wait_for(timeout=120_000)
+    shot("stage-run-sft")
+    text = page.inner_text("body")
+    duration = run_page_duration(text)
+    # MLflow shows one decimal (`4.9s`, `2.5min`): a floor below the recorded time by
+    # at most that rounding.
+    if duration is None or duration < sft["recorded"] - max(0.1, 0.02 * sft["recorded"]):
+        failures.append(f"sft run page: duration {duration}s, recorded {sft['recorded']}s")
+    return failures
+
+
+def trace_page(page, shot, base: str, known: dict) -> list[str]:
+    """The trace: its header shows the episode's recorded wall time and its outcome."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    failures: list[str] = []
+    exp = known["experiment"]
+    trace = known["trace"]
+    page.goto(f"{base}/#/experiments/{exp}/traces?selectedEvaluationId={trace['id']}")
+    ms = f"{trace['duration_ms']:.2f}ms"  # as the header writes it (facts: = the wall time)
+    state = "OK" if trace["success"] else "Error"
+    try:
+        page.get_by_text(ms, exact=True).first.wait_for(timeout=120_000)
+        header = page.get_by_text(ms, exact=True).first.locator("xpath=../..").inner_text()
+    except PlaywrightTimeout:
+        header = ""
+    shot("trace", 3000)
+    if trace["id"].removeprefix("tr-")[:8] not in header or state not in header.split("\n"):
+        failures.append(f"trace page: header {header!r}, expected {ms} and {state}")
+    return failures
+
+
+def version_page(page, shot, base: str, runs: dict, known: dict, responses: list) -> list[str]:
+    """The registered version: its MLmodel loads (no 404), its source run is the training
+    stage's, its schema is not empty."""
+    failures: list[str] = []
+    before = len(responses)
+    page.goto(f"{base}/#/models/agentrl-coder/versions/{runs['version']}")
+    page.get_by_text("Source Run", exact=False).first.wait_for(timeout=120_000)
+    shot("model-version")
+    asked = [(u, code) for u, code in responses[before:] if "MLmodel" in u or "artifact" in u]
+    if not any("MLmodel" in u and code == 200 for u, code in asked):
+        failures.append(f"model version page: no MLmodel loaded ({asked})")
+    if any(code == 404 for _, code in asked):
+        failures.append(f"model version page: 404 for {[u for u, c in asked if c == 404]}")
+    source = page.locator(f'a[href*="{known["version_run"]}"]')
+    if not source.count() or source.first.inner_text().strip() != known["version_stage"]:
+        failures.append(f"model version page: no link to its source run, {known['version_stage']}")
+    if not page.get_by_text("Inputs (1)").count():
+        failures.append("model version page: no input schema")
     return failures
 
 
@@ -455,14 +434,22 @@ def discover(workdir: Path, version: str) -> dict:
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     mv = client.get_model_version(PromotionConfig().model_name, version)
     exp = client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id
-    found = client.search_runs([exp], f"{tracking.pipeline_search_filter()} and "
-                               f"tags.reproduction_of_version = '{version}'",
-                               order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+    found = client.search_runs(
+        [exp],
+        f"{tracking.pipeline_search_filter()} and tags.reproduction_of_version = '{version}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not found:
-        raise SystemExit(f"no reproduction of version {version} in {uri}: run "
-                         f"`agentrl reproduce {version}` first")  # fmt: skip
-    return {"original": mv.tags["pipeline_run_id"], "reproduction": found[0].info.run_id,
-            "version": str(version)}  # fmt: skip
+        raise SystemExit(
+            f"no reproduction of version {version} in {uri}: run "
+            f"`agentrl reproduce {version}` first"
+        )
+    return {
+        "original": mv.tags["pipeline_run_id"],
+        "reproduction": found[0].info.run_id,
+        "version": str(version),
+    }
 
 
 def pipeline_workdir(workdir: Path, uri: str, version: str) -> Path:
@@ -482,14 +469,25 @@ def pipeline_workdir(workdir: Path, uri: str, version: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/ui_check.py", description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "ui-check",
-                   help="where the stores are (mlruns/mlflow.db) and the flow ran")  # fmt: skip
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=ROOT / "runs" / "ui-check",
+        help="where the stores are (mlruns/mlflow.db) and the flow ran",
+    )
     p.add_argument("--build", action="store_true", help="run the tiny pipeline + reproduce first")
-    p.add_argument("--version", default="",
-                   help="check the stores `make run` + `agentrl reproduce VERSION` left in "
-                        "--workdir (e.g. --workdir . --version 1) instead of a --build's")  # fmt: skip
-    p.add_argument("--shots", type=Path, default=None,
-                   help="screenshot folder (default: <workdir>/screenshots)")  # fmt: skip
+    p.add_argument(
+        "--version",
+        default="",
+        help="check the stores `make run` + `agentrl reproduce VERSION` left in "
+        "--workdir (e.g. --workdir . --version 1) instead of a --build's",
+    )
+    p.add_argument(
+        "--shots",
+        type=Path,
+        default=None,
+        help="screenshot folder (default: <workdir>/screenshots)",
+    )
     p.add_argument("--port", type=int, default=0, help="mlflow ui port (default: a free one)")
     p.add_argument("--ui", default="", help="an MLflow UI already serving the store (its URL)")
     args = p.parse_args(argv)
