@@ -39,7 +39,8 @@ Metrics per (method, split), over the first `--eval-limit` tasks of the split:
         # --methods to train GRPO on `agentrl serve` (sync vs async at staleness 1) first
 
 Writes OUT/results.md (the table), OUT/results.json, OUT/diagnostics.json and
-OUT/success.png; prints the table.
+OUT/success.png; prints the table. The training stages are in bench/learning_train.py, what
+is read off episodes and the report's pieces in bench/learning_report.py.
 """
 
 from __future__ import annotations
@@ -47,32 +48,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import resource
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.learning_report import (  # noqa: E402
+    _delta,
+    _pct,
+    diagnose,
+    paired_difference,
+    pass_at_k,
+    plot,
+    stage_table,
+    well_formed,
+)
+from bench.learning_train import SERVED_GRPO, sections, served_grpo, train_all, write_preset  # noqa: E402
 from components.env.batch_eval import wilson_interval  # noqa: E402
 from components.env.episode import EpisodeResult  # noqa: E402
 from components.evaluate.episodes import evaluate_model, run_policy  # noqa: E402
-from components.preset import load_preset  # noqa: E402
 from components.scripted.registry import fix_statistics  # noqa: E402
 from components.tasks.task import Task, load_tasks  # noqa: E402
 
 IN_PROCESS = ("untrained", "sft", "sft+rs", "sft+dpo", "sft+grpo")
-# GRPO sampling on `agentrl serve` (issue 20), synchronous and asynchronous at staleness 1,
-# the same settings otherwise: the server does not apply the try_fix constraint, so these
-# two are compared with each other (both unconstrained in training, constrained in eval).
-SERVED_GRPO = {
-    "sft+grpo-served": {"async_rollouts": False},
-    "sft+grpo-async": {"async_rollouts": True, "max_staleness": 1},
-}
 METHODS = (*IN_PROCESS, *SERVED_GRPO)
 BASELINE = "scripted-baseline"
 RANDOM_FIXES = "random-fixes"
@@ -111,8 +113,7 @@ class Clock:
         finally:
             self.cpu[name] = self.cpu.get(name, 0.0) + cpu_seconds() - c0
             self.wall[name] = self.wall.get(name, 0.0) + time.monotonic() - w0
-            print(f"    {name}: {self.wall[name]:.0f}s wall, {self.cpu[name]:.0f}s CPU",
-                  flush=True)  # fmt: skip
+            print(f"    {name}: {self.wall[name]:.0f}s wall, {self.cpu[name]:.0f}s CPU", flush=True)
 
 
 # ------------------------------------------------------------------------------ settings
@@ -151,10 +152,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         no_knowledge = args.expert_policy in (LISTING_ORDER, RANDOM_KINDS)
         args.expert_episodes = "all" if no_knowledge else "successes"
     if args.quick:
-        for name, value in dict(n_tasks=40, expert_limit=12, sft_steps=15, sample_tasks=3,
-                                sample_k=2, rs_steps=4, dpo_steps=4, grpo_iterations=1,
-                                grpo_tasks=2, grpo_group=2, eval_limit=3, k=2, passk_limit=3,
-                                max_steps=4, max_new_tokens=64).items():  # fmt: skip
+        for name, value in dict(
+            n_tasks=40,
+            expert_limit=12,
+            sft_steps=15,
+            sample_tasks=3,
+            sample_k=2,
+            rs_steps=4,
+            dpo_steps=4,
+            grpo_iterations=1,
+            grpo_tasks=2,
+            grpo_group=2,
+            eval_limit=3,
+            k=2,
+            passk_limit=3,
+            max_steps=4,
+            max_new_tokens=64,
+        ).items():
             setattr(args, name, value)
     if args.out is None:
         args.out = Path("runs/bench-learning") / time.strftime("%Y%m%d-%H%M%S")
@@ -245,158 +259,6 @@ def _evaluation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast in SFT (CPU AMP)")
 
 
-def write_preset(args: argparse.Namespace, path: Path) -> Path:
-    """The base preset with this run's budgets: every stage, and this bench's evaluations,
-    read their settings from it (the flags above only fill it in)."""
-    data = yaml.safe_load(Path(args.preset).read_text())
-    data["name"] = f"bench-learning-{path.parent.name}"
-    data["sft"] = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed,
-                   "bf16": args.bf16}  # fmt: skip
-    data["policy"] = {**data.get("policy", {}), "hidden_size": args.hidden_size,
-                      "num_layers": args.layers,
-                      "intermediate_size": args.hidden_size * 11 // 4}  # fmt: skip
-    # Scripted searches and models get the same episode budget (list + max_steps - 1 tries).
-    # The models and the fix searches act through the fix_search tool set (the CPU demo's).
-    data["env"] = {**data.get("env", {}), "max_steps": args.max_steps, "tool_set": "fix_search"}
-    data["rollout"] = {**data.get("rollout", {}), "max_new_tokens": args.max_new_tokens,
-                       "max_episode_tokens": args.max_episode_tokens,
-                       "temperature": args.grpo_temperature,
-                       "batch_size": args.batch_size, "workers": args.workers,
-                       "seed": args.seed, "samples_per_task": args.sample_k,
-                       "constrain_fix_ids": args.constrain_fix_ids}  # fmt: skip
-    rs = data.get("rejection_sampling", {})
-    data["rejection_sampling"] = {**rs,
-                                  "max_per_task": args.rs_max_per_task,
-                                  "prefer_fewest_steps": True,
-                                  "sft": {**rs.get("sft", {}), "max_steps": args.rs_steps,
-                                          "seed": args.seed}}  # fmt: skip
-    data["dpo"] = {**data.get("dpo", {}), "max_steps": args.dpo_steps, "seed": args.seed}
-    data["grpo"] = {**data.get("grpo", {}), "iterations": args.grpo_iterations,
-                    "tasks_per_iteration": args.grpo_tasks, "group_size": args.grpo_group,
-                    "learning_rate": args.grpo_lr, "beta": args.grpo_beta, "seed": args.seed,
-                    "ppo_epochs": args.grpo_ppo_epochs, "minibatch_size": args.grpo_minibatch,
-                    "turn_credit": args.grpo_turn_credit,
-                    "top_entropy_quantile": args.grpo_top_entropy}  # fmt: skip
-    data["evaluate"] = {**data.get("evaluate", {}), "workers": args.workers, "seed": args.seed,
-                        "rollout": {"temperature": 0.0}}  # fmt: skip
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def sections(preset: Path):
-    """(env, sandbox, rollout as trained, evaluation) of the run's preset."""
-    p = load_preset(preset)
-    return p.section("env"), p.section("sandbox"), p.section("rollout"), p.section("evaluate")
-
-
-# ------------------------------------------------------------------------------ training
-
-
-def _stage(fn, argv: list[str], out: Path) -> dict:
-    """Run one `agentrl` stage function; return its result.json."""
-    code = fn([str(a) for a in argv])
-    if code not in (0, None):
-        raise RuntimeError(f"stage {fn.__name__} {argv} exited {code}")
-    return json.loads((out / "result.json").read_text())
-
-
-def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, str], dict]:
-    """Policy folder per method (None where the method could not train) + stage notes."""
-    from components.policy.__main__ import main_init as main_policy_init
-    from components.rollout.__main__ import main_sample
-    from components.train.__main__ import main_dpo, main_grpo, main_rejection_sampling, main_sft
-
-    tasks_dir = work / "tasks"
-    train, _ = load_tasks(tasks_dir, split="train")
-    expert = train[: args.expert_limit] if args.expert_limit else train
-    # Fix searches run under the model's episode budget (the preset's env.max_steps), so
-    # SFT never sees a turn the model will not have.
-    env, sandbox, rollout, evaluation = sections(preset)
-    results = clock.run("expert", run_policy, expert, args.expert_policy, rollout=rollout,
-                        env=env, sandbox=sandbox, workers=args.workers, seed=args.seed,
-                        statistics=args.statistics)  # fmt: skip
-    records = work / "expert.jsonl"
-    keep = [r for r in results if r.status == "ok" and (args.expert_episodes == "all" or r.success)]
-    records.write_text("".join(json.dumps(r.record) + "\n" for r in keep))
-    notes: dict = {"expert_episodes": len(results), "expert_kept": len(keep),
-                   "expert_successes": sum(r.success for r in results)}  # fmt: skip
-    p = ["--preset", preset]
-    init = clock.run("init", _stage, main_policy_init,
-                     [*p, "--records", records, "--out", work / "init"], work / "init")  # fmt: skip
-    policies = {"untrained": init["policy_dir"]}
-    notes["parameters"], notes["vocab_size"] = init["parameters"], init["vocab_size"]
-    wanted = set(args.methods.split(","))
-    if not wanted - {"untrained"}:
-        return policies, notes
-    sft = clock.run("sft", _stage, main_sft, [*p, "--policy", init["policy_dir"], "--records",
-                    records, "--out", work / "sft"], work / "sft")  # fmt: skip
-    policies["sft"] = sft["policy_dir"]
-    notes["sft"] = {k: sft[k] for k in ("steps", "tokens", "train_seconds", "num_examples")}
-    notes["sft"]["final_loss"] = sft["losses"][-1] if sft["losses"] else None
-    if {"sft+rs", "sft+dpo"} & wanted:
-        sample = clock.run("sample", _stage, main_sample, [*p, "--policy", sft["policy_dir"],
-                           "--tasks", tasks_dir, "--split", "train", "--limit",
-                           args.sample_tasks, "--out", work / "samples"],
-                           work / "samples")  # fmt: skip
-        notes["sample"] = {k: sample[k] for k in ("episodes", "success_rate", "invalid_calls",
-                                                  "generated_tokens", "end_reasons")}  # fmt: skip
-    if "sft+rs" in wanted:
-        rs = clock.run("rs", _stage, main_rejection_sampling, [*p, "--policy",
-                       sft["policy_dir"], "--samples", work / "samples", "--out", work / "rs"],
-                       work / "rs")  # fmt: skip
-        notes["rs"] = {k: rs[k] for k in ("kept", "sampled", "tasks_with_success")}
-        # No verified success among the samples: nothing to fine-tune on, RS = SFT.
-        policies["sft+rs"] = (rs["sft"] or {}).get("checkpoint_dir") or sft["policy_dir"]
-    if "sft+dpo" in wanted:
-        dpo = clock.run("dpo", _stage, main_dpo, [*p, "--policy", sft["policy_dir"],
-                        "--samples", work / "samples", "--out", work / "dpo"], work / "dpo")  # fmt: skip
-        notes["dpo"] = {k: dpo.get(k) for k in ("num_pairs", "skipped", "steps")}
-        policies["sft+dpo"] = dpo.get("checkpoint_dir") or dpo.get("policy_dir")
-    if "sft+grpo" in wanted:
-        grpo = clock.run("grpo", _stage, main_grpo, [*p, "--policy", sft["policy_dir"],
-                         "--tasks", tasks_dir, "--split", "train", "--out", work / "grpo",
-                         "--no-resume"], work / "grpo")  # fmt: skip
-        policies["sft+grpo"] = grpo["policy_dir"]
-        curves = grpo.get("curves", {})
-        notes["grpo"] = {k: curves.get(k) for k in ("success_rate", "mean_reward",
-                                                    "reward/wasted_fix_try", "kl",
-                                                    "generated_tokens", "sample_seconds",
-                                                    "update_seconds")}  # fmt: skip
-    for method in SERVED_GRPO:
-        if method in wanted:
-            policies[method], notes[method] = clock.run(
-                method.removeprefix("sft+"), served_grpo, work, preset, sft["policy_dir"], method
-            )
-    return policies, notes
-
-
-def served_grpo(work: Path, preset: Path, sft_policy: str, method: str) -> tuple[str, dict]:
-    """GRPO from the SFT policy sampling on `agentrl serve` (loopback, its own process, as
-    bench/async_rl.py starts it), synced after every update; (policy folder, curves)."""
-    from bench.async_rl import start_server
-    from components.train.__main__ import main_grpo
-
-    out = work / method.replace("+", "-")
-    data = yaml.safe_load(preset.read_text())
-    proc, url = start_server(Path(sft_policy), threads=1)
-    try:
-        data["rollout"] = {**data["rollout"], "backend": "openai", "base_url": url,
-                           "constrain_fix_ids": False}  # fmt: skip
-        data["grpo"] = {**data["grpo"], **SERVED_GRPO[method]}
-        served = work / f"preset-{method.replace('+', '-')}.yaml"
-        served.write_text(yaml.safe_dump(data, sort_keys=False))
-        result = _stage(main_grpo, ["--preset", served, "--policy", sft_policy, "--tasks",
-                                    work / "tasks", "--split", "train", "--out", out,
-                                    "--no-resume"], out)  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    curves = result.get("curves", {})
-    keys = ("success_rate", "mean_reward", "policy_lag", "sample_seconds", "update_seconds",
-            "iteration_seconds")  # fmt: skip
-    return result["policy_dir"], {k: curves.get(k) for k in keys}
-
-
 # ------------------------------------------------------------------------------ evaluation
 
 
@@ -410,8 +272,13 @@ def sample_checkpoint(tasks: list[Task], policy_dir: str, preset: Path, k: int, 
 def greedy_checkpoint(tasks: list[Task], policy_dir: str, preset: Path) -> list[EpisodeResult]:
     """pass@1: the one evaluation path (components/evaluate/episodes.py), as trained."""
     env, sandbox, rollout, evaluation = sections(preset)
-    return run_policy(tasks, f"model:{policy_dir}", rollout=evaluation.rollout_config(rollout),
-                      env=env, sandbox=sandbox)  # fmt: skip
+    return run_policy(
+        tasks,
+        f"model:{policy_dir}",
+        rollout=evaluation.rollout_config(rollout),
+        env=env,
+        sandbox=sandbox,
+    )
 
 
 def baseline_runs(tasks: list[Task], args, seeds: list[int], method: str = BASELINE):
@@ -421,61 +288,17 @@ def baseline_runs(tasks: list[Task], args, seeds: list[int], method: str = BASEL
         env = env.with_tool_set("free_form")
     out: list[EpisodeResult] = []
     for seed in seeds:
-        out += run_policy(tasks, method, rollout=rollout, env=env, sandbox=sandbox,
-                          workers=args.workers, seed=seed, statistics=args.statistics)  # fmt: skip
+        out += run_policy(
+            tasks,
+            method,
+            rollout=rollout,
+            env=env,
+            sandbox=sandbox,
+            workers=args.workers,
+            seed=seed,
+            statistics=args.statistics,
+        )
     return out
-
-
-def pass_at_k(results: list[EpisodeResult], task_ids: list[str]) -> tuple[int, int]:
-    """(tasks with any verified success, tasks with at least one verified episode)."""
-    by_task: dict[str, list[bool]] = {}
-    for r in results:
-        if r.status == "ok":
-            by_task.setdefault(r.task_id, []).append(r.success)
-    return sum(any(by_task[t]) for t in task_ids if t in by_task), len(by_task)
-
-
-def well_formed(results: list[EpisodeResult]) -> tuple[int, int]:
-    steps = sum(r.steps for r in results if r.status == "ok")
-    invalid = sum(r.invalid_calls for r in results if r.status == "ok")
-    return steps - invalid, steps
-
-
-def diagnose(results: list[EpisodeResult], tasks: dict[str, Task]) -> dict:
-    """Why episodes fail: end reasons, invalid-call reasons, what edits did."""
-    reasons: Counter = Counter()
-    invalid: Counter = Counter()
-    edits = Counter()
-    tokens = []
-    for r in results:
-        reasons[r.end_reason] += 1
-        tokens.append(r.record.get("metadata", {}).get("num_tokens") or 0)
-        module = tasks[r.task_id].metadata.extra.get("module", "")
-        bug_line = tasks[r.task_id].metadata.extra.get("mutation_line")
-        events = r.record.get("trajectory", [])
-        for a, env in zip(events[1::2], events[2::2], strict=False):
-            obs = env.get("observation", "")
-            if a.get("action") is None:
-                why = re.sub(r"\d+", "N", obs.removeprefix("error: invalid tool call: "))
-                invalid[why[:60]] += 1
-                continue
-            if a["action"] in ("edit_file", "edit_lines", "apply_patch"):
-                edits["attempted"] += 1
-                args = a.get("arguments", {})
-                if a["action"] != "apply_patch" and args.get("path") != module:
-                    edits["wrong_path"] += 1
-                if obs.startswith(("edited", "applied")):
-                    edits["applied"] += 1
-                    m = re.search(r"now lines (\d+)-(\d+)", obs)
-                    if m and bug_line and int(m.group(1)) <= bug_line <= int(m.group(2)):
-                        edits["applied_on_bug_line"] += 1
-                elif "not found" in obs:
-                    edits["old_text_not_found"] += 1
-                elif "no longer parse" in obs:
-                    edits["refused_unparseable"] += 1
-    return {"end_reasons": dict(reasons), "invalid_call_reasons": dict(invalid.most_common(5)),
-            "edits": dict(edits),
-            "mean_tokens": round(sum(tokens) / len(tokens), 1) if tokens else 0}  # fmt: skip
 
 
 def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tuple[list, dict]:
@@ -499,36 +322,56 @@ def evaluate_all(args, work: Path, policies: dict[str, str], clock: Clock) -> tu
             name = f"eval {method} {split}"
             c0, w0 = cpu_seconds(), time.monotonic()
             if method in SCRIPTED:
-                greedy = clock.run(f"{name} pass@1", baseline_runs, tasks, args, [args.seed],
-                                   method)  # fmt: skip
+                greedy = clock.run(
+                    f"{name} pass@1", baseline_runs, tasks, args, [args.seed], method
+                )
                 seeds = [args.seed + 1 + i for i in range(args.k)]
-                sampled = clock.run(f"{name} pass@k", baseline_runs, k_tasks, args, seeds,
-                                    method)  # fmt: skip
+                sampled = clock.run(f"{name} pass@k", baseline_runs, k_tasks, args, seeds, method)
             elif policies[method] is None:
                 continue
             else:
-                greedy = clock.run(f"{name} pass@1", greedy_checkpoint, tasks, policies[method],
-                                   args.preset_file)  # fmt: skip
-                sampled = clock.run(f"{name} pass@k", sample_checkpoint, k_tasks,
-                                    policies[method], args.preset_file, args.k, args.seed)  # fmt: skip
+                greedy = clock.run(
+                    f"{name} pass@1", greedy_checkpoint, tasks, policies[method], args.preset_file
+                )
+                sampled = clock.run(
+                    f"{name} pass@k",
+                    sample_checkpoint,
+                    k_tasks,
+                    policies[method],
+                    args.preset_file,
+                    args.k,
+                    args.seed,
+                )
             eval_cpu, eval_wall = cpu_seconds() - c0, time.monotonic() - w0
             ok = [r for r in greedy if r.status == "ok"]
             s1 = sum(r.success for r in ok)
             sk, nk = pass_at_k(sampled, ids)
             wg, ng = well_formed(greedy)
             ws, ns = well_formed(sampled)
-            rows.append({
-                "method": method, "split": split, "n": len(ok),
-                "infra_failures": len(greedy) - len(ok),
-                "pass1": s1 / max(len(ok), 1), "pass1_ci": wilson_interval(s1, len(ok)),
-                "pass1_by_task": {r.task_id: r.success for r in ok},
-                "passk": sk / max(nk, 1), "passk_ci": wilson_interval(sk, nk), "k": args.k,
-                "wf_greedy": wg / max(ng, 1), "wf_greedy_ci": wilson_interval(wg, ng),
-                "wf_sampled": ws / max(ns, 1), "wf_sampled_ci": wilson_interval(ws, ns),
-                "eval_cpu_min": eval_cpu / 60, "eval_wall_min": eval_wall / 60,
-            })  # fmt: skip
-            diagnostics[f"{method}/{split}"] = {"greedy": diagnose(greedy, by_id),
-                                                "sampled": diagnose(sampled, by_id)}  # fmt: skip
+            rows.append(
+                {
+                    "method": method,
+                    "split": split,
+                    "n": len(ok),
+                    "infra_failures": len(greedy) - len(ok),
+                    "pass1": s1 / max(len(ok), 1),
+                    "pass1_ci": wilson_interval(s1, len(ok)),
+                    "pass1_by_task": {r.task_id: r.success for r in ok},
+                    "passk": sk / max(nk, 1),
+                    "passk_ci": wilson_interval(sk, nk),
+                    "k": args.k,
+                    "wf_greedy": wg / max(ng, 1),
+                    "wf_greedy_ci": wilson_interval(wg, ng),
+                    "wf_sampled": ws / max(ns, 1),
+                    "wf_sampled_ci": wilson_interval(ws, ns),
+                    "eval_cpu_min": eval_cpu / 60,
+                    "eval_wall_min": eval_wall / 60,
+                }
+            )
+            diagnostics[f"{method}/{split}"] = {
+                "greedy": diagnose(greedy, by_id),
+                "sampled": diagnose(sampled, by_id),
+            }
             (work / "episodes").mkdir(exist_ok=True)
             with (work / "episodes" / f"{method}-{split}.jsonl").open("w") as f:
                 for r in greedy + sampled:
@@ -555,22 +398,6 @@ TRAIN_ROUTE = {
 }
 
 
-def paired_difference(
-    a: dict[str, bool], b: dict[str, bool], n_boot: int = 10_000, seed: int = 0
-) -> tuple[float, tuple[float, float]] | None:
-    """pass@1 of a minus pass@1 of b on the tasks both verified, with a 95% paired
-    bootstrap interval (tasks resampled; the same task's two outcomes stay together)."""
-    import numpy as np
-
-    common = sorted(set(a) & set(b))
-    if not common:
-        return None
-    diff = np.array([float(a[t]) - float(b[t]) for t in common])
-    rng = np.random.default_rng(seed)
-    boots = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
-    return float(diff.mean()), (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
-
-
 def add_differences(rows: list[dict]) -> None:
     """Each learned method's pass@1 minus SFT's (same split, paired by task)."""
     for r in rows:
@@ -592,9 +419,12 @@ def comparisons(rows: list[dict]) -> str:
     best = best_learned(rows)
     if best is None:
         return "(no learned method evaluated on val)"
-    lines = [f"best learned method (by val pass@1): {best}", "",
-             "| split | vs | best pass@1 | theirs | difference, paired [95% CI] | "
-             "interval excludes 0 |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"best learned method (by val pass@1): {best}",
+        "",
+        "| split | vs | best pass@1 | theirs | difference, paired [95% CI] | interval excludes 0 |",
+        "|---|---|---|---|---|---|",
+    ]
     for split in dict.fromkeys(r["split"] for r in rows):
         mine = next((r for r in rows if r["method"] == best and r["split"] == split), None)
         for other in (PRIOR_FIXES, RANDOM_FIXES, RANDOM_KINDS):
@@ -605,20 +435,20 @@ def comparisons(rows: list[dict]) -> str:
             if d is None:
                 continue
             excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
-            lines.append(f"| {split} | {other} | {mine['pass1']:.0%} | {theirs['pass1']:.0%} | "
-                         f"{d[0] * 100:+.1f} pts [{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] "
-                         f"| {excludes} |")  # fmt: skip
+            lines.append(
+                f"| {split} | {other} | {mine['pass1']:.0%} | {theirs['pass1']:.0%} | "
+                f"{d[0] * 100:+.1f} pts [{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] "
+                f"| {excludes} |"
+            )
     return "\n".join(lines)
 
 
-def _pct(x: float, ci) -> str:
-    return f"{x:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
-
-
 def table(rows: list[dict], clock: Clock) -> str:
-    head = ("| method | split | n | pass@1 greedy [95% CI] | pass@k (T=1) [95% CI] | "
-            "well-formed greedy [95% CI] | well-formed T=1 [95% CI] | train CPU min "
-            "(cumulative) | eval CPU min | eval wall min | pass@1 - SFT's, paired [95% CI] |")  # fmt: skip
+    head = (
+        "| method | split | n | pass@1 greedy [95% CI] | pass@k (T=1) [95% CI] | "
+        "well-formed greedy [95% CI] | well-formed T=1 [95% CI] | train CPU min "
+        "(cumulative) | eval CPU min | eval wall min | pass@1 - SFT's, paired [95% CI] |"
+    )
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         train = sum(clock.cpu.get(s, 0.0) for s in TRAIN_ROUTE[r["method"]]) / 60
@@ -630,53 +460,6 @@ def table(rows: list[dict], clock: Clock) -> str:
             f"{r['eval_cpu_min']:.1f} | {r['eval_wall_min']:.1f} | {_delta(r)} |"
         )
     return "\n".join(lines)
-
-
-def _delta(row: dict) -> str:
-    d = row.get("delta_vs_sft")
-    if d is None:
-        return ""
-    return f"{d[0] * 100:+.1f} pts [{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}]"
-
-
-def stage_table(clock: Clock) -> str:
-    lines = ["| stage | wall s | CPU s (process + children) |", "|---|---|---|"]
-    for name in clock.wall:
-        lines.append(f"| {name} | {clock.wall[name]:.0f} | {clock.cpu[name]:.0f} |")
-    lines.append(f"| total | {sum(clock.wall.values()):.0f} | {sum(clock.cpu.values()):.0f} |")
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.27
-    labels = {"val": "val (unseen bugs)", "test": "test (unseen families)",
-              "quixbugs": "QuixBugs (real bugs)"}  # fmt: skip
-    for j, split in enumerate(SPLITS):
-        xs, ys, lo, hi = [], [], [], []
-        for i, m in enumerate(methods):
-            row = next((r for r in rows if r["method"] == m and r["split"] == split), None)
-            if row is None:
-                continue
-            xs.append(i + (j - 1) * width)
-            ys.append(row["pass1"])
-            lo.append(row["pass1"] - row["pass1_ci"][0])
-            hi.append(row["pass1_ci"][1] - row["pass1"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=labels[split])
-    ax.set_xticks(range(len(methods)), methods, rotation=15)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("pass@1 (greedy), 95% Wilson CI")
-    ax.set_title("Task success by training method")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def train_or_reuse(args, work: Path, clock: Clock) -> tuple[Path, dict, dict, dict]:
@@ -714,11 +497,23 @@ def train_or_reuse(args, work: Path, clock: Clock) -> tuple[Path, dict, dict, di
                 )
     else:
         policies, notes = train_all(args, work, preset, clock)
-    (work / "training.json").write_text(json.dumps(
-        {"policies": policies, "notes": notes, "cpu": clock.cpu, "wall": clock.wall,
-         "settings": trained.get("settings", {}) if args.reuse_training else
-         {k: v for k, v in vars(args).items() if k not in ("statistics", "preset_file")}},
-        indent=2, default=str))  # fmt: skip
+    (work / "training.json").write_text(
+        json.dumps(
+            {
+                "policies": policies,
+                "notes": notes,
+                "cpu": clock.cpu,
+                "wall": clock.wall,
+                "settings": trained.get("settings", {})
+                if args.reuse_training
+                else {
+                    k: v for k, v in vars(args).items() if k not in ("statistics", "preset_file")
+                },
+            },
+            indent=2,
+            default=str,
+        )
+    )
     return preset, policies, notes, trained
 
 
@@ -726,8 +521,9 @@ def settings_line(args, trained: dict) -> str:
     skip = ("out", "preset", "statistics", "preset_file")
     settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k not in skip)
     if args.reuse_training:  # what trained the policies, as that run was set
-        trained_by = ", ".join(f"{k}={v}" for k, v in trained.get("settings", {}).items()
-                               if k not in skip)  # fmt: skip
+        trained_by = ", ".join(
+            f"{k}={v}" for k, v in trained.get("settings", {}).items() if k not in skip
+        )
         settings += f"\n\ntraining reused from {args.reuse_training}, whose settings were: "
         settings += trained_by or "(not recorded)"
         settings += "; the GRPO-on-a-server methods trained here with this run's --grpo-* flags"
@@ -764,16 +560,29 @@ def main(argv: list[str] | None = None) -> int:
     stages = stage_table(clock)
     wall = time.monotonic() - started
     settings = settings_line(args, trained)
-    report = (f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
-              f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "
-              f"(baseline: k seeds). CPU = time.process_time() of this process (all torch and "
-              f"tool threads) + reaped children. Commands run in the bwrap sandbox (pytest) "
-              f"are NOT reaped by this process and are missing from CPU (a 2.4 s sandboxed "
-              f"busy loop adds 0.006 s): the wall column is the upper bound (x cores).\n\n## Stages\n\n{stages}\n\nwall total {wall / 60:.1f} min\n")  # fmt: skip
+    report = (
+        f"# bench/learning.py\n\nsettings: {settings}\n\n{md}\n\n"
+        f"pass@1 n = tasks evaluated per split; pass@k: any of k episodes at T=1 "
+        f"(baseline: k seeds). CPU = time.process_time() of this process (all torch and "
+        f"tool threads) + reaped children. Commands run in the bwrap sandbox (pytest) "
+        f"are NOT reaped by this process and are missing from CPU (a 2.4 s sandboxed "
+        f"busy loop adds 0.006 s): the wall column is the upper bound (x cores).\n\n"
+        f"## Stages\n\n{stages}\n\nwall total {wall / 60:.1f} min\n"
+    )
     (work / "results.md").write_text(report)
-    (work / "results.json").write_text(json.dumps(
-        {"rows": rows, "notes": notes, "cpu_s": clock.cpu, "wall_s": clock.wall,
-         "policies": policies}, indent=2, default=str))  # fmt: skip
+    (work / "results.json").write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "notes": notes,
+                "cpu_s": clock.cpu,
+                "wall_s": clock.wall,
+                "policies": policies,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     (work / "diagnostics.json").write_text(json.dumps(diagnostics, indent=2))
     plot(rows, work / "success.png")
     print("\n" + report)

@@ -25,6 +25,7 @@ Metrics per (method, split), over the first `--eval-limit` tasks of each split:
     .venv/bin/python bench/learning_pretrained.py --sft-steps 40 --eval-limit 8 ...
 
 Writes OUT/results.md (the tables), OUT/results.json, OUT/episodes/*.jsonl; prints the tables.
+The evaluation is in bench/learning_pretrained_eval.py.
 """
 
 from __future__ import annotations
@@ -40,28 +41,27 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.learning import (  # noqa: E402
-    QUIXBUGS,
-    Clock,
+from bench.learning import QUIXBUGS, Clock, new_work_folder  # noqa: E402
+from bench.learning_pretrained_eval import METHODS, eval_tasks, evaluate_all, rows_of  # noqa: E402
+from bench.learning_report import (  # noqa: E402
     _pct,
-    _stage,
     diagnose,
-    new_work_folder,
     paired_difference,
     stage_table,
-    well_formed,
 )
-from components.env.batch_eval import wilson_interval  # noqa: E402
-from components.env.episode import EpisodeResult  # noqa: E402
+from bench.learning_train import _stage  # noqa: E402
 from components.preset import load_preset  # noqa: E402
-from components.tasks.task import Task, load_tasks  # noqa: E402
+from components.tasks.task import load_tasks  # noqa: E402
 
-# sft: LoRA SFT (what GRPO continues: vLLM hot-loads adapters); sft-full: full fine-tuning
-METHODS = ("zero-shot", "sft", "sft-full", "sft+grpo")
 SPLITS = ("val", "test", "quixbugs")
 # (a, b): rows of "a minus b, paired by task"
-DIFFERENCES = (("sft", "zero-shot"), ("sft-full", "zero-shot"), ("sft-full", "sft"),
-               ("sft+grpo", "sft"), ("sft+grpo", "zero-shot"))  # fmt: skip
+DIFFERENCES = (
+    ("sft", "zero-shot"),
+    ("sft-full", "zero-shot"),
+    ("sft-full", "sft"),
+    ("sft+grpo", "sft"),
+    ("sft+grpo", "zero-shot"),
+)
 
 
 def _sft_arguments(p: argparse.ArgumentParser) -> None:
@@ -203,17 +203,30 @@ def write_preset(args: argparse.Namespace, path: Path, base: dict | None = None)
         data["env"] = {**data.get("env", {}), "tool_set": args.tool_set}
     if args.expert_policy:
         data["pipeline"] = {**data["pipeline"], "expert_policy": args.expert_policy}
-    sft = {**data.get("sft", {}), "max_steps": args.sft_steps, "seed": args.seed,
-           "eval_fraction": args.sft_eval_fraction, "eval_every": args.sft_eval_every,
-           "early_stopping_patience": args.sft_patience}  # fmt: skip
+    sft = {
+        **data.get("sft", {}),
+        "max_steps": args.sft_steps,
+        "seed": args.seed,
+        "eval_fraction": args.sft_eval_fraction,
+        "eval_every": args.sft_eval_every,
+        "early_stopping_patience": args.sft_patience,
+    }
     data["sft"] = sft if args.sft_lr is None else {**sft, "learning_rate": args.sft_lr}
-    grpo = {**data.get("grpo", {}), "iterations": args.grpo_iterations, "seed": args.seed,
-            "tasks_per_iteration": args.grpo_tasks, "group_size": args.grpo_group}  # fmt: skip
+    grpo = {
+        **data.get("grpo", {}),
+        "iterations": args.grpo_iterations,
+        "seed": args.seed,
+        "tasks_per_iteration": args.grpo_tasks,
+        "group_size": args.grpo_group,
+    }
     data["grpo"] = grpo if args.grpo_lr is None else {**grpo, "learning_rate": args.grpo_lr}
     rollout = {**data.get("rollout", {}), "seed": args.seed, "batch_size": args.batch_size}
-    data["grpo"] = {**data["grpo"], "dynamic_sampling": args.dynamic_sampling,
-                    "max_resample_rounds": args.resample_rounds,
-                    "async_rollouts": args.grpo_async and args.grpo_backend == "vllm"}  # fmt: skip
+    data["grpo"] = {
+        **data["grpo"],
+        "dynamic_sampling": args.dynamic_sampling,
+        "max_resample_rounds": args.resample_rounds,
+        "async_rollouts": args.grpo_async and args.grpo_backend == "vllm",
+    }
     if args.grpo_backend == "transformers":
         rollout = {**rollout, "backend": "transformers", "server": ""}
     else:
@@ -225,9 +238,13 @@ def write_preset(args: argparse.Namespace, path: Path, base: dict | None = None)
 
 def save_training(work: Path, policies: dict, notes: dict, clock: Clock) -> None:
     """training.json after every training stage: what --reuse-training starts from."""
-    (work / "training.json").write_text(json.dumps(
-        {"policies": policies, "notes": notes, "wall": clock.wall, "cpu": clock.cpu},
-        indent=2, default=str))  # fmt: skip
+    (work / "training.json").write_text(
+        json.dumps(
+            {"policies": policies, "notes": notes, "wall": clock.wall, "cpu": clock.cpu},
+            indent=2,
+            default=str,
+        )
+    )
 
 
 def train_grpo(args, work: Path, preset: Path, clock: Clock, policies: dict, notes: dict):
@@ -236,19 +253,48 @@ def train_grpo(args, work: Path, preset: Path, clock: Clock, policies: dict, not
 
     if args.screen_tasks:
         notes["screen"] = screen(args, work, preset, clock, policies)
-    grpo = clock.run("grpo", _stage, main_grpo, ["--preset", preset, "--policy",
-                     policies["sft"], "--tasks", work / "tasks", "--split", "train",
-                     "--out", work / "grpo", "--no-resume"], work / "grpo")  # fmt: skip
+    grpo = clock.run(
+        "grpo",
+        _stage,
+        main_grpo,
+        [
+            "--preset",
+            preset,
+            "--policy",
+            policies["sft"],
+            "--tasks",
+            work / "tasks",
+            "--split",
+            "train",
+            "--out",
+            work / "grpo",
+            "--no-resume",
+        ],
+        work / "grpo",
+    )
     policies["sft+grpo"] = grpo["policy_dir"]
     curves = grpo.get("curves", {})
     notes["grpo"] = {k: curves.get(k) for k in GRPO_NOTES}
     save_training(work, policies, notes, clock)
 
 
-GRPO_NOTES = ("sampled_success_rate", "sampled_mean_reward", "sampled_tokens", "success_rate",
-              "mean_reward", "kl", "entropy", "groups_sampled",
-              "groups_zero_variance", "zero_variance_share", "resample_rounds",
-              "generated_tokens", "sample_seconds", "update_seconds", "policy_lag")  # fmt: skip
+GRPO_NOTES = (
+    "sampled_success_rate",
+    "sampled_mean_reward",
+    "sampled_tokens",
+    "success_rate",
+    "mean_reward",
+    "kl",
+    "entropy",
+    "groups_sampled",
+    "groups_zero_variance",
+    "zero_variance_share",
+    "resample_rounds",
+    "generated_tokens",
+    "sample_seconds",
+    "update_seconds",
+    "policy_lag",
+)
 
 
 def screen(args, work: Path, preset: Path, clock: Clock, policies: dict) -> dict:
@@ -260,21 +306,29 @@ def screen(args, work: Path, preset: Path, clock: Clock, policies: dict) -> dict
 
     p = load_preset(preset)
     train, _ = load_tasks(work / "tasks", split="train")
-    sampling = dataclasses.replace(p.section("rollout"), temperature=1.0,
-                                   samples_per_task=args.screen_k, batch_size=args.batch_size,
-                                   seed=args.seed + 2)  # fmt: skip
-    episodes = clock.run("screen", sample_policy, args, work, policies, "sft",
-                         train[: args.screen_tasks], sampling)  # fmt: skip
+    sampling = dataclasses.replace(
+        p.section("rollout"),
+        temperature=1.0,
+        samples_per_task=args.screen_k,
+        batch_size=args.batch_size,
+        seed=args.seed + 2,
+    )
+    episodes = clock.run(
+        "screen", sample_policy, args, work, policies, "sft", train[: args.screen_tasks], sampling
+    )
     path = work / "screen-pass-rates.json"
     rates = write_pass_rates(path, episodes)
     data = yaml.safe_load(preset.read_text())
     data["grpo"] = {**data["grpo"], "task_pass_rates": str(path.resolve())}
     preset.write_text(yaml.safe_dump(data, sort_keys=False))
-    return {"tasks": len(rates), "k": args.screen_k,
-            "sometimes": sum(0 < r < 1 for r in rates.values()),
-            "never": sum(r == 0 for r in rates.values()),
-            "always": sum(r == 1 for r in rates.values()),
-            "mean_pass_rate": sum(rates.values()) / max(len(rates), 1)}  # fmt: skip
+    return {
+        "tasks": len(rates),
+        "k": args.screen_k,
+        "sometimes": sum(0 < r < 1 for r in rates.values()),
+        "never": sum(r == 0 for r in rates.values()),
+        "always": sum(r == 1 for r in rates.values()),
+        "mean_pass_rate": sum(rates.values()) / max(len(rates), 1),
+    }
 
 
 def sample_policy(args, work: Path, policies: dict, method: str, tasks, sampling):
@@ -289,30 +343,50 @@ def sample_policy(args, work: Path, policies: dict, method: str, tasks, sampling
     if args.grpo_backend == "transformers":
         model, _ = load_policy(policies[method])
         config = dataclasses.replace(sampling, backend="transformers", server="")
-        return [r.result for r in sample_episodes(tasks, model, tokenizer, config, env, sandbox,
-                                                  policy_name=method)]  # fmt: skip
+        return [
+            r.result
+            for r in sample_episodes(
+                tasks, model, tokenizer, config, env, sandbox, policy_name=method
+            )
+        ]
     from components.rollout.openai_backend import OpenAICompletionsClient
     from components.rollout.policy_sync import serve_checkpoint
     from components.serve.vllm_launcher import VLLMConfig, lora_rank_for, start_vllm
 
     lora = p.section("sft").lora
-    vllm = VLLMConfig(startup_timeout_s=p.section("runtime").startup_timeout_s,
-                      served_name="zero-shot", max_lora_rank=lora_rank_for(lora.r if lora else 16),
-                      max_loras=1)  # fmt: skip
+    vllm = VLLMConfig(
+        startup_timeout_s=p.section("runtime").startup_timeout_s,
+        served_name="zero-shot",
+        max_lora_rank=lora_rank_for(lora.r if lora else 16),
+        max_loras=1,
+    )
     server = start_vllm(policies["zero-shot"], vllm, work / "vllm-logs" / f"sample-{method}")
     try:
-        config = dataclasses.replace(sampling, backend="openai", server="", base_url=server.url,
-                                     model="zero-shot")  # fmt: skip
+        config = dataclasses.replace(
+            sampling, backend="openai", server="", base_url=server.url, model="zero-shot"
+        )
         config = serve_checkpoint(config, policies[method], name=method.replace("+", "-"))
         client = OpenAICompletionsClient.from_config(config)
-        return [r.result for r in sample_episodes(tasks, client, tokenizer, config, env, sandbox,
-                                                  policy_name=method)]  # fmt: skip
+        return [
+            r.result
+            for r in sample_episodes(
+                tasks, client, tokenizer, config, env, sandbox, policy_name=method
+            )
+        ]
     finally:
         server.stop()
 
 
-SFT_NOTES = ("steps", "tokens", "train_seconds", "num_examples", "eval_losses", "best_step",
-             "best_eval_loss", "stopped_early")  # fmt: skip
+SFT_NOTES = (
+    "steps",
+    "tokens",
+    "train_seconds",
+    "num_examples",
+    "eval_losses",
+    "best_step",
+    "best_eval_loss",
+    "stopped_early",
+)
 
 
 def size_turn_budget(args, preset: Path, records: list[dict]) -> dict:
@@ -359,27 +433,55 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     train, _ = load_tasks(work / "tasks", split="train")
     expert = train[: args.expert_limit] if args.expert_limit else train
     env, sandbox, rollout = p.section("env"), p.section("sandbox"), p.section("rollout")
-    results = clock.run("expert", run_policy, expert, p.section("pipeline").expert_policy,
-                        rollout=rollout, env=env, sandbox=sandbox, seed=args.seed)  # fmt: skip
+    results = clock.run(
+        "expert",
+        run_policy,
+        expert,
+        p.section("pipeline").expert_policy,
+        rollout=rollout,
+        env=env,
+        sandbox=sandbox,
+        seed=args.seed,
+    )
     kept = [r for r in results if r.status == "ok" and r.success]
     records = work / "expert.jsonl"
     records.write_text("".join(json.dumps(r.record) + "\n" for r in kept))
     notes: dict = {"expert_episodes": len(results), "expert_kept": len(kept)}
     notes["turn_budget"] = size_turn_budget(args, preset, [r.record for r in kept])
-    init = clock.run("init", _stage, main_init, ["--preset", preset, "--records", records,
-                     "--out", work / "init"], work / "init")  # fmt: skip
+    init = clock.run(
+        "init",
+        _stage,
+        main_init,
+        ["--preset", preset, "--records", records, "--out", work / "init"],
+        work / "init",
+    )
     policies = {"zero-shot": init["policy_dir"]}
     notes["parameters"] = init["parameters"]
     wanted = args.methods.split(",")
     # LoRA SFT (what GRPO continues) and full fine-tuning: one stage, two presets
-    stages = {"sft": preset if "sft" in wanted or "sft+grpo" in wanted else None,
-              "sft-full": full_preset(args, preset) if "sft-full" in wanted else None}  # fmt: skip
+    stages = {
+        "sft": preset if "sft" in wanted or "sft+grpo" in wanted else None,
+        "sft-full": full_preset(args, preset) if "sft-full" in wanted else None,
+    }
     for method, method_preset in stages.items():
         if method_preset is None:
             continue
-        sft = clock.run(method, _stage, main_sft, ["--preset", method_preset, "--policy",
-                        init["policy_dir"], "--records", records, "--out", work / method],
-                        work / method)  # fmt: skip
+        sft = clock.run(
+            method,
+            _stage,
+            main_sft,
+            [
+                "--preset",
+                method_preset,
+                "--policy",
+                init["policy_dir"],
+                "--records",
+                records,
+                "--out",
+                work / method,
+            ],
+            work / method,
+        )
         policies[method] = sft["policy_dir"]
         notes[method] = {k: sft.get(k) for k in SFT_NOTES}
         notes[method]["losses"] = [round(x, 4) for x in sft.get("losses", [])]
@@ -389,143 +491,29 @@ def train_all(args, work: Path, preset: Path, clock: Clock) -> tuple[dict[str, s
     return policies, notes
 
 
-def eval_tasks(args, work: Path) -> dict[str, list[Task]]:
-    out = {}
-    for split in args.splits.split(","):
-        if split == "quixbugs":
-            tasks, _ = load_tasks(args.quixbugs)
-        else:
-            tasks, _ = load_tasks(work / "tasks", split=split)
-        out[split] = tasks[: args.eval_limit] if args.eval_limit else tasks
-    return out
-
-
-def evaluate_all(args, work: Path, preset: Path, policies: dict[str, str], clock: Clock):
-    """{(method, split, "greedy" | "sampled"): EpisodeResults}: every method on every split,
-    greedy, and with --pass-k k episodes per task at T = 1, decoded as the flag says. On
-    vLLM: one server on the base serves the adapters, each under its method's name; a fully
-    fine-tuned policy gets a server of its own."""
-    from components.policy.lora import is_adapter_dir
-    from components.policy.model import load_tokenizer
-    from components.rollout.engine import sample_episodes
-
-    p = load_preset(preset)
-    env, sandbox = p.section("env"), p.section("sandbox")
-    greedy = dataclasses.replace(p.section("rollout"), temperature=0.0, samples_per_task=1,
-                                 batch_size=args.batch_size, seed=args.seed)  # fmt: skip
-    decodings = {"greedy": greedy}
-    if args.pass_k:
-        decodings["sampled"] = dataclasses.replace(greedy, temperature=1.0,
-                                                   samples_per_task=args.pass_k,
-                                                   seed=args.seed + 1)  # fmt: skip
-    splits = eval_tasks(args, work)
-    wanted = args.methods.split(",")  # a reused run evaluates only these
-    methods = [m for m in METHODS if m in policies and m in wanted]
-    out: dict[tuple[str, str, str], list[EpisodeResult]] = {}
-
-    def run(method: str, policy, config) -> None:
-        tokenizer = load_tokenizer(policies[method])
-        for decoding, base in decodings.items():
-            for split, tasks in splits.items():
-                settings = dataclasses.replace(base, backend=config.backend, server=config.server,
-                                               base_url=config.base_url, model=config.model)  # fmt: skip
-                stage = f"eval {method} {split}" + ("" if decoding == "greedy" else " T=1")
-                rollouts = clock.run(stage, sample_episodes, tasks, policy, tokenizer, settings,
-                                     env, sandbox, policy_name=method)  # fmt: skip
-                out[method, split, decoding] = [r.result for r in rollouts]
-                # Kept as they come: a fault in a later evaluation loses none of them.
-                (work / "episodes").mkdir(exist_ok=True)
-                name = f"{method}-{split}" + ("" if decoding == "greedy" else "-sampled")
-                with (work / "episodes" / f"{name}.jsonl").open("w") as f:
-                    f.writelines(json.dumps(r.result.record) + "\n" for r in rollouts)
-
-    if args.eval_backend == "transformers":
-        from components.policy.model import load_policy
-
-        config = dataclasses.replace(greedy, backend="transformers", server="")
-        for method in methods:
-            model, _ = load_policy(policies[method])
-            run(method, model, config)
-        return out
-    from components.rollout.openai_backend import OpenAICompletionsClient
-    from components.rollout.policy_sync import serve_checkpoint
-    from components.serve.vllm_launcher import VLLMConfig, lora_rank_for, start_vllm
-
-    lora = p.section("sft").lora
-    adapters = [m for m in methods if m != "zero-shot" and is_adapter_dir(policies[m])]
-    vllm = VLLMConfig(startup_timeout_s=p.section("runtime").startup_timeout_s,
-                      served_name="zero-shot", max_lora_rank=lora_rank_for(lora.r if lora else 16),
-                      max_loras=max(1, len(adapters)))  # fmt: skip
-    on_base = [m for m in methods if m == "zero-shot" or m in adapters]
-    servers = [(policies["zero-shot"], "zero-shot", on_base)] if on_base else []
-    servers += [(policies[m], m, [m]) for m in methods if m not in on_base]
-    for checkpoint, served, served_methods in servers:
-        config = dataclasses.replace(vllm, served_name=served.replace("+", "-"))
-        server = clock.run(f"eval vllm start {served}", start_vllm, checkpoint, config,
-                           work / "vllm-logs" / served)  # fmt: skip
-        try:
-            for method in served_methods:
-                settings = dataclasses.replace(greedy, backend="openai", server="",
-                                               base_url=server.url, model=config.served_name)  # fmt: skip
-                if method in adapters:
-                    settings = serve_checkpoint(settings, policies[method],
-                                                name=method.replace("+", "-"))  # fmt: skip
-                run(method, OpenAICompletionsClient.from_config(settings), settings)
-        finally:
-            server.stop()
-    return out
-
-
-def rows_of(results: dict[tuple[str, str, str], list[EpisodeResult]], k: int) -> list[dict]:
-    rows = []
-    for (method, split, decoding), episodes in results.items():
-        if decoding != "greedy":
-            continue
-        ok = [r for r in episodes if r.status == "ok"]
-        wins = sum(r.success for r in ok)
-        valid, turns = well_formed(episodes)
-        tokens = [r.record.get("metadata", {}).get("num_tokens") or 0 for r in ok]
-        row = {
-            "method": method, "split": split, "n": len(ok),
-            "infra_failures": len(episodes) - len(ok),
-            "pass1": wins / max(len(ok), 1), "pass1_ci": wilson_interval(wins, len(ok)),
-            "pass1_by_task": {r.task_id: r.success for r in ok},
-            "valid_calls": valid / max(turns, 1), "valid_calls_ci": wilson_interval(valid, turns),
-            "turns": turns, "tokens_per_episode": sum(tokens) / max(len(tokens), 1),
-            "turns_per_episode": turns / max(len(ok), 1),
-        }  # fmt: skip
-        sampled = [r for r in results.get((method, split, "sampled"), []) if r.status == "ok"]
-        if sampled:
-            by_task: dict[str, list[bool]] = {}
-            for r in sampled:
-                by_task.setdefault(r.task_id, []).append(r.success)
-            solved = sum(any(v) for v in by_task.values())
-            row.update({
-                "k": k, "passk": solved / len(by_task),
-                "passk_ci": wilson_interval(solved, len(by_task)),
-                "passk_by_task": {t: any(v) for t, v in by_task.items()},
-                "pass1_t1": sum(r.success for r in sampled) / len(sampled),
-                "infra_failures_sampled": len(results[method, split, "sampled"]) - len(sampled),
-            })  # fmt: skip
-        rows.append(row)
-    return rows
-
-
 def tables(rows: list[dict], clock: Clock) -> str:
-    lines = ["| method | split | n | pass@1 greedy [95% CI] | pass@k at T=1 [95% CI] | "
-             "pass@1 at T=1 | valid calls [95% CI] | turns / episode | tokens / episode | "
-             "eval wall s |", "|" + "---|" * 10]  # fmt: skip
+    lines = [
+        "| method | split | n | pass@1 greedy [95% CI] | pass@k at T=1 [95% CI] | "
+        "pass@1 at T=1 | valid calls [95% CI] | turns / episode | tokens / episode | "
+        "eval wall s |",
+        "|" + "---|" * 10,
+    ]
     for r in rows:
         wall = clock.wall.get(f"eval {r['method']} {r['split']}", 0.0)
         passk = f"{_pct(r['passk'], r['passk_ci'])} (k={r['k']})" if "passk" in r else "-"
         pass1_t1 = f"{r['pass1_t1'] * 100:.1f}%" if "pass1_t1" in r else "-"
-        lines.append(f"| {r['method']} | {r['split']} | {r['n']} | "
-                     f"{_pct(r['pass1'], r['pass1_ci'])} | {passk} | {pass1_t1} | "
-                     f"{_pct(r['valid_calls'], r['valid_calls_ci'])} ({r['turns']} turns) | "
-                     f"{r['turns_per_episode']:.1f} | {r['tokens_per_episode']:.0f} | "
-                     f"{wall:.0f} |")  # fmt: skip
-    lines += ["", "| split | difference | metric | paired by task [95% bootstrap CI] | "
-              "interval excludes 0 |", "|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {r['method']} | {r['split']} | {r['n']} | "
+            f"{_pct(r['pass1'], r['pass1_ci'])} | {passk} | {pass1_t1} | "
+            f"{_pct(r['valid_calls'], r['valid_calls_ci'])} ({r['turns']} turns) | "
+            f"{r['turns_per_episode']:.1f} | {r['tokens_per_episode']:.0f} | "
+            f"{wall:.0f} |"
+        )
+    lines += [
+        "",
+        "| split | difference | metric | paired by task [95% bootstrap CI] | interval excludes 0 |",
+        "|---|---|---|---|---|",
+    ]
     by = {(r["method"], r["split"]): r for r in rows}
     for split in dict.fromkeys(r["split"] for r in rows):
         for a, b in DIFFERENCES:
@@ -538,8 +526,10 @@ def tables(rows: list[dict], clock: Clock) -> str:
                 if d is None:
                     continue
                 excludes = "yes, above" if d[1][0] > 0 else "yes, below" if d[1][1] < 0 else "no"
-                lines.append(f"| {split} | {a} - {b} | {metric} | {d[0] * 100:+.1f} pts "
-                             f"[{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] | {excludes} |")  # fmt: skip
+                lines.append(
+                    f"| {split} | {a} - {b} | {metric} | {d[0] * 100:+.1f} pts "
+                    f"[{d[1][0] * 100:+.1f}, {d[1][1] * 100:+.1f}] | {excludes} |"
+                )
     return "\n".join(lines) + "\n\n" + stage_table(clock)
 
 
@@ -571,12 +561,25 @@ def main(argv: list[str] | None = None) -> int:
         tasks = {t.id: t for t in eval_tasks(args, work)[split]}
         diagnostics[f"{method}/{split}/{decoding}"] = diagnose(episodes, tasks)
     settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")
-    report = (f"# bench/learning_pretrained.py\n\nsettings: {settings}\n\n"
-              f"{tables(rows, clock)}\n\ntraining: {json.dumps(notes, default=str)}\n")  # fmt: skip
+    report = (
+        f"# bench/learning_pretrained.py\n\nsettings: {settings}\n\n"
+        f"{tables(rows, clock)}\n\ntraining: {json.dumps(notes, default=str)}\n"
+    )
     (work / "results.md").write_text(report)
-    (work / "results.json").write_text(json.dumps(
-        {"rows": rows, "notes": notes, "policies": policies, "wall_s": clock.wall,
-         "cpu_s": clock.cpu, "diagnostics": diagnostics}, indent=2, default=str))  # fmt: skip
+    (work / "results.json").write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "notes": notes,
+                "policies": policies,
+                "wall_s": clock.wall,
+                "cpu_s": clock.cpu,
+                "diagnostics": diagnostics,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print("\n" + report)
     print(f"written: {work}/results.md, results.json, episodes/")
     return 0
