@@ -47,6 +47,9 @@ Before training, one batch goes through both updates from the same start (ours:
 update_with; TRL's: GRPOTrainer.compute_loss on the same tokens and advantages) and the two
 gradients are compared: the algorithm checked on identical inputs, apart from sampling.
 
+The task and what both trainers share are in bench/grpo_vs_trl_task.py, the comparison and
+the report in bench/grpo_vs_trl_report.py.
+
 Outputs (OUT = --out): OUT/grpo-vs-trl-<date>.md (settings, the screen, per-step mean
 reward of both, the held-out evaluation and the ratios), OUT/grpo-vs-trl-<date>.png (both
 reward curves), OUT/grpo-vs-trl-<date>.json (the numbers). Printed: the ratio lines.
@@ -67,18 +70,40 @@ import argparse
 import datetime
 import itertools
 import json
-import random
-import re
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.grpo_vs_trl_report import (  # noqa: E402
+    _ratio,
+    bootstrap_ratio,
+    curve,
+    gradient_line,
+    plot,
+    ratio_lines,
+    report,
+)
+from bench.grpo_vs_trl_task import (  # noqa: E402
+    Problem,
+    Run,
+    as_rollouts,
+    evaluate,
+    load_start,
+    messages,
+    problems,
+    prompt_ids,
+    rewards_of,
+    sample,
+    screen,
+    starting_policy,
+    training_prompts,
+    trl_reward,
+)
 from bench.report import write_table  # noqa: E402
 
 DEFAULT_MODEL = REPO / "models" / "smollm2-135m-instruct"
@@ -106,9 +131,12 @@ def _positive(kind):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="grpo_vs_trl.py", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=str(DEFAULT_MODEL),
-                   help="HF checkpoint folder (agentrl policy fetch smollm2-135m-instruct), "
-                        "or 'tiny': a from-scratch tiny policy (the smoke test's)")  # fmt: skip
+    p.add_argument(
+        "--model",
+        default=str(DEFAULT_MODEL),
+        help="HF checkpoint folder (agentrl policy fetch smollm2-135m-instruct), "
+        "or 'tiny': a from-scratch tiny policy (the smoke test's)",
+    )
     p.add_argument("--steps", type=_positive(int), default=16, help="optimizer steps each")
     p.add_argument("--group-size", type=_positive(int), default=8, help="G: samples per prompt")
     p.add_argument("--prompts-per-step", type=_positive(int), default=2)
@@ -125,8 +153,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive(int), default=2, help="torch threads")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
-    p.add_argument("--check-only", action="store_true",
-                   help="only the same-batch gradient check (printed; nothing written)")  # fmt: skip
+    p.add_argument(
+        "--check-only",
+        action="store_true",
+        help="only the same-batch gradient check (printed; nothing written)",
+    )
     args = p.parse_args(argv)
     if args.group_size < 2:
         p.error("--group-size: must be >= 2 (a group needs a baseline)")
@@ -141,175 +172,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------------------------------
-# The task
-
-
-@dataclass(frozen=True)
-class Problem:
-    question: str
-    answer: str
-
-
-def problems(max_operand: int, seed: int, held_out: int) -> tuple[list[Problem], list[Problem]]:
-    """(training pool, held-out) of every sum a + b with a, b in 1..max_operand, shuffled
-    by `seed`: the held-out sums are never trained on."""
-    every = [(a, b) for a in range(1, max_operand + 1) for b in range(1, max_operand + 1)]
-    random.Random(seed).shuffle(every)
-    made = [Problem(f"What is {a} + {b}? Answer with the number only.", str(a + b))
-            for a, b in every]  # fmt: skip
-    return made[held_out:], made[:held_out]
-
-
-def training_prompts(pool: list[Problem], steps: int, per_step: int, seed: int) -> list[Problem]:
-    """steps x per_step prompts, in training order: passes over the pool, each shuffled."""
-    rng, out = random.Random(seed + 1), []
-    while len(out) < steps * per_step:
-        order = list(pool)
-        rng.shuffle(order)
-        out += order
-    return out[: steps * per_step]
-
-
-def last_number_reward(completion: str, answer: str) -> float:
-    """1.0 when the completion's last integer is the answer ("5 + 7 = 12" counts, "12 13"
-    does not), else 0.0."""
-    numbers = re.findall(r"-?\d+", completion)
-    return 1.0 if numbers and numbers[-1] == answer else 0.0
-
-
-def trl_reward(completions, answer, **_) -> list[float]:
-    """last_number_reward in TRL's reward-function signature (conversational completions)."""
-    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-    return [last_number_reward(t, a) for t, a in zip(texts, answer, strict=True)]
-
-
-def messages(problem: Problem) -> list[dict]:
-    return [{"role": "user", "content": problem.question}]
-
-
-def prompt_ids(tokenizer, problem: Problem) -> list[int]:
-    """The prompt as TRL renders a conversational one: chat template + generation prompt."""
-    out = tokenizer.apply_chat_template(messages(problem), add_generation_prompt=True,
-                                        tokenize=True, return_dict=True)  # fmt: skip
-    return list(out["input_ids"])
-
-
-# ---------------------------------------------------------------------------------------
-# The starting policy
-
-
-def starting_policy(args: argparse.Namespace, work: Path, texts: list[str]) -> Path:
-    """The checkpoint both trainers load: --model, or a tiny from-scratch one saved in work."""
-    if args.model != "tiny":
-        return Path(args.model)
-    from components.policy.config import PolicyConfig
-    from components.policy.model import build_policy, save_policy
-
-    config = PolicyConfig(
-        hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
-        vocab_size=512, tokenizer_stdlib_bytes=5_000, max_position_embeddings=512,
-        seed=args.seed,
-    )  # fmt: skip
-    return save_policy(*build_policy(config, texts=texts), work / "tiny")
-
-
-def load_start(start: Path, args: argparse.Namespace):
-    """(model, tokenizer) as both trainers start: float32, LoRA adapters added when asked
-    (same rank, targets and seeded initialisation for both)."""
-    from components.policy.model import load_policy
-
-    model, tokenizer = load_policy(start, dtype="float32")
-    if args.lora_r:
-        from components.policy.config import LoRAConfig
-        from components.policy.lora import add_adapters
-
-        lora = LoRAConfig(r=args.lora_r, alpha=2 * args.lora_r, init_seed=args.seed)
-        model = add_adapters(model, lora)
-    return model, tokenizer
-
-
-def sample(model, tokenizer, batch: list[Problem], k: int, args, seed) -> list:
-    """k completions of each problem (the rollout engine's sampler), in problem order."""
-    from components.rollout.engine import generate_transformers
-
-    prompts = [prompt_ids(tokenizer, p) for p in batch for _ in range(k)]
-    return generate_transformers(
-        model, tokenizer, prompts, [args.max_completion_length] * len(prompts),
-        temperature=args.temperature, top_p=1.0, seed=seed,
-    )  # fmt: skip
-
-
-def rewards_of(tokenizer, batch: list[Problem], k: int, completions) -> list[float]:
-    texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
-    answers = [p.answer for p in batch for _ in range(k)]
-    return [last_number_reward(t, a) for t, a in zip(texts, answers, strict=True)]
-
-
-def evaluate(model, tokenizer, held_out: list[Problem], args) -> list[float]:
-    """Mean reward of each held-out problem over --eval-samples samples at the training
-    temperature; row i draws from the stream derived from (seed, i) whichever policy it is,
-    so two policies are compared on the same random numbers."""
-    from components.seeding import derive_seed
-
-    k = args.eval_samples
-    seeds = [derive_seed(args.seed, "eval", i) for i in range(len(held_out) * k)]
-    model.eval()
-    completions = sample(model, tokenizer, held_out, k, args, seeds)
-    flat = rewards_of(tokenizer, held_out, k, completions)
-    return [statistics.mean(flat[i * k : (i + 1) * k]) for i in range(len(held_out))]
-
-
-def screen(per_prompt: list[float], k: int) -> dict:
-    """pass@1 and pass@k (k = the samples per prompt) of one evaluation."""
-    return {"pass@1": statistics.mean(per_prompt),
-            f"pass@{k}": statistics.mean(1.0 if r > 0 else 0.0 for r in per_prompt)}  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------
 # The two trainers
-
-
-@dataclass
-class Run:
-    """One trainer's run: per step the rewards of its samples and its wall seconds, and the
-    held-out evaluation of its final policy."""
-
-    rewards: list[list[float]]
-    step_wall: list[float]
-    evaluation: list[float]
-    train_wall: float
-
-
-def episode_result(problem: Problem, reward: float, group: str, k: int):
-    """The verified-episode record a Rollout carries, for a single-turn completion."""
-    from components.env.episode import EpisodeResult
-
-    return EpisodeResult(
-        episode_id=f"{group}-{k}", task_id=group, split="train", policy="bench", status="ok",
-        end_reason="finished", success=reward == 1.0, reward=reward, reward_terms={},
-        steps=1, tool_calls=0, invalid_calls=0, safety_flags=[], ran_tests=False,
-        tests_total=0, tests_failed=0, changed_files=[], tampered_files=[], wall_s=0.0,
-    )  # fmt: skip
-
-
-def as_rollouts(tokenizer, batch: list[Problem], k: int, completions, rewards, step: int):
-    """Each completion as the Rollout our update trains on: prompt + sampled ids, the mask
-    on the sampled ids only, their sampling log-probs; one group per prompt."""
-    from components.rollout.engine import Rollout
-
-    out = []
-    for i, (completion, reward) in enumerate(zip(completions, rewards, strict=True)):
-        problem, group = batch[i // k], f"{step}-{i // k}"
-        prompt = prompt_ids(tokenizer, problem)
-        ids = list(completion.token_ids)
-        out.append(Rollout(
-            result=episode_result(problem, reward, group, i % k),
-            input_ids=prompt + ids,
-            assistant_mask=[0] * len(prompt) + [1] * len(ids),
-            sampling_logprobs=[0.0] * len(prompt) + list(completion.logprobs),
-            group_id=group, sample_index=i % k,
-        ))  # fmt: skip
-    return out
 
 
 def our_settings(args):
@@ -318,17 +181,30 @@ def our_settings(args):
     from components.train.config import GRPOConfig
 
     config = GRPOConfig(
-        iterations=args.steps, tasks_per_iteration=args.prompts_per_step,
-        group_size=args.group_size, learning_rate=args.lr, beta=args.beta,
-        loss_type="token" if args.loss_type == "dapo" else args.loss_type, scale_by_std=True,
-        epsilon_low=0.2, epsilon_high=0.2, ppo_epochs=1, minibatch_size=0,
-        micro_batch_size=args.prompts_per_step * args.group_size, max_grad_norm=1.0,
-        weight_decay=0.0, seed=args.seed, use_cpu=True,
-    )  # fmt: skip
+        iterations=args.steps,
+        tasks_per_iteration=args.prompts_per_step,
+        group_size=args.group_size,
+        learning_rate=args.lr,
+        beta=args.beta,
+        loss_type="token" if args.loss_type == "dapo" else args.loss_type,
+        scale_by_std=True,
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        ppo_epochs=1,
+        minibatch_size=0,
+        micro_batch_size=args.prompts_per_step * args.group_size,
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        seed=args.seed,
+        use_cpu=True,
+    )
     # max_episode_tokens is dr_grpo's divisor: TRL's max_completion_length
-    rollout_config = RolloutConfig(temperature=args.temperature, top_p=1.0,
-                                   max_new_tokens=args.max_completion_length,
-                                   max_episode_tokens=args.max_completion_length)  # fmt: skip
+    rollout_config = RolloutConfig(
+        temperature=args.temperature,
+        top_p=1.0,
+        max_new_tokens=args.max_completion_length,
+        max_episode_tokens=args.max_completion_length,
+    )
     return config, rollout_config
 
 
@@ -344,8 +220,9 @@ def own_reward_advantages(rollouts: list, config) -> tuple:
     ids: dict[str, int] = {}
     group_ids = torch.tensor([ids.setdefault(r.group_id, len(ids)) for r in rollouts])
     rewards = torch.tensor([float(r.result.reward) for r in rollouts])
-    advantages = group_advantages(rewards, group_ids, scale_by_std=config.scale_by_std,
-                                  leave_one_out=config.leave_one_out)  # fmt: skip
+    advantages = group_advantages(
+        rewards, group_ids, scale_by_std=config.scale_by_std, leave_one_out=config.leave_one_out
+    )
     return advantages, [i for i, r in enumerate(rollouts) if any(r.assistant_mask)]
 
 
@@ -362,8 +239,7 @@ def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], ar
     model, tokenizer = load_start(start, args)
     device = torch.device("cpu")
     config, rollout_config = our_settings(args)
-    stepper = make_stepper(model, None, learning_rate=args.lr, weight_decay=0.0,
-                           max_grad_norm=1.0)  # fmt: skip
+    stepper = make_stepper(model, None, learning_rate=args.lr, weight_decay=0.0, max_grad_norm=1.0)
     # Full fine-tuning's KL reference is a frozen copy; under LoRA, the base (adapters off).
     reference = frozen_copy(model, None, device) if args.beta > 0 and not args.lora_r else None
     rewards, walls = [], []
@@ -371,20 +247,38 @@ def train_ours(start: Path, schedule: list[Problem], held_out: list[Problem], ar
     for step in range(args.steps):
         batch = schedule[step * args.prompts_per_step : (step + 1) * args.prompts_per_step]
         model.eval()
-        completions = sample(model, tokenizer, batch, args.group_size, args,
-                             derive_seed(args.seed, "bench-sample", step))  # fmt: skip
+        completions = sample(
+            model,
+            tokenizer,
+            batch,
+            args.group_size,
+            args,
+            derive_seed(args.seed, "bench-sample", step),
+        )
         step_rewards = rewards_of(tokenizer, batch, args.group_size, completions)
         rollouts = as_rollouts(tokenizer, batch, args.group_size, completions, step_rewards, step)
         advantages, keep = own_reward_advantages(rollouts, config)
         model.train()
-        update_with(stepper, reference, [rollouts[i] for i in keep], advantages[keep], config,
-                    rollout_config, tokenizer.pad_token_id, device, step)  # fmt: skip
+        update_with(
+            stepper,
+            reference,
+            [rollouts[i] for i in keep],
+            advantages[keep],
+            config,
+            rollout_config,
+            tokenizer.pad_token_id,
+            device,
+            step,
+        )
         rewards.append(step_rewards)
         now = time.perf_counter()
         walls.append(now - last)
         last = now
-        print(f"ours step {step + 1}/{args.steps}: mean reward "
-              f"{statistics.mean(step_rewards):.3f}, {walls[-1]:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"ours step {step + 1}/{args.steps}: mean reward "
+            f"{statistics.mean(step_rewards):.3f}, {walls[-1]:.1f} s",
+            flush=True,
+        )
     train_wall = time.perf_counter() - started
     return Run(rewards, walls, evaluate(model, tokenizer, held_out, args), train_wall)
 
@@ -396,22 +290,48 @@ def trl_settings(args, output_dir: Path):
 
     batch_size = args.prompts_per_step * args.group_size
     return GRPOConfig(
-        output_dir=str(output_dir), report_to="none", logging_steps=1, save_strategy="no",
-        seed=args.seed, data_seed=args.seed, use_cpu=True, bf16=False, fp16=False,
-        activation_checkpointing=False, disable_tqdm=True, dataloader_num_workers=0,
-        max_steps=args.steps, per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=1, generation_batch_size=batch_size,
-        num_generations=args.group_size, num_iterations=1, shuffle_dataset=False,
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        max_grad_norm=1.0, beta=args.beta, loss_type=args.loss_type, scale_rewards="group",
-        epsilon=0.2, max_completion_length=args.max_completion_length,
-        temperature=args.temperature, top_p=1.0, top_k=0, log_completions=False,
-    )  # fmt: skip
+        output_dir=str(output_dir),
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        data_seed=args.seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        activation_checkpointing=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        max_steps=args.steps,
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=1,
+        generation_batch_size=batch_size,
+        num_generations=args.group_size,
+        num_iterations=1,
+        shuffle_dataset=False,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        max_grad_norm=1.0,
+        beta=args.beta,
+        loss_type=args.loss_type,
+        scale_rewards="group",
+        epsilon=0.2,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        top_p=1.0,
+        top_k=0,
+        log_completions=False,
+    )
 
 
-def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], args,
-              work: Path) -> Run:  # fmt: skip
+def train_trl(
+    start: Path, schedule: list[Problem], held_out: list[Problem], args, work: Path
+) -> Run:
     """TRL's GRPOTrainer on the same start and prompts, in the same order; its reward
     function records each generation batch's rewards (one per optimizer step)."""
     from datasets import Dataset
@@ -433,15 +353,22 @@ def train_trl(start: Path, schedule: list[Problem], held_out: list[Problem], arg
 
         def on_step_end(self, *a, **k):
             step_ends.append(time.perf_counter())
-            print(f"trl step {len(rewards)}/{args.steps}: mean reward "
-                  f"{statistics.mean(rewards[-1]):.3f}, {step_ends[-1] - step_ends[-2]:.1f} s",
-                  flush=True)  # fmt: skip
+            print(
+                f"trl step {len(rewards)}/{args.steps}: mean reward "
+                f"{statistics.mean(rewards[-1]):.3f}, {step_ends[-1] - step_ends[-2]:.1f} s",
+                flush=True,
+            )
 
     config = trl_settings(args, work / "trl")
     dataset = Dataset.from_list([{"prompt": messages(p), "answer": p.answer} for p in schedule])
-    trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config,
-                          train_dataset=dataset, processing_class=tokenizer,
-                          callbacks=[StepClock()])  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[last_number],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepClock()],
+    )
     trainer.remove_callback(PrinterCallback)
     # The same prompt tokens for both: TRL's own rendering against ours.
     trl_ids = trainer._tokenize_prompts([messages(p) for p in schedule[:2]])[0]
@@ -465,9 +392,26 @@ def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) ->
     their cosine, relative L2 difference and norms; None with beta > 0 (TRL's loss would
     also need the reference log-probs its sampling step computes)."""
     import torch
-    from datasets import Dataset
-    from trl import GRPOTrainer
-    from trl.trainer.utils import pad
+
+    if args.beta > 0:
+        return None
+    ours, tokenizer, completions, advantages = _our_gradients(start, batch, args)
+    theirs = _trl_gradients(start, batch, args, work, (tokenizer, completions, advantages))
+    names = sorted(ours)
+    a = torch.cat([ours[n].flatten() for n in names]).double()
+    b = torch.cat([theirs[n].grad.flatten() for n in names]).double()
+    return {
+        "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+        "relative_difference": float((a - b).norm() / b.norm()),
+        "grad_norm_ours": float(a.norm()),
+        "grad_norm_trl": float(b.norm()),
+    }
+
+
+def _our_gradients(start: Path, batch: list[Problem], args) -> tuple:
+    """(our update_with's gradient by parameter name, tokenizer, the sampled completions,
+    their advantages): the batch sampled once from the start, rewards alternating 0/1."""
+    import torch
 
     from components.train.grpo.update import update_with
     from components.train.parallel import Stepper, make_stepper
@@ -476,12 +420,13 @@ def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) ->
         """The plain stepper, keeping the gradient it steps with."""
 
         def step(self) -> float:
-            self.grads = {n: p.grad.detach().clone()
-                          for n, p in self.model.named_parameters() if p.requires_grad}  # fmt: skip
+            self.grads = {
+                n: p.grad.detach().clone()
+                for n, p in self.model.named_parameters()
+                if p.requires_grad
+            }
             return super().step()
 
-    if args.beta > 0:
-        return None
     k = args.group_size
     ours, tokenizer = load_start(start, args)
     ours.eval()
@@ -493,13 +438,31 @@ def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) ->
     plain = make_stepper(ours, None, learning_rate=args.lr, max_grad_norm=1.0)
     stepper = GradientRecorder(**{f: getattr(plain, f) for f in Stepper.__dataclass_fields__})
     ours.train()
-    update_with(stepper, None, rollouts, advantages, config, rollout_config,
-                tokenizer.pad_token_id, torch.device("cpu"), 0)  # fmt: skip
+    pad_id, cpu = tokenizer.pad_token_id, torch.device("cpu")
+    update_with(stepper, None, rollouts, advantages, config, rollout_config, pad_id, cpu, 0)
+    return stepper.grads, tokenizer, completions, advantages
 
+
+def _trl_gradients(start: Path, batch: list[Problem], args, work: Path, sampled_batch) -> dict:
+    """TRL's GRPOTrainer.compute_loss, backpropagated from the start on the same tokens and
+    advantages (`sampled_batch`: tokenizer, completions, advantages); the model's named
+    parameters, their .grad set."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOTrainer
+    from trl.trainer.utils import pad
+
+    tokenizer, completions, advantages = sampled_batch
+    k = args.group_size
     theirs, _ = load_start(start, args)
     dataset = Dataset.from_list([{"prompt": messages(p), "answer": p.answer} for p in batch])
-    trainer = GRPOTrainer(model=theirs, reward_funcs=[trl_reward], args=trl_settings(args, work),
-                          train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
+    trainer = GRPOTrainer(
+        model=theirs,
+        reward_funcs=[trl_reward],
+        args=trl_settings(args, work),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
     prompts = [torch.tensor(prompt_ids(tokenizer, p)) for p in batch for _ in range(k)]
     sampled = [torch.tensor(c.token_ids) for c in completions]
@@ -514,121 +477,7 @@ def same_batch_gradients(start: Path, batch: list[Problem], args, work: Path) ->
     }
     theirs.train()
     trainer.compute_loss(theirs, inputs).backward()
-    names = sorted(stepper.grads)
-    theirs_grads = dict(theirs.named_parameters())
-    a = torch.cat([stepper.grads[n].flatten() for n in names]).double()
-    b = torch.cat([theirs_grads[n].grad.flatten() for n in names]).double()
-    return {"cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
-            "relative_difference": float((a - b).norm() / b.norm()),
-            "grad_norm_ours": float(a.norm()), "grad_norm_trl": float(b.norm())}  # fmt: skip
-
-
-def gradient_line(check: dict | None) -> str:
-    if check is None:
-        return "- same batch, one update: not checked (beta > 0)"
-    return (f"- same batch, one update: gradient cosine {check['cosine']:.6f}, relative L2 "
-            f"difference {check['relative_difference']:.1e} (norms {check['grad_norm_ours']:.4g} "
-            f"ours, {check['grad_norm_trl']:.4g} TRL's)")  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------
-# Comparison
-
-
-def bootstrap_ratio(ours: list[float], theirs: list[float], seed: int, n_boot: int = 10_000):
-    """mean(ours) / mean(theirs) with a 95% paired bootstrap interval over the prompts
-    (None where TRL's mean is 0)."""
-    import numpy as np
-
-    a, b = np.array(ours), np.array(theirs)
-    if b.mean() == 0:
-        return None
-    rng = np.random.default_rng(seed)
-    index = rng.integers(0, len(a), size=(n_boot, len(a)))
-    num, den = a[index].mean(axis=1), b[index].mean(axis=1)
-    ratios = num[den > 0] / den[den > 0]
-    return float(a.mean() / b.mean()), (float(np.quantile(ratios, 0.025)),
-                                        float(np.quantile(ratios, 0.975)))  # fmt: skip
-
-
-def curve(run: Run) -> list[float]:
-    return [statistics.mean(r) for r in run.rewards]
-
-
-def plot(runs: dict[str, Run], screen_pass1: float, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for name, run in runs.items():
-        ys = curve(run)
-        ax.plot(range(1, len(ys) + 1), ys, marker=".", alpha=0.5, label=f"{name}, per step")
-        window = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
-        ax.plot(range(1, len(ys) + 1), window, linewidth=2, label=f"{name}, mean of last 5")
-    ax.axhline(screen_pass1, color="grey", linestyle=":", label="start, held-out pass@1")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("mean reward of the step's samples")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def report(args, start_label: str, screened: dict, runs: dict[str, Run], ratios: dict,
-           check: dict | None) -> str:  # fmt: skip
-    ours, trl = runs["ours"], runs["trl"]
-    settings = ", ".join(f"{k}={v}" for k, v in vars(args).items() if k != "out")
-    k = args.eval_samples
-    lines = [
-        "# bench/grpo_vs_trl.py: our GRPO vs TRL's GRPOTrainer",
-        "",
-        f"settings: {settings}",
-        f"start: {start_label}",
-        "",
-        f"## Screen of the start (held-out prompts, T={args.temperature}, {k} samples each)",
-        "",
-        f"| prompts | pass@1 | pass@{k} | in 10-70% |",
-        "|---|---|---|---|",
-        f"| {args.eval_prompts} | {screened['pass@1']:.3f} | {screened[f'pass@{k}']:.3f} | "
-        f"{'yes' if 0.1 <= screened[f'pass@{k}'] <= 0.7 else 'no'} |",
-        "",
-        "## Final policies (held-out prompts, same random streams for both)",
-        "",
-        "| trainer | held-out mean reward | mean reward, last "
-        f"{min(args.last_k, args.steps)} steps | wall s / step (mean, median) | train wall s |",
-        "|---|---|---|---|---|",
-    ]
-    for name, run in (("start", None), ("ours", ours), ("trl", trl)):
-        if run is None:
-            lines.append(f"| start | {screened['pass@1']:.3f} | | | |")
-            continue
-        tail = [x for r in run.rewards[-args.last_k :] for x in r]
-        lines.append(f"| {name} | {statistics.mean(run.evaluation):.3f} | "
-                     f"{statistics.mean(tail):.3f} | {statistics.mean(run.step_wall):.1f}, "
-                     f"{statistics.median(run.step_wall):.1f} | {run.train_wall:.0f} |")  # fmt: skip
-    lines += ["", "## Ratios (ours / TRL's)", "", *ratio_lines(ratios), "",
-              "## The same batch through both updates", "", gradient_line(check), "",
-              "## Mean reward per step", "", "| step | ours | trl |", "|---|---|---|"]  # fmt: skip
-    for step, (a, b) in enumerate(zip(curve(ours), curve(trl), strict=True), 1):
-        lines.append(f"| {step} | {a:.3f} | {b:.3f} |")
-    return "\n".join(lines) + "\n"
-
-
-def ratio_lines(ratios: dict) -> list[str]:
-    final = ratios["final_reward"]
-    text = ("undefined (TRL's held-out mean reward is 0)" if final is None
-            else f"{final[0]:.3f} [95% bootstrap {final[1][0]:.3f}, {final[1][1]:.3f}]")  # fmt: skip
-    return [f"- final held-out mean reward, ours / TRL's: {text}",
-            f"- training mean reward of the last steps, ours / TRL's: {ratios['last_k']}",
-            f"- wall per step, ours / TRL's: {ratios['wall_per_step']:.3f}"]  # fmt: skip
-
-
-def _ratio(a: float, b: float) -> str:
-    return "undefined (TRL's is 0)" if b == 0 else f"{a / b:.3f}"
+    return dict(theirs.named_parameters())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -649,13 +498,20 @@ def main(argv: list[str] | None = None) -> int:
         start_label = "tiny from-scratch policy" if args.model == "tiny" else str(start)
         screened = screen(evaluate(model, tokenizer, held_out, args), args.eval_samples)
         del model
-        print(f"screen of the start ({start_label}): " + ", ".join(
-            f"{k} {v:.3f}" for k, v in screened.items()), flush=True)  # fmt: skip
-        runs = {"ours": train_ours(start, schedule, held_out, args),
-                "trl": train_trl(start, schedule, held_out, args, work)}  # fmt: skip
+        print(
+            f"screen of the start ({start_label}): "
+            + ", ".join(f"{k} {v:.3f}" for k, v in screened.items()),
+            flush=True,
+        )
+        runs = {
+            "ours": train_ours(start, schedule, held_out, args),
+            "trl": train_trl(start, schedule, held_out, args, work),
+        }
     ours, trl = runs["ours"], runs["trl"]
-    tail = {name: statistics.mean(x for r in run.rewards[-args.last_k :] for x in r)
-            for name, run in runs.items()}  # fmt: skip
+    tail = {
+        name: statistics.mean(x for r in run.rewards[-args.last_k :] for x in r)
+        for name, run in runs.items()
+    }
     ratios = {
         "final_reward": bootstrap_ratio(ours.evaluation, trl.evaluation, args.seed),
         "last_k": _ratio(tail["ours"], tail["trl"]),
@@ -665,15 +521,36 @@ def main(argv: list[str] | None = None) -> int:
     name = "grpo-vs-trl"
     path = write_table(text, args.out, name)
     stem = path.with_suffix("")
-    plot(runs, screened["pass@1"], stem.with_suffix(".png"),
-         f"GRPO on a + b: ours vs TRL ({start_label.split('/')[-1]})")  # fmt: skip
-    stem.with_suffix(".json").write_text(json.dumps({
-        "date": datetime.date.today().isoformat(), "args": vars(args), "start": start_label,
-        "screen": screened, "ratios": ratios, "same_batch_gradients": check,
-        "runs": {n: {"mean_reward_per_step": curve(r), "rewards": r.rewards,
-                     "step_wall_s": r.step_wall, "held_out": r.evaluation,
-                     "train_wall_s": r.train_wall} for n, r in runs.items()},
-    }, indent=1, default=str))  # fmt: skip
+    plot(
+        runs,
+        screened["pass@1"],
+        stem.with_suffix(".png"),
+        f"GRPO on a + b: ours vs TRL ({start_label.split('/')[-1]})",
+    )
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "date": datetime.date.today().isoformat(),
+                "args": vars(args),
+                "start": start_label,
+                "screen": screened,
+                "ratios": ratios,
+                "same_batch_gradients": check,
+                "runs": {
+                    n: {
+                        "mean_reward_per_step": curve(r),
+                        "rewards": r.rewards,
+                        "step_wall_s": r.step_wall,
+                        "held_out": r.evaluation,
+                        "train_wall_s": r.train_wall,
+                    }
+                    for n, r in runs.items()
+                },
+            },
+            indent=1,
+            default=str,
+        )
+    )
     print("\n".join(ratio_lines(ratios)))
     print(f"plot: {stem.with_suffix('.png')}")
     return 0

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bench import grpo_vs_trl
+from bench import grpo_vs_trl, grpo_vs_trl_task
 
 STEPS = 2
 
@@ -49,7 +49,7 @@ def test_grpo_vs_trl_bench_runs_on_a_tiny_budget(tmp_path, capsys):
 
 
 def test_the_reward_reads_the_last_integer():
-    reward = grpo_vs_trl.last_number_reward
+    reward = grpo_vs_trl_task.last_number_reward
     assert reward("5 + 7 = 12", "12") == reward("12", "12") == 1.0
     assert reward("12 13", "12") == reward("The answer is", "12") == reward("112", "12") == 0.0
 
