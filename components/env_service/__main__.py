@@ -12,13 +12,14 @@ sign records no trainer accepts.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from pathlib import Path
 
 from components.cli_args import (
     ArgumentParser,
     CommandError,
-    existing_dir,
     port,
     positive_float,
     positive_int,
@@ -35,8 +36,9 @@ def main_serve(argv: list[str]) -> int:
     p.add_argument(
         "--tasks",
         required=True,
-        type=existing_dir,
-        help="the task suite clients name tasks from, by id",
+        type=suite_dir,
+        help="the task suite clients name tasks from, by id (absent or empty: read again "
+        "when it changes or a session names a task it lacks)",
     )
     p.add_argument("--preset", type=preset_file, help="preset whose `sandbox` section to use")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -69,8 +71,6 @@ def main_serve(argv: list[str]) -> int:
     tasks, errors = load_tasks(args.tasks)
     if errors:
         raise CommandError(f"invalid task: {errors[0]}")
-    if not tasks:
-        raise CommandError(f"no tasks found in {args.tasks}")
     sandbox = {}
     if args.preset:
         from components.preset import load_preset
@@ -82,12 +82,22 @@ def main_serve(argv: list[str]) -> int:
         raise CommandError(str(e)) from None
     config = EnvServiceConfig(args.workers, args.max_queue, args.request_timeout_s)
     print(
-        f"agentrl env serve: {len(tasks)} tasks, {args.workers} workers on "
+        f"agentrl env serve: {len(tasks)} tasks in {args.tasks} (read again when it "
+        f"changes), {args.workers} workers on "
         f"http://{args.host}:{args.port}; records signed with the verdict key {key}",
         flush=True,
     )
     serve(args.tasks, sandbox, config, host=args.host, port=args.port)
     return 0
+
+
+def suite_dir(text: str) -> Path:
+    """--tasks: a folder, or a path where one will be (a cluster's server starts before the
+    flow writes its suite on the shared volume)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a folder: {text}")
+    return path
 
 
 def verdict_key_preflight(require_existing: bool) -> str:

@@ -126,6 +126,7 @@ class WorkerPool:
             raise
         with self.guard:
             self.metrics.sessions_created += 1
+            self.tasks = state.pop("suite_tasks", self.tasks)  # as its worker last read them
         return {
             "session": session_id,
             "worker": worker.index,

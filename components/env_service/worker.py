@@ -4,11 +4,11 @@ verdicts, one request at a time.
 The server (components/env_service/pool.py) starts N of these with multiprocessing's spawn
 context and talks to each over a pipe: a request is `(op, session_id, body)`, the answer
 `("ok", payload)` or `("error", status, message)`. Each worker reads the task suite itself
-(from the server's folder, by id), keeps its sessions in memory and writes every temporary
-folder (workspaces, verifier snapshots) under a folder of its own, so whoever kills it can
-remove everything it left. It dies with its server (PR_SET_PDEATHSIG: SIGTERM), and on
-SIGTERM, SIGINT or a closed pipe it frees its sessions' workspaces and its folder before
-it exits.
+(from the server's folder, by id; `Suite` reads it again when it changes), keeps its
+sessions in memory and writes every temporary folder (workspaces, verifier snapshots)
+under a folder of its own, so whoever kills it can remove everything it left. It dies
+with its server (PR_SET_PDEATHSIG: SIGTERM), and on SIGTERM, SIGINT or a closed pipe it
+frees its sessions' workspaces and its folder before it exits.
 """
 
 from __future__ import annotations
@@ -68,11 +68,56 @@ def _episode_state(env: EpisodeEnv, events_from: int) -> dict:
     }
 
 
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+class Suite:
+    """The task suite in the server's folder, as this worker last read it.
+
+    The folder may be absent or empty when the server starts (a cluster's server starts
+    before the flow generates its suite on the shared volume): it is read again before a
+    session is created when the folder or its suite.json changed since the last read
+    (`tasks generate --overwrite` replaces both), or when the session names an id the last
+    read did not hold. An invalid suite is a 500 naming the folder and its first error."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.tasks: dict[str, Task] = {}
+        self.read_at: tuple | None = None  # the stamps the last successful read saw
+
+    def _stamps(self) -> tuple:
+        return _stamp(self.folder), _stamp(self.folder / "suite.json")
+
+    def read(self) -> None:
+        stamps = self._stamps()  # before reading: a change made while it reads is seen next
+        tasks, errors = load_tasks(self.folder) if self.folder.is_dir() else ([], [])
+        if errors:
+            raise SessionError(500, f"invalid task in {self.folder}: {errors[0]}")
+        self.tasks, self.read_at = {t.id: t for t in tasks}, stamps
+
+    def get(self, task_id: str) -> Task:
+        if task_id not in self.tasks or self._stamps() != self.read_at:
+            self.read()
+        task = self.tasks.get(task_id)
+        if task is None:  # the id is the only thing a client says about a task
+            raise SessionError(
+                404,
+                f"unknown task {task_id!r} in the server's suite "
+                f"({self.folder}: {len(self.tasks)} tasks)",
+            )
+        return task
+
+
 class Sessions:
     """The episodes one worker holds, by session id."""
 
-    def __init__(self, tasks: dict[str, Task], sandbox: SandboxConfig) -> None:
-        self.tasks, self.sandbox = tasks, sandbox
+    def __init__(self, suite: Suite, sandbox: SandboxConfig) -> None:
+        self.suite, self.sandbox = suite, sandbox
         self.open: dict[str, EpisodeEnv] = {}
 
     def handle(self, op: str, session_id: str, body: dict) -> dict:
@@ -91,9 +136,7 @@ class Sessions:
         raise SessionError(400, f"unknown operation {op!r}")
 
     def create(self, session_id: str, request: CreateRequest) -> dict:
-        task = self.tasks.get(request.task_id)
-        if task is None:  # the id is the only thing a client says about a task
-            raise SessionError(404, f"unknown task {request.task_id!r} in the server's suite")
+        task = self.suite.get(request.task_id)
         try:
             env_config = env_from_settings(request.env)
         except ValueError as e:
@@ -108,7 +151,7 @@ class Sessions:
             source=request.source,
         )
         self.open[session_id] = env
-        return _episode_state(env, 0)
+        return {**_episode_state(env, 0), "suite_tasks": len(self.suite.tasks)}
 
     def step(self, env: EpisodeEnv, request: StepRequest) -> dict:
         before = len(env.events)
@@ -164,13 +207,15 @@ def worker_main(conn, tasks_dir: str, sandbox_values: dict, tmp_dir: str) -> Non
     os.environ["TMPDIR"] = tempfile.tempdir = tmp_dir  # workspaces, snapshots: all below it
     sessions = None
     try:
-        tasks, errors = load_tasks(tasks_dir)
-        if errors:
-            conn.send(("error", 500, f"invalid task in {tasks_dir}: {errors[0]}"))
+        suite = Suite(tasks_dir)
+        try:
+            suite.read()  # absent or empty: ready with 0 tasks, read again on a create
+        except SessionError as e:
+            conn.send(("error", e.status, str(e)))
             return
         sandbox = config_from_dict(SandboxConfig, sandbox_values, "env serve: sandbox")
-        sessions = Sessions({t.id: t for t in tasks}, sandbox)
-        conn.send(("ok", {"tasks": len(tasks), "pid": os.getpid()}))
+        sessions = Sessions(suite, sandbox)
+        conn.send(("ok", {"tasks": len(suite.tasks), "pid": os.getpid()}))
         while True:
             try:
                 op, session_id, body = conn.recv()
