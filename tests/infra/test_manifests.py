@@ -280,3 +280,23 @@ def test_the_trainer_checks_verdicts_with_the_servers_key(renders, target):
     assert not set(secrets(trainer)) & {m["name"] for m in main["volumeMounts"]}
     mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
     assert mounts[state(main)]["readOnly"] is True
+
+
+@pytest.mark.parametrize("target", ["base", "overlays/dev", "overlays/gpu"])
+def test_the_cluster_preset_plays_its_episodes_on_the_server_that_reads_its_suite(renders, target):
+    """A cluster run's grpo/rollout/evaluate stages refuse in-process episodes
+    (RemoteRequired), so the cluster preset must name the server, and the server must read
+    the suite that run's `generate` stage writes (<pipeline.workdir>/tasks): before, the
+    preset named no server (grpo failed on the cluster) and the server read /shared/tasks."""
+    from urllib.parse import urlsplit
+
+    from components.preset import load_preset
+
+    preset = load_preset(ROOT / "configs" / "gpu-cluster.yaml")
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in renders[target]}
+    remote = urlsplit(preset.raw("env")["remote"])
+    service = docs[("Service", remote.hostname)]["spec"]
+    assert remote.port in [p["port"] for p in service["ports"]]
+    (server,) = docs[("Deployment", remote.hostname)]["spec"]["template"]["spec"]["containers"]
+    (tasks,) = [a.split("=", 1)[1] for a in server["args"] if a.startswith("--tasks=")]
+    assert Path(tasks) == Path(preset.raw("pipeline")["workdir"]) / "tasks"
