@@ -54,6 +54,12 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
         with pytest.raises(UsageError):
             fn(*args)
 
+    def no_such_run(run_id):
+        from components.promote.errors import PromotionError
+
+        with pytest.raises(PromotionError, match=run_id):
+            client.check_run(run_id, cfg, "--evaluation-run-id")
+
     def new_pending():
         return candidate(cfg, checkpoint, {**PASSING, "success_rate": 0.9}, PASSING, n=9)[0]
 
@@ -125,6 +131,7 @@ def _calls_that_must_not_promote(cfg, checkpoint, tmp_path) -> dict:
         ),
         "registry.keep_reports": lambda: registry.keep_reports(client.mlflow_client(cfg), "", {}),
         "client.check_store": lambda: client.check_store(cfg),
+        "client.check_run": lambda: no_such_run("0123456789abcdef0123456789abcdef"),
         "client.checked_sqlite_store": lambda: client.checked_sqlite_store(
             tmp_path / "other.db", create=True
         ),
