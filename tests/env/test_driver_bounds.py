@@ -84,20 +84,24 @@ def test_every_monitor_pattern_is_compiled_with_re2():
 
 @pytest.mark.parametrize("bait_name", sorted(BAITS))
 def test_each_pattern_scans_bait_within_a_linear_budget(bait_name):
-    """64 KiB of bait through every pattern costs at most 100 linear scans of it, and twice
-    the bait at most about twice the time (a quadratic pattern would take four times)."""
+    """64 KiB of bait through every pattern costs at most 100 linear scans of it, and four
+    times the bait at most twice what linear growth gives (4x; a quadratic pattern takes 16x):
+    the margin absorbs a busy machine's noise in CPU time (a 2x step measured 3.5x once)."""
     text = _repeat(BAITS[bait_name], 64 * 1024)
-    half = text[: len(text) // 2]
-    yardstick, half_yardstick = _cpu(lambda: _linear_scan(text)), _cpu(lambda: _linear_scan(half))
+    quarter = text[: len(text) // 4]
+    yardstick, quarter_yardstick = (
+        _cpu(lambda: _linear_scan(text)),
+        _cpu(lambda: _linear_scan(quarter)),
+    )
     for name, pattern in _compiled_patterns().items():
         spent = _cpu(lambda p=pattern: p.findall(text))
         assert spent <= 100 * yardstick, f"{name} on {bait_name}: {spent:.3f} s of CPU"
-        small = _cpu(lambda p=pattern: p.findall(half))
-        assert spent <= 3 * small + 2 * half_yardstick, (
+        small = _cpu(lambda p=pattern: p.findall(quarter))
+        assert spent <= 8 * small + 4 * quarter_yardstick, (
             f"{name} on {bait_name} grows faster than its text: {small:.4f} -> {spent:.4f} s"
         )
     spent = _cpu(lambda: patterns.substitutions(text))
-    assert spent <= 3 * _cpu(lambda: patterns.substitutions(half)) + 2 * half_yardstick
+    assert spent <= 8 * _cpu(lambda: patterns.substitutions(quarter)) + 4 * quarter_yardstick
     for helper in (patterns.spellings, patterns.tamper_hits, patterns.dumps_environment,
                    patterns.has_fork_bomb, patterns.literals):  # fmt: skip
         assert _cpu(lambda h=helper: h(text)) <= 100 * yardstick, helper.__name__
